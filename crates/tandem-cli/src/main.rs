@@ -1,0 +1,2 @@
+//! The `tandem` binary. (Being written.)
+fn main() {}

@@ -1,0 +1,270 @@
+//! Layering and validation: defaults, then a TOML file, then `TANDEM__SECTION__KEY`
+//! environment variables, then CLI overrides.
+//!
+//! The file is first parsed on its own, strictly, so that an unknown or mistyped key is
+//! reported with the file's path and the key's line; the `config` crate then merges the layers.
+
+use std::path::Path;
+
+use config::{Config, Environment, File, FileFormat};
+
+use crate::error::ConfigError;
+use crate::sections::TandemConfig;
+
+/// Dotted-key overrides from CLI flags, applied last (e.g. `("group.tp_size", "4")`).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides(pub Vec<(String, String)>);
+
+impl Overrides {
+    /// Add one override; `key` is dotted (`section.key`), `value` is parsed like a TOML scalar.
+    pub fn set(mut self, key: impl Into<String>, value: impl ToString) -> Self {
+        self.0.push((key.into(), value.to_string()));
+        self
+    }
+}
+
+/// Load the configuration: defaults, then `path` (if any), then the environment, then
+/// `overrides`; then validate.
+///
+/// # Errors
+/// [`ConfigError::Read`] when the file cannot be read; [`ConfigError::Invalid`] naming the key
+/// and the origin (file path, `environment` or `overrides`) for unknown keys or wrong types;
+/// [`ConfigError::Value`] and [`ConfigError::Layout`] for values out of range.
+pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<TandemConfig, ConfigError> {
+    let text = match path {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+            path: p.display().to_string(),
+            source,
+        })?),
+        None => None,
+    };
+    let origin = path.map(|p| p.display().to_string()).unwrap_or_default();
+    load_layers(text.as_deref(), &origin, Some(std::env::vars()), overrides)
+}
+
+/// Load from TOML text without reading the environment (for tests and embedded defaults).
+///
+/// # Errors
+/// As [`load`], with `origin` naming the text in messages.
+pub fn load_str(toml_text: &str, origin: &str, overrides: &Overrides) -> Result<TandemConfig, ConfigError> {
+    load_layers(Some(toml_text), origin, None::<std::iter::Empty<(String, String)>>, overrides)
+}
+
+fn load_layers(
+    toml_text: Option<&str>,
+    origin: &str,
+    env: Option<impl Iterator<Item = (String, String)>>,
+    overrides: &Overrides,
+) -> Result<TandemConfig, ConfigError> {
+    let mut builder = Config::builder();
+    if let Some(text) = toml_text {
+        // Strict pass over the file alone: exact key, line and column in the message.
+        toml::from_str::<TandemConfig>(text)
+            .map_err(|e| ConfigError::Invalid { origin: origin.to_string(), detail: one_line(&e.to_string()) })?;
+        builder = builder.add_source(File::from_str(text, FileFormat::Toml));
+    }
+    if let Some(vars) = env {
+        let vars: config::Map<String, String> =
+            vars.filter(|(k, _)| k.starts_with("TANDEM__")).collect();
+        if !vars.is_empty() {
+            let source = Environment::with_prefix("TANDEM")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(vars));
+            builder = builder.add_source(source);
+            check_layer(builder.clone(), "environment (TANDEM__* variables)")?;
+        }
+    }
+    for (key, value) in &overrides.0 {
+        builder = builder
+            .set_override(key.as_str(), value.as_str())
+            .map_err(|e| ConfigError::Invalid { origin: "overrides".into(), detail: e.to_string() })?;
+    }
+    let cfg = check_layer(builder, "overrides")?;
+    validate(&cfg)?;
+    Ok(cfg)
+}
+
+fn check_layer(
+    builder: config::ConfigBuilder<config::builder::DefaultState>,
+    origin: &str,
+) -> Result<TandemConfig, ConfigError> {
+    builder
+        .build()
+        .and_then(|c| c.try_deserialize::<TandemConfig>())
+        .map_err(|e| ConfigError::Invalid { origin: origin.to_string(), detail: one_line(&e.to_string()) })
+}
+
+fn one_line(s: &str) -> String {
+    s.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Check ranges that types cannot express.
+///
+/// # Errors
+/// [`ConfigError::Value`] naming the key, or [`ConfigError::Layout`].
+pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
+    let positive = [
+        ("group.pp_size", u64::from(cfg.group.pp_size)),
+        ("group.tp_size", u64::from(cfg.group.tp_size)),
+        ("protocol.window_steps", cfg.protocol.window_steps),
+        ("protocol.frame_deadline_ms", cfg.protocol.frame_deadline_ms),
+        ("protocol.frame_retention_steps", cfg.protocol.frame_retention_steps),
+        ("protocol.handshake_timeout_ms", cfg.protocol.handshake_timeout_ms),
+        ("store.host_capacity_blocks", cfg.store.host_capacity_blocks),
+        ("supervisor.heartbeat_interval_ms", cfg.supervisor.heartbeat_interval_ms),
+        ("supervisor.restart_window_s", cfg.supervisor.restart_window_s),
+    ];
+    for (key, v) in positive {
+        if v == 0 {
+            return Err(ConfigError::Value { key, reason: "must be at least 1".into() });
+        }
+    }
+    if cfg.group.id.is_empty() || !cfg.group.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(ConfigError::Value {
+            key: "group.id",
+            reason: format!("{:?} must be non-empty ASCII letters, digits, '-' or '_'", cfg.group.id),
+        });
+    }
+    if cfg.protocol.frame_retention_steps < cfg.protocol.window_steps {
+        return Err(ConfigError::Value {
+            key: "protocol.frame_retention_steps",
+            reason: format!(
+                "{} is smaller than protocol.window_steps = {}; followers could lose frames they have not acknowledged",
+                cfg.protocol.frame_retention_steps, cfg.protocol.window_steps
+            ),
+        });
+    }
+    if cfg.protocol.max_frame_bytes < 4096 {
+        return Err(ConfigError::Value {
+            key: "protocol.max_frame_bytes",
+            reason: format!("{} is below the 4096-byte minimum", cfg.protocol.max_frame_bytes),
+        });
+    }
+    if cfg.supervisor.heartbeat_timeout_ms <= cfg.supervisor.heartbeat_interval_ms {
+        return Err(ConfigError::Value {
+            key: "supervisor.heartbeat_timeout_ms",
+            reason: format!(
+                "{} ms must exceed supervisor.heartbeat_interval_ms = {} ms",
+                cfg.supervisor.heartbeat_timeout_ms, cfg.supervisor.heartbeat_interval_ms
+            ),
+        });
+    }
+    if cfg.supervisor.backoff_max_ms < cfg.supervisor.backoff_initial_ms {
+        return Err(ConfigError::Value {
+            key: "supervisor.backoff_max_ms",
+            reason: "must be at least supervisor.backoff_initial_ms".into(),
+        });
+    }
+    cfg.shard_layout()?;
+    Ok(())
+}
+
+/// Check that the group secret is set and long enough; agents call this before joining.
+///
+/// # Errors
+/// [`ConfigError::Value`] for `group.secret` (the message never contains the secret).
+pub fn require_secret(cfg: &TandemConfig) -> Result<(), ConfigError> {
+    if cfg.group.secret.len() < 16 {
+        return Err(ConfigError::Value {
+            key: "group.secret",
+            reason: format!(
+                "must be at least 16 bytes (it is {}); set it in the file or with TANDEM__GROUP__SECRET",
+                cfg.group.secret.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_gives_defaults() {
+        let c = load_str("", "empty", &Overrides::default()).unwrap();
+        assert_eq!(c, TandemConfig::default());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        let e = load_str("[group]\ntp_sise = 4\n", "cfg/x.toml", &Overrides::default()).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("invalid configuration in cfg/x.toml:"), "{msg}");
+        assert!(msg.contains("tp_sise"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_names_key() {
+        let e = load_str("[protocol]\nwindow_steps = \"eight\"\n", "w.toml", &Overrides::default()).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("w.toml") && msg.contains("window_steps"), "{msg}");
+    }
+
+    #[test]
+    fn overrides_apply_last_and_are_checked() {
+        let c = load_str("[group]\ntp_size = 1\n", "f", &Overrides::default().set("group.tp_size", 2)).unwrap();
+        assert_eq!(c.group.tp_size, 2);
+        let e = load_str("", "f", &Overrides::default().set("group.tp_size", 3)).unwrap_err();
+        assert_eq!(e.to_string(), "invalid model layout: num_kv_heads = 2 does not divide evenly by tp_size = 3");
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_unknown_variables_are_named() {
+        let env = vec![
+            ("TANDEM__GROUP__TP_SIZE".to_string(), "1".to_string()),
+            ("TANDEM__GROUP__SECRET".to_string(), "0123456789abcdef0123".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+        ];
+        let c = load_layers(Some("[group]\ntp_size = 2\n"), "f", Some(env.into_iter()), &Overrides::default()).unwrap();
+        assert_eq!(c.group.tp_size, 1);
+        assert_eq!(c.group.secret, "0123456789abcdef0123");
+        let env = vec![("TANDEM__GROUP__TP_SISE".to_string(), "1".to_string())];
+        let e = load_layers(None, "f", Some(env.into_iter()), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.starts_with("invalid configuration in environment"), "{e}");
+        assert!(e.contains("tp_sise"), "{e}");
+    }
+
+    #[test]
+    fn range_errors_name_the_key() {
+        let e = load_str("[protocol]\nwindow_steps = 0\n", "f", &Overrides::default()).unwrap_err();
+        assert_eq!(e.to_string(), "invalid value for protocol.window_steps: must be at least 1");
+        let e = load_str("[supervisor]\nheartbeat_timeout_ms = 50\n", "f", &Overrides::default()).unwrap_err();
+        assert!(e.to_string().starts_with("invalid value for supervisor.heartbeat_timeout_ms"));
+        let e = load_str("[group]\nid = \"a b\"\n", "f", &Overrides::default()).unwrap_err();
+        assert!(e.to_string().starts_with("invalid value for group.id"));
+    }
+
+    #[test]
+    fn secret_is_required_but_never_echoed() {
+        let mut c = TandemConfig::default();
+        c.group.secret = "short".into();
+        let e = require_secret(&c).unwrap_err().to_string();
+        assert!(!e.contains("short"));
+        assert!(e.starts_with("invalid value for group.secret"));
+        c.group.secret = "0123456789abcdef".into();
+        require_secret(&c).unwrap();
+    }
+
+    #[test]
+    fn shipped_default_file_is_the_default_config() {
+        let text = include_str!("../../../config/tandem.toml");
+        let c = load_str(text, "config/tandem.toml", &Overrides::default()).unwrap();
+        let mut expected = TandemConfig::default();
+        expected.group.secret = c.group.secret.clone();
+        assert_eq!(c, expected, "config/tandem.toml must list the defaults");
+        // Every key of the default configuration appears in the documented file.
+        let defaults = toml::Value::try_from(TandemConfig::default()).unwrap();
+        let file: toml::Value = toml::from_str(text).unwrap();
+        for (section, keys) in defaults.as_table().unwrap() {
+            for key in keys.as_table().unwrap().keys() {
+                assert!(
+                    file.get(section).and_then(|s| s.get(key)).is_some(),
+                    "config/tandem.toml lacks {section}.{key}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The typed configuration: one struct per TOML section.
+//!
+//! Every key has a default (so an empty file is a valid single-machine configuration) and a doc
+//! line with its unit. `config/tandem.toml` at the repository root repeats every key with the
+//! same defaults; a test keeps the two in step.
+
+use serde::{Deserialize, Serialize};
+use tandem_proto::ConfigFingerprint;
+
+use crate::layout::{LayoutError, ShardLayout};
+
+/// The whole configuration of one Tandem process (agent, supervisor, or a local cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TandemConfig {
+    /// Group identity and parallel layout.
+    pub group: GroupConfig,
+    /// The model's KV geometry, from which the block-shard size follows.
+    pub model: ModelConfig,
+    /// Group protocol timing and limits.
+    pub protocol: ProtocolConfig,
+    /// Storage tiers of each rank.
+    pub store: StoreConfig,
+    /// Addresses agents listen on and connect to.
+    pub network: NetworkConfig,
+    /// The Redis server holding the epoch counter and the completion streams.
+    pub redis: RedisConfig,
+    /// Failure detection and restart policy.
+    pub supervisor: SupervisorConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// `[group]`: who the ranks are and how the model is split between them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupConfig {
+    /// Name of the group (one model instance); part of Redis keys and the handshake.
+    pub id: String,
+    /// Shared secret peers prove in the handshake (HMAC); at least 16 bytes. Prefer setting it
+    /// with `TANDEM__GROUP__SECRET` rather than in a file.
+    pub secret: String,
+    /// Pipeline-parallel degree (ranks that split the layers).
+    pub pp_size: u32,
+    /// Tensor-parallel degree (ranks that split the KV heads).
+    pub tp_size: u32,
+    /// Tokens per KV block (Mooncake traces use 512).
+    pub tokens_per_block: u32,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            id: "tandem-local".into(),
+            secret: String::new(),
+            pp_size: 1,
+            tp_size: 2,
+            tokens_per_block: 512,
+        }
+    }
+}
+
+impl GroupConfig {
+    /// Ranks in the group: `pp_size × tp_size`.
+    pub fn world_size(&self) -> u32 {
+        self.pp_size.saturating_mul(self.tp_size)
+    }
+}
+
+/// `[model]`: KV geometry of the whole model (before PP/TP splitting).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Transformer layers.
+    pub num_layers: u32,
+    /// KV heads (grouped-query attention heads that carry K and V).
+    pub num_kv_heads: u32,
+    /// Elements per head.
+    pub head_dim: u32,
+    /// Bytes per KV element (2 for fp16/bf16, 1 for fp8).
+    pub dtype_bytes: u32,
+}
+
+impl Default for ModelConfig {
+    /// A deliberately small model (256 KiB shards at TP 2) so that a local cluster and the
+    /// tests fit a laptop; set real values (e.g. 32/8/128/2 for Llama-3-8B) in production.
+    fn default() -> Self {
+        Self { num_layers: 4, num_kv_heads: 2, head_dim: 64, dtype_bytes: 2 }
+    }
+}
+
+/// `[protocol]`: limits and deadlines of the group protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProtocolConfig {
+    /// Steps the leader may seal ahead of the slowest follower's acknowledgement (W).
+    pub window_steps: u64,
+    /// Deadline of a follower's wait for a frame, in milliseconds.
+    pub frame_deadline_ms: u64,
+    /// Sealed frames each rank keeps for positional re-reads, in steps.
+    pub frame_retention_steps: u64,
+    /// Largest wire message accepted, in bytes; a longer header is refused before reading.
+    pub max_frame_bytes: u32,
+    /// Deadline of a peer handshake, in milliseconds.
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        Self {
+            window_steps: 8,
+            frame_deadline_ms: 5_000,
+            frame_retention_steps: 1_024,
+            max_frame_bytes: 16 * 1024 * 1024,
+            handshake_timeout_ms: 2_000,
+        }
+    }
+}
+
+/// `[store]`: the tiers of each rank, in blocks (one block shard per slot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Host-memory tier capacity, in blocks.
+    pub host_capacity_blocks: u64,
+    /// Disk tier capacity, in blocks (0 disables the disk tier).
+    pub disk_capacity_blocks: u64,
+    /// Directory of the file-backed host tier (a tmpfs such as /dev/shm keeps it in memory and
+    /// lets a restarted agent find its blocks again). `{group}` and `{rank}` are substituted.
+    pub host_dir: String,
+    /// Directory of the disk tier's preallocated file. `{group}` and `{rank}` are substituted.
+    pub disk_dir: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            host_capacity_blocks: 1_024,
+            disk_capacity_blocks: 4_096,
+            host_dir: "/dev/shm/tandem/{group}/rank{rank}".into(),
+            disk_dir: "/var/tmp/tandem/{group}/rank{rank}".into(),
+        }
+    }
+}
+
+/// `[network]`: listen and connect addresses. Loopback by default; binding elsewhere is an
+/// explicit choice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Address the leader (rank 0) listens on for followers, and followers connect to.
+    pub leader_addr: String,
+    /// Host the HTTP endpoints bind to (`/healthz`, `/readyz`, `/metrics`, `/status`).
+    pub http_host: String,
+    /// HTTP port of rank 0; rank `r` listens on `http_base_port + r`.
+    pub http_base_port: u16,
+    /// Directory of the engine endpoints: rank `r` listens on `{engine_socket_dir}/rank{r}.sock`.
+    pub engine_socket_dir: String,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self {
+            leader_addr: "127.0.0.1:7400".into(),
+            http_host: "127.0.0.1".into(),
+            http_base_port: 7500,
+            engine_socket_dir: "/tmp/tandem".into(),
+        }
+    }
+}
+
+/// `[redis]`: the one run-time dependency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Connection URL; credentials may be in it or in `REDIS_URL`, and are never logged.
+    pub url: String,
+    /// Entries kept in a completion stream once every consumer group has acknowledged them.
+    pub stream_max_len: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self { url: "redis://127.0.0.1:6379".into(), stream_max_len: 100_000 }
+    }
+}
+
+/// `[supervisor]`: failure detection and OTP-style one-for-all restart intensity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SupervisorConfig {
+    /// Interval between agent heartbeats, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// A rank whose last heartbeat is older than this has failed, in milliseconds.
+    pub heartbeat_timeout_ms: u64,
+    /// Restarts allowed within `restart_window_s` before the group is marked failed.
+    pub max_restarts: u32,
+    /// Window of the restart limit, in seconds.
+    pub restart_window_s: u64,
+    /// First backoff between restarts, in milliseconds (doubles, with jitter).
+    pub backoff_initial_ms: u64,
+    /// Largest backoff between restarts, in milliseconds.
+    pub backoff_max_ms: u64,
+    /// Address of the supervisor's HTTP endpoints.
+    pub http_addr: String,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 100,
+            heartbeat_timeout_ms: 500,
+            max_restarts: 3,
+            restart_window_s: 60,
+            backoff_initial_ms: 50,
+            backoff_max_ms: 5_000,
+            http_addr: "127.0.0.1:7490".into(),
+        }
+    }
+}
+
+/// `[log]`: tracing output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` (human-readable) or `json` (one object per line).
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `tandem=debug,info`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".into() }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl TandemConfig {
+    /// The block-shard layout of this group.
+    ///
+    /// # Errors
+    /// A [`LayoutError`] naming the numbers when the model does not split evenly.
+    pub fn shard_layout(&self) -> Result<ShardLayout, LayoutError> {
+        ShardLayout::new(
+            self.model.num_layers,
+            self.model.num_kv_heads,
+            self.model.head_dim,
+            self.model.dtype_bytes,
+            self.group.tokens_per_block,
+            self.group.pp_size,
+            self.group.tp_size,
+        )
+    }
+
+    /// The fingerprint every rank presents in the handshake.
+    ///
+    /// # Errors
+    /// As [`TandemConfig::shard_layout`].
+    pub fn fingerprint(&self) -> Result<ConfigFingerprint, LayoutError> {
+        let layout = self.shard_layout()?;
+        Ok(ConfigFingerprint {
+            world_size: self.group.world_size(),
+            pp_size: self.group.pp_size,
+            tp_size: self.group.tp_size,
+            tokens_per_block: self.group.tokens_per_block,
+            num_layers: self.model.num_layers,
+            num_kv_heads: self.model.num_kv_heads,
+            head_dim: self.model.head_dim,
+            dtype_bytes: self.model.dtype_bytes,
+            shard_bytes: layout.shard_bytes,
+        })
+    }
+
+    /// A copy safe to print or serve: the group secret and any Redis password are masked.
+    pub fn redacted(&self) -> TandemConfig {
+        let mut c = self.clone();
+        if !c.group.secret.is_empty() {
+            c.group.secret = "<redacted>".into();
+        }
+        c.redis.url = redact_url(&c.redis.url);
+        c
+    }
+}
+
+/// Mask the userinfo part (`user:password@`) of a URL.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://<redacted>@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layout_is_small_and_even() {
+        let c = TandemConfig::default();
+        assert_eq!(c.group.world_size(), 2);
+        assert_eq!(c.shard_layout().unwrap().shard_bytes, 4 * 2 * 1 * 64 * 2 * 512);
+        assert_eq!(c.fingerprint().unwrap().world_size, 2);
+    }
+
+    #[test]
+    fn redaction_masks_secrets() {
+        let mut c = TandemConfig::default();
+        c.group.secret = "s3cret-s3cret-s3cret".into();
+        c.redis.url = "redis://user:pw@10.0.0.1:6379/0".into();
+        let r = c.redacted();
+        assert_eq!(r.group.secret, "<redacted>");
+        assert_eq!(r.redis.url, "redis://<redacted>@10.0.0.1:6379/0");
+        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

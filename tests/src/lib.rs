@@ -1,0 +1,1 @@
+//! Shared harness for the workspace-level integration tests (free ports, child processes).
