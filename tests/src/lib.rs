@@ -1,1 +1,54 @@
-//! Shared harness for the workspace-level integration tests (free ports, child processes).
+//! Shared harness for the workspace-level integration tests: the `tandem` binary, free
+//! loopback ports, and child processes that are killed when the test ends.
+//!
+//! It never mocks a part a user would have for real: tests start the real binary and a real
+//! `redis-server`.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+
+/// Path of the `tandem` binary the tests start: `$TANDEM_BIN`, or `target/debug/tandem`
+/// (honouring `CARGO_TARGET_DIR`). `scripts/test.sh` builds it before the tests run.
+///
+/// # Panics
+/// When the binary is missing, with the command that builds it: a test cannot run without it.
+pub fn tandem_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TANDEM_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let bin = target.join("debug").join("tandem");
+    assert!(bin.exists(), "{} is missing: run `cargo build -p tandem-cli` (scripts/test.sh does)", bin.display());
+    bin
+}
+
+/// A `Command` for the `tandem` binary with the `TANDEM__*` variables of the test's own
+/// environment removed, so that a developer's shell cannot change a test's outcome.
+pub fn tandem() -> Command {
+    let mut cmd = Command::new(tandem_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TANDEM__") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// A loopback TCP port that was free a moment ago (the OS picks it).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves nothing
+/// running.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,2 +1,27 @@
-//! The `tandem` binary. (Being written.)
-fn main() {}
+//! The `tandem` command.
+//!
+//! # Layout
+//! - [`cli`]: the clap definitions of every subcommand and flag.
+//! - [`cmd`]: one module per subcommand; each returns `anyhow::Result` to `main`.
+//! - [`exit`]: the documented exit codes that process supervisors act on.
+//!
+//! This is the binary's edge: the only place that uses `anyhow`, prints to the terminal and
+//! turns errors into exit codes. Libraries below it return typed errors.
+
+mod cli;
+mod cmd;
+mod exit;
+
+use clap::Parser;
+
+fn main() {
+    let cli = cli::Cli::parse();
+    let code = match cmd::run(cli) {
+        Ok(()) => exit::OK,
+        Err(err) => {
+            eprintln!("tandem: error: {err:#}");
+            exit::code_for(&err)
+        }
+    };
+    std::process::exit(code);
+}

@@ -82,7 +82,7 @@ pub struct ModelConfig {
 }
 
 impl Default for ModelConfig {
-    /// A deliberately small model (256 KiB shards at TP 2) so that a local cluster and the
+    /// A deliberately small model (512 KiB shards at TP 2) so that a local cluster and the
     /// tests fit a laptop; set real values (e.g. 32/8/128/2 for Llama-3-8B) in production.
     fn default() -> Self {
         Self { num_layers: 4, num_kv_heads: 2, head_dim: 64, dtype_bytes: 2 }

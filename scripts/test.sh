@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need on a fresh Debian machine, builds the
+# `tandem` binary the process-level tests start, then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing: ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "missing ${need[*]}: run as root or install them (apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+
+cargo build --locked -p tandem-cli --bin tandem
+cargo test --locked --workspace "$@"
