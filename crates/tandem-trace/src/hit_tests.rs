@@ -81,7 +81,7 @@ fn lru_eviction_lowers_hits_on_a_crafted_trace() {
 #[test]
 fn a_hit_touches_so_the_block_survives_the_next_eviction() {
     // Capacity 3: 1, 2, 3 fill it; 1 hits (and becomes most recent); 4 evicts 2, not 1.
-    let trace = vec![
+    let trace = [
         rec(0, 512, &[1]),
         rec(1, 512, &[2]),
         rec(2, 512, &[3]),
