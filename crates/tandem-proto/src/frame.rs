@@ -1,0 +1,204 @@
+//! The frame: the leader's record of everything the group decided in one step (DESIGN.md
+//! invariants 1, 2 and 5).
+//!
+//! Owns the frame's shape and the pure helpers that read it. It never decides anything:
+//! frames are built only by [`crate::Leader::seal`] and read by followers unchanged.
+
+use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId, TaskKind};
+use serde::{Deserialize, Serialize};
+
+/// The leader's prefix-match decision for one request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LookupResult {
+    /// The request that asked.
+    pub request: RequestId,
+    /// The prefix hashes the request asked about, in prefix order.
+    pub block_hashes: Vec<BlockHash>,
+    /// How many leading blocks of `block_hashes` are cached (blocks, `<= block_hashes.len()`).
+    pub matched_blocks: u32,
+    /// Whether the matched blocks are pinned (not evictable) until the request's load
+    /// finishes or its pins are released.
+    pub pinned: bool,
+}
+
+impl LookupResult {
+    /// The hashes this lookup pinned: the first `matched_blocks` hashes when `pinned`, none
+    /// otherwise (clamped to the list's length).
+    pub fn pinned_hashes(&self) -> &[BlockHash] {
+        if !self.pinned {
+            return &[];
+        }
+        let n = (self.matched_blocks as usize).min(self.block_hashes.len());
+        &self.block_hashes[..n]
+    }
+}
+
+/// A store or load the leader started in this step; every rank copies its own shard.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskStart {
+    /// Group-unique id of the task.
+    pub task: TaskId,
+    /// The request the task serves.
+    pub request: RequestId,
+    /// The blocks moved, in prefix order.
+    pub block_hashes: Vec<BlockHash>,
+    /// The engine pages, one per block, same order as `block_hashes`.
+    pub page_ids: Vec<PageId>,
+}
+
+/// How a task ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OutcomeResult {
+    /// Every rank finished its shard.
+    Ok,
+    /// At least one rank failed; the first reason reported.
+    Failed {
+        /// The first failure reason a rank reported.
+        reason: String,
+    },
+    /// The epoch ended while the task was in flight; its pages hold no defined data.
+    Aborted,
+}
+
+/// The group's verdict on one task, revealed to engines exactly once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskOutcome {
+    /// The task.
+    pub task: TaskId,
+    /// Store or load.
+    pub kind: TaskKind,
+    /// The request the task served.
+    pub request: RequestId,
+    /// How it ended.
+    pub result: OutcomeResult,
+}
+
+/// What the first frame of a new epoch settles about the previous epochs (invariant 5).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Reconciliation {
+    /// Outcomes that were durable but not acknowledged by every engine: delivered again.
+    /// Each rank's agent suppresses those its own engine already acknowledged (by task id).
+    pub redelivered: Vec<TaskOutcome>,
+    /// Tasks that were in flight when the old epoch ended, each with result `Aborted`.
+    pub aborted: Vec<TaskOutcome>,
+    /// Pins held in the old epoch; all released.
+    pub released_pins: Vec<BlockHash>,
+}
+
+/// Everything the group decided in step `step` of epoch `epoch`.
+///
+/// Only step 0 of an epoch may carry a `reconciliation`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    /// The epoch the frame belongs to.
+    pub epoch: Epoch,
+    /// The step, from 0 within the epoch.
+    pub step: Step,
+    /// Prefix-match decisions made in this step.
+    pub lookups: Vec<LookupResult>,
+    /// Stores started in this step.
+    pub stores: Vec<TaskStart>,
+    /// Loads started in this step.
+    pub loads: Vec<TaskStart>,
+    /// Outcomes revealed in this step (each already durable), in reveal order.
+    pub finished: Vec<TaskOutcome>,
+    /// Blocks the leader evicted in this step.
+    pub evictions: Vec<BlockHash>,
+    /// Present only on step 0 of an epoch that follows another.
+    pub reconciliation: Option<Reconciliation>,
+}
+
+impl Frame {
+    /// An empty frame for `(epoch, step)`.
+    pub fn empty(epoch: Epoch, step: Step) -> Frame {
+        Frame {
+            epoch,
+            step,
+            lookups: Vec::new(),
+            stores: Vec::new(),
+            loads: Vec::new(),
+            finished: Vec::new(),
+            evictions: Vec::new(),
+            reconciliation: None,
+        }
+    }
+
+    /// True when the frame decides nothing (no lookups, tasks, outcomes, evictions or
+    /// reconciliation).
+    pub fn is_empty(&self) -> bool {
+        self.lookups.is_empty()
+            && self.stores.is_empty()
+            && self.loads.is_empty()
+            && self.finished.is_empty()
+            && self.evictions.is_empty()
+            && self.reconciliation.is_none()
+    }
+
+    /// Every outcome this frame reveals, in the order an engine applies them: redelivered,
+    /// then aborted (both from the reconciliation), then `finished`.
+    pub fn outcomes(&self) -> impl Iterator<Item = &TaskOutcome> {
+        let (redelivered, aborted) = match &self.reconciliation {
+            Some(r) => (r.redelivered.as_slice(), r.aborted.as_slice()),
+            None => (&[][..], &[][..]),
+        };
+        redelivered.iter().chain(aborted).chain(&self.finished)
+    }
+
+    /// Every task started in this frame, stores first, with its kind.
+    pub fn started(&self) -> impl Iterator<Item = (TaskKind, &TaskStart)> {
+        self.stores
+            .iter()
+            .map(|t| (TaskKind::Store, t))
+            .chain(self.loads.iter().map(|t| (TaskKind::Load, t)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(seq: u64, result: OutcomeResult) -> TaskOutcome {
+        TaskOutcome {
+            task: TaskId { epoch: 1, seq },
+            kind: TaskKind::Store,
+            request: RequestId(seq),
+            result,
+        }
+    }
+
+    #[test]
+    fn empty_frame_is_empty() {
+        let f = Frame::empty(Epoch(1), Step(0));
+        assert!(f.is_empty());
+        assert_eq!(f.outcomes().count(), 0);
+    }
+
+    #[test]
+    fn outcomes_put_reconciliation_first() {
+        let mut f = Frame::empty(Epoch(2), Step(0));
+        f.finished.push(outcome(3, OutcomeResult::Ok));
+        f.reconciliation = Some(Reconciliation {
+            redelivered: vec![outcome(1, OutcomeResult::Ok)],
+            aborted: vec![outcome(2, OutcomeResult::Aborted)],
+            released_pins: vec![BlockHash(9)],
+        });
+        assert!(!f.is_empty());
+        let seqs: Vec<u64> = f.outcomes().map(|o| o.task.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn pinned_hashes_are_the_matched_prefix() {
+        let mut l = LookupResult {
+            request: RequestId(1),
+            block_hashes: vec![BlockHash(1), BlockHash(2), BlockHash(3)],
+            matched_blocks: 2,
+            pinned: true,
+        };
+        assert_eq!(l.pinned_hashes(), &[BlockHash(1), BlockHash(2)]);
+        l.matched_blocks = 10;
+        assert_eq!(l.pinned_hashes().len(), 3);
+        l.pinned = false;
+        assert!(l.pinned_hashes().is_empty());
+    }
+}

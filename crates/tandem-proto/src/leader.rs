@@ -1,0 +1,482 @@
+//! The leader state machine (rank 0): the group's one decider (DESIGN.md invariants 1–5).
+//!
+//! Inputs are `record_*`/`start_*` calls for the open step, `handle_*` calls for peer
+//! messages, persistence results and timeouts; outputs come from `poll_*` calls: frames and
+//! other messages to send ([`Leader::poll_transmit`]), outcome batches to make durable
+//! ([`Leader::poll_persist`]), events for the supervisor ([`Leader::poll_event`]) and the
+//! next timer ([`Leader::poll_timeout`]). Time is the caller's `now_ms`.
+//!
+//! Owns step sealing, the acknowledgement window, quorums, the reveal of durable outcomes and
+//! liveness verdicts. It never does IO, never reads a clock, and never reveals an outcome that
+//! the driver has not confirmed durable.
+
+use crate::error::{LeaderError, QuorumError};
+use crate::frame::{Frame, LookupResult, Reconciliation, TaskStart};
+use crate::ids::{BlockHash, Epoch, PageId, Rank, RequestId, Step, TaskId, TaskKind};
+use crate::liveness::Liveness;
+use crate::persist::{BatchId, PersistBatch, PersistQueue};
+use crate::quorum::{Quorum, ReportOutcome};
+use crate::reconcile::InFlightTask;
+use crate::retention::{FrameStore, Lookup};
+use crate::wire::{Ack, Heartbeat, Message, ShardReport};
+use crate::frame::OutcomeResult;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// How a leader runs one epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaderConfig {
+    /// The epoch (from the supervisor's Redis counter).
+    pub epoch: Epoch,
+    /// Ranks in the group, including the leader (at least 1).
+    pub world_size: u32,
+    /// W: the most sealed steps the leader may be ahead of the slowest follower's
+    /// acknowledgement (steps, at least 1). Step `s` may be sealed only while
+    /// `s <= slowest_ack + W` (or `s < W` before any acknowledgement).
+    pub window_steps: u64,
+    /// Sealed frames kept readable through [`Leader::frame`] (frames, at least 1).
+    pub retention_steps: u64,
+    /// A follower not heard from for this long is reported silent (ms).
+    pub heartbeat_timeout_ms: u64,
+    /// The caller's clock when the epoch starts; every follower counts as seen then (ms).
+    pub start_ms: u64,
+}
+
+/// Counters for metrics. All counts since the leader was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LeaderStats {
+    /// Frames sealed.
+    pub steps_sealed: u64,
+    /// Seal calls refused because the window was full.
+    pub window_full: u64,
+    /// Messages rejected because they belong to an older epoch.
+    pub stale_epoch_rejected: u64,
+    /// Messages rejected because they belong to a later epoch.
+    pub future_epoch_rejected: u64,
+    /// Shard reports recorded (first report of a rank on a task).
+    pub reports_accepted: u64,
+    /// Shard reports ignored as duplicates.
+    pub duplicate_reports: u64,
+    /// Shard reports rejected for an unknown task or rank.
+    pub rejected_reports: u64,
+    /// Tasks finished by quorum, successfully.
+    pub tasks_ok: u64,
+    /// Tasks finished by quorum with a failure.
+    pub tasks_failed: u64,
+    /// Outcomes confirmed durable.
+    pub outcomes_persisted: u64,
+    /// Persist batches handed back as failed.
+    pub persist_failures: u64,
+    /// Outcomes revealed in sealed frames.
+    pub outcomes_revealed: u64,
+    /// Acknowledgements accepted.
+    pub acks: u64,
+    /// Heartbeats accepted.
+    pub heartbeats: u64,
+    /// Times a rank was reported silent.
+    pub ranks_silent: u64,
+}
+
+/// Something the supervisor must hear about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LeaderEvent {
+    /// `rank` has sent no heartbeat since `last_seen_ms`; `now_ms` is when that was noticed.
+    RankSilent {
+        /// The silent rank.
+        rank: Rank,
+        /// Its last heartbeat, on the leader's clock (ms).
+        last_seen_ms: u64,
+        /// When the silence was detected (ms).
+        now_ms: u64,
+    },
+}
+
+/// The leader of one epoch. See the module docs for the input/output contract.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Leader {
+    config: LeaderConfig,
+    /// The frame of the open step, filled by `record_*` and `start_*`.
+    open: Frame,
+    next_seq: u64,
+    quorum: Quorum,
+    persist: PersistQueue,
+    sealed: FrameStore,
+    /// Highest step each follower acknowledged (`None`: none yet). Rank 0 may ack too.
+    acks: BTreeMap<Rank, Option<Step>>,
+    pins: BTreeMap<RequestId, Vec<BlockHash>>,
+    liveness: Liveness,
+    transmit: VecDeque<(Rank, Message)>,
+    events: VecDeque<LeaderEvent>,
+    stats: LeaderStats,
+}
+
+impl Leader {
+    /// A leader for `config.epoch`. `reconciliation` goes into the frame of step 0 (pass
+    /// `None` for the first epoch of a group).
+    ///
+    /// Errors: [`LeaderError::InvalidConfig`] when `world_size` or `window_steps` is 0.
+    pub fn new(
+        config: LeaderConfig,
+        reconciliation: Option<Reconciliation>,
+    ) -> Result<Leader, LeaderError> {
+        if config.world_size == 0 {
+            return Err(LeaderError::InvalidConfig { reason: "world_size is 0".into() });
+        }
+        if config.window_steps == 0 {
+            return Err(LeaderError::InvalidConfig { reason: "window_steps is 0".into() });
+        }
+        let followers = (1..config.world_size).map(Rank);
+        let mut open = Frame::empty(config.epoch, Step(0));
+        open.reconciliation = reconciliation;
+        Ok(Leader {
+            open,
+            next_seq: 0,
+            quorum: Quorum::new(config.world_size),
+            persist: PersistQueue::new(config.epoch),
+            sealed: FrameStore::new(usize::try_from(config.retention_steps).unwrap_or(usize::MAX)),
+            acks: (0..config.world_size).map(|r| (Rank(r), None)).collect(),
+            pins: BTreeMap::new(),
+            liveness: Liveness::new(followers, config.start_ms, config.heartbeat_timeout_ms),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: LeaderStats::default(),
+            config,
+        })
+    }
+
+    /// The leader's epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.config.epoch
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LeaderConfig {
+        &self.config
+    }
+
+    /// The open step: the one `record_*`/`start_*` calls go into and `seal` must name next.
+    pub fn open_step(&self) -> Step {
+        self.open.step
+    }
+
+    /// The last sealed step, if any.
+    pub fn sealed_step(&self) -> Option<Step> {
+        self.sealed.last_step()
+    }
+
+    /// Record a prefix-match decision in the open step. A pinned lookup pins its matched
+    /// blocks until the request's load finishes or [`Self::release_pins`] is called.
+    pub fn record_lookup(&mut self, lookup: LookupResult) {
+        let pinned = lookup.pinned_hashes().to_vec();
+        if !pinned.is_empty() {
+            self.pins.insert(lookup.request, pinned);
+        }
+        self.open.lookups.push(lookup);
+    }
+
+    /// Start a store of `block_hashes` from engine pages `page_ids` in the open step; every
+    /// rank copies its shard and reports it. Returns the new task id.
+    pub fn start_store(
+        &mut self,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> TaskId {
+        self.start(TaskKind::Store, request, block_hashes, page_ids)
+    }
+
+    /// Start a load of `block_hashes` into engine pages `page_ids` in the open step. Returns
+    /// the new task id.
+    pub fn start_load(
+        &mut self,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> TaskId {
+        self.start(TaskKind::Load, request, block_hashes, page_ids)
+    }
+
+    fn start(
+        &mut self,
+        kind: TaskKind,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> TaskId {
+        let task = TaskId::new(self.config.epoch, self.next_seq);
+        self.next_seq += 1;
+        self.quorum.start(task, kind, request);
+        let start = TaskStart { task, request, block_hashes, page_ids };
+        match kind {
+            TaskKind::Store => self.open.stores.push(start),
+            TaskKind::Load => self.open.loads.push(start),
+        }
+        task
+    }
+
+    /// Record an eviction of `hash` in the open step.
+    pub fn record_eviction(&mut self, hash: BlockHash) {
+        self.open.evictions.push(hash);
+    }
+
+    /// Release the pins of `request`; returns the hashes that were pinned.
+    pub fn release_pins(&mut self, request: RequestId) -> Vec<BlockHash> {
+        self.pins.remove(&request).unwrap_or_default()
+    }
+
+    /// Fence a message's epoch, counting rejections.
+    fn fence(&mut self, theirs: Epoch) -> Result<(), LeaderError> {
+        let ours = self.config.epoch;
+        if theirs < ours {
+            self.stats.stale_epoch_rejected += 1;
+            return Err(LeaderError::StaleEpoch { ours, theirs });
+        }
+        if theirs > ours {
+            self.stats.future_epoch_rejected += 1;
+            return Err(LeaderError::FutureEpoch { ours, theirs });
+        }
+        Ok(())
+    }
+
+    /// Take one rank's shard report (the leader's own rank 0 included).
+    ///
+    /// Errors: [`LeaderError::StaleEpoch`]/[`LeaderError::FutureEpoch`] when the report or its
+    /// task belongs to another epoch (counted, never applied); [`LeaderError::Quorum`] for an
+    /// unknown task or rank. A duplicate returns `Ok(ReportOutcome::Duplicate)` and changes
+    /// nothing but a counter.
+    pub fn handle_report(&mut self, report: &ShardReport) -> Result<ReportOutcome, LeaderError> {
+        self.fence(report.epoch)?;
+        self.fence(Epoch(report.task.epoch))?;
+        let out = self.quorum.record(report.task, report.rank, report.result.clone());
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                self.stats.rejected_reports += 1;
+                return Err(e.into());
+            }
+        };
+        match &out {
+            ReportOutcome::Duplicate => self.stats.duplicate_reports += 1,
+            ReportOutcome::Recorded { .. } => self.stats.reports_accepted += 1,
+            ReportOutcome::Finished(outcome) => {
+                self.stats.reports_accepted += 1;
+                match outcome.result {
+                    OutcomeResult::Ok => self.stats.tasks_ok += 1,
+                    _ => self.stats.tasks_failed += 1,
+                }
+                if outcome.kind == TaskKind::Load {
+                    self.pins.remove(&outcome.request);
+                }
+                self.persist.push_finished(outcome.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The next batch of finished outcomes to append to the durable stream; `None` while a
+    /// batch is in flight or nothing finished. Confirm with [`Self::handle_persisted`].
+    pub fn poll_persist(&mut self) -> Option<PersistBatch> {
+        self.persist.poll()
+    }
+
+    /// Batch `batch` is durable: its outcomes will be revealed by the next sealed frame.
+    ///
+    /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the batch in flight.
+    pub fn handle_persisted(&mut self, batch: BatchId) -> Result<(), LeaderError> {
+        let n = self.persist.persisted(batch).ok_or(LeaderError::UnknownBatch { batch })?;
+        self.stats.outcomes_persisted += n as u64;
+        Ok(())
+    }
+
+    /// Appending `batch` failed (Redis unreachable): its outcomes are queued again and come
+    /// back from the next [`Self::poll_persist`]. Sealing goes on without revealing them.
+    ///
+    /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the batch in flight.
+    pub fn handle_persist_failed(&mut self, batch: BatchId) -> Result<(), LeaderError> {
+        if !self.persist.failed(batch) {
+            return Err(LeaderError::UnknownBatch { batch });
+        }
+        self.stats.persist_failures += 1;
+        Ok(())
+    }
+
+    /// The slowest follower's acknowledged step (`None` if some follower has acked nothing).
+    /// With no followers, the leader's own last sealed step.
+    pub fn slowest_ack(&self) -> Option<Step> {
+        if self.config.world_size <= 1 {
+            return self.sealed_step();
+        }
+        self.acks.iter().filter(|(r, _)| r.0 != 0).map(|(_, a)| *a).min().flatten()
+    }
+
+    /// The lowest step acknowledged by every rank, rank 0's engine included.
+    pub fn acked_by_all(&self) -> Option<Step> {
+        self.acks.values().copied().min().flatten()
+    }
+
+    /// Seal the open step: returns its frame (for the leader's own engine) and queues it for
+    /// every follower. The frame reveals every outcome confirmed durable so far, and only
+    /// those.
+    ///
+    /// Errors: [`LeaderError::WrongStep`] unless `step` is [`Self::open_step`];
+    /// [`LeaderError::WindowFull`] when `step` is more than `window_steps` ahead of the
+    /// slowest follower's acknowledgement (the open step keeps its records; retry later).
+    pub fn seal(&mut self, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
+        let _ = now_ms; // Sealing depends on acknowledgements, not on time.
+        if step != self.open.step {
+            return Err(LeaderError::WrongStep { expected: self.open.step, got: step });
+        }
+        let slowest_ack = self.slowest_ack();
+        if self.config.world_size > 1 {
+            let base = slowest_ack.map_or(0, |a| a.0.saturating_add(1));
+            if step.0 >= base.saturating_add(self.config.window_steps) {
+                self.stats.window_full += 1;
+                return Err(LeaderError::WindowFull {
+                    step,
+                    slowest_ack,
+                    window: self.config.window_steps,
+                });
+            }
+        }
+        let mut frame = std::mem::replace(&mut self.open, Frame::empty(self.config.epoch, step.next()));
+        frame.finished = self.persist.take_durable();
+        self.stats.outcomes_revealed += frame.finished.len() as u64;
+        self.stats.steps_sealed += 1;
+        for r in 1..self.config.world_size {
+            self.transmit.push_back((Rank(r), Message::Frame(frame.clone())));
+        }
+        self.sealed.push(frame.clone());
+        Ok(frame)
+    }
+
+    /// A retained sealed frame: `Ok(Some)` if retained, `Ok(None)` if not sealed yet.
+    ///
+    /// Errors: [`LeaderError::FrameExpired`] when the frame is older than the retention.
+    pub fn frame(&self, step: Step) -> Result<Option<&Frame>, LeaderError> {
+        match self.sealed.lookup(step) {
+            Lookup::Retained(f) => Ok(Some(f)),
+            Lookup::Expired { oldest } => {
+                Err(LeaderError::FrameExpired { wanted: step, oldest_retained: oldest })
+            }
+            Lookup::NotYet => Ok(None),
+        }
+    }
+
+    /// The next message to send and its destination rank.
+    pub fn poll_transmit(&mut self) -> Option<(Rank, Message)> {
+        self.transmit.pop_front()
+    }
+
+    /// A rank's engine applied frames up to `ack.step`. Acks never move backwards.
+    ///
+    /// Errors: epoch fencing as in [`Self::handle_report`];
+    /// [`LeaderError::Quorum`] with `RankOutOfRange` for a rank outside the group;
+    /// [`LeaderError::AckBeyondSealed`] for a step not sealed yet.
+    pub fn handle_ack(&mut self, ack: &Ack) -> Result<(), LeaderError> {
+        self.fence(ack.epoch)?;
+        let world_size = self.config.world_size;
+        let sealed = self.sealed_step();
+        let Some(slot) = self.acks.get_mut(&ack.rank) else {
+            return Err(QuorumError::RankOutOfRange { rank: ack.rank, world_size }.into());
+        };
+        if sealed.is_none_or(|s| ack.step > s) {
+            return Err(LeaderError::AckBeyondSealed { rank: ack.rank, step: ack.step, sealed });
+        }
+        *slot = Some(slot.map_or(ack.step, |a| a.max(ack.step)));
+        self.stats.acks += 1;
+        Ok(())
+    }
+
+    /// A heartbeat arrived at `now_ms` on the leader's clock.
+    ///
+    /// Errors: epoch fencing as in [`Self::handle_report`].
+    pub fn handle_heartbeat(&mut self, hb: &Heartbeat, now_ms: u64) -> Result<(), LeaderError> {
+        self.fence(hb.epoch)?;
+        if hb.rank.0 >= self.config.world_size {
+            return Err(QuorumError::RankOutOfRange {
+                rank: hb.rank,
+                world_size: self.config.world_size,
+            }
+            .into());
+        }
+        self.liveness.touch(hb.rank, now_ms);
+        self.stats.heartbeats += 1;
+        Ok(())
+    }
+
+    /// Dispatch a message that arrived on rank `from`'s admitted connection at `now_ms`.
+    /// Returns the report's outcome for a `ShardReport`, `None` otherwise.
+    ///
+    /// Errors: those of the `handle_*` method called; [`LeaderError::RankMismatch`] when the
+    /// message claims another rank; [`LeaderError::UnexpectedMessage`] for messages a leader
+    /// never receives in an epoch (handshake messages are handled by the driver).
+    pub fn handle_message(
+        &mut self,
+        from: Rank,
+        msg: &Message,
+        now_ms: u64,
+    ) -> Result<Option<ReportOutcome>, LeaderError> {
+        let claimed = match msg {
+            Message::ShardReport(r) => r.rank,
+            Message::Ack(a) => a.rank,
+            Message::Heartbeat(h) => h.rank,
+            other => return Err(LeaderError::UnexpectedMessage { kind: other.kind() }),
+        };
+        if claimed != from {
+            return Err(LeaderError::RankMismatch { connection: from, claimed });
+        }
+        match msg {
+            Message::ShardReport(r) => self.handle_report(r).map(Some),
+            Message::Ack(a) => self.handle_ack(a).map(|_| None),
+            Message::Heartbeat(h) => self.handle_heartbeat(h, now_ms).map(|_| None),
+            other => Err(LeaderError::UnexpectedMessage { kind: other.kind() }),
+        }
+    }
+
+    /// When [`Self::handle_timeout`] should next be called (ms), if ever.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.liveness.next_deadline()
+    }
+
+    /// Check heartbeat deadlines at `now_ms`; every newly silent rank becomes a
+    /// [`LeaderEvent::RankSilent`].
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        for (rank, last_seen_ms) in self.liveness.expire(now_ms) {
+            self.stats.ranks_silent += 1;
+            self.events.push_back(LeaderEvent::RankSilent { rank, last_seen_ms, now_ms });
+        }
+    }
+
+    /// The next event for the supervisor.
+    pub fn poll_event(&mut self) -> Option<LeaderEvent> {
+        self.events.pop_front()
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> &LeaderStats {
+        &self.stats
+    }
+
+    /// Tasks without a durable outcome (awaiting reports, or finished but not yet durable),
+    /// in task id order: what a new epoch reports aborted if this one ends now.
+    pub fn in_flight(&self) -> Vec<InFlightTask> {
+        let mut v: Vec<InFlightTask> = self.quorum.in_flight().collect();
+        v.extend(self.persist.not_durable().map(|o| InFlightTask {
+            task: o.task,
+            kind: o.kind,
+            request: o.request,
+        }));
+        v.sort();
+        v
+    }
+
+    /// Outcomes durable but not yet revealed in a sealed frame.
+    pub fn durable_unrevealed(&self) -> &[crate::frame::TaskOutcome] {
+        self.persist.durable_unrevealed()
+    }
+
+    /// Every block pin held, sorted and deduplicated.
+    pub fn pins_held(&self) -> Vec<BlockHash> {
+        let set: BTreeSet<BlockHash> = self.pins.values().flatten().copied().collect();
+        set.into_iter().collect()
+    }
+}
