@@ -1,0 +1,253 @@
+//! The engine endpoint's messages: what an engine asks its local agent and what it answers.
+//!
+//! Owns the request and reply types and the agent's typed refusals. It never does IO; the
+//! [`crate::EngineClient`] (engine side) and the agent's endpoint (agent side) carry these over a
+//! Unix domain socket with [`crate::wire`] framing.
+
+use serde::{Deserialize, Serialize};
+use tandem_proto::frame::{Frame, LookupResult};
+use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
+
+/// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EngineRequest {
+    /// Introduce the engine; answered with [`EngineReply::Welcome`].
+    Hello {
+        /// The rank this engine runs as; must match the agent's.
+        rank: u32,
+    },
+    /// Register the engine's KV page pool: a file-backed shared-memory region of
+    /// `size_bytes` bytes holding pages of `page_size_bytes` bytes (one block shard per page).
+    RegisterBuffer {
+        /// Path of the region's file (for example under `/dev/shm`).
+        path: String,
+        /// Bytes of the region; a multiple of `page_size_bytes`.
+        size_bytes: u64,
+        /// Bytes of one page; equal to the group's block-shard size.
+        page_size_bytes: u64,
+    },
+    /// Leader only: the longest cached prefix of `block_hashes`, pinned for a following load.
+    Lookup {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The open step.
+        step: Step,
+        /// The request asking.
+        request: RequestId,
+        /// The request's prefix block hashes, in order.
+        block_hashes: Vec<BlockHash>,
+    },
+    /// Leader only: store `block_hashes[i]` from page `page_ids[i]` on every rank.
+    Store {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The open step.
+        step: Step,
+        /// The request whose blocks these are.
+        request: RequestId,
+        /// Blocks to store, in prefix order.
+        block_hashes: Vec<BlockHash>,
+        /// The engine page holding each block's shard (same ids on every rank).
+        page_ids: Vec<PageId>,
+    },
+    /// Leader only: load `block_hashes[i]` into page `page_ids[i]` on every rank.
+    Load {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The open step.
+        step: Step,
+        /// The request that will use the blocks.
+        request: RequestId,
+        /// Blocks to load (a pinned prefix from a lookup).
+        block_hashes: Vec<BlockHash>,
+        /// Destination page of each block (same ids on every rank).
+        page_ids: Vec<PageId>,
+    },
+    /// Leader only: seal the frame of `step` and return it; waits at most `deadline_ms`
+    /// milliseconds while the window of unacknowledged steps is full.
+    EndStep {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The step to seal; steps are sealed in order from 0.
+        step: Step,
+        /// Longest wait, milliseconds.
+        deadline_ms: u64,
+    },
+    /// The frame of `step` (positional and idempotent); waits at most `deadline_ms`
+    /// milliseconds for the leader to seal it.
+    Frame {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The step wanted.
+        step: Step,
+        /// Longest wait, milliseconds.
+        deadline_ms: u64,
+    },
+    /// The engine has applied every frame up to and including `step`.
+    Ack {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The last step applied.
+        step: Step,
+    },
+}
+
+/// The agent's answer to one [`EngineRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EngineReply {
+    /// Answer to `Hello`: where the group stands.
+    Welcome {
+        /// The current epoch.
+        epoch: Epoch,
+        /// This rank.
+        rank: u32,
+        /// Ranks in the group.
+        world_size: u32,
+        /// Bytes of one block shard (the page size the agent expects).
+        shard_bytes: u64,
+        /// The next step the leader will seal (0 at the start of an epoch).
+        next_step: Step,
+    },
+    /// Answer to `RegisterBuffer`: pages in the region.
+    Registered {
+        /// Pages of `page_size_bytes` bytes.
+        pages: u64,
+    },
+    /// Answer to `Lookup`.
+    Lookup(LookupResult),
+    /// Answer to `Store` and `Load`: the task's group-unique id; its outcome arrives in a
+    /// later frame's `finished` list.
+    Started {
+        /// The task.
+        task: TaskId,
+    },
+    /// Answer to `EndStep` and `Frame`.
+    Frame(Box<Frame>),
+    /// Answer to `Ack`.
+    Acked,
+    /// The request was refused.
+    Error(AgentError),
+}
+
+/// Why an agent refused an engine's request. Positions are step numbers within an epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum AgentError {
+    /// A leader-only request reached a follower.
+    #[error("rank {rank} is a follower: lookup, store, load and end_step go to the leader (rank 0)")]
+    NotLeader {
+        /// This agent's rank.
+        rank: u32,
+    },
+    /// The request names another epoch: the group restarted. Call `hello` again and read the
+    /// new epoch's frames from step 0 (its reconciliation).
+    #[error("stale epoch: request for epoch {theirs}, the group is at epoch {ours}")]
+    StaleEpoch {
+        /// The agent's epoch.
+        ours: Epoch,
+        /// The request's epoch.
+        theirs: Epoch,
+    },
+    /// The frame was not sealed before the deadline.
+    #[error("leader behind: rank {rank} wants step {wanted} of epoch {epoch}; leader has {}", sealed_text(*.sealed))]
+    LeaderBehind {
+        /// The asking rank.
+        rank: u32,
+        /// The epoch.
+        epoch: Epoch,
+        /// The step asked for.
+        wanted: Step,
+        /// The last sealed step known to this rank.
+        sealed: Option<Step>,
+    },
+    /// The frame is older than the retention window and was dropped.
+    #[error("frame expired: step {wanted} of epoch {epoch} is older than the oldest retained step {oldest}")]
+    FrameExpired {
+        /// The epoch.
+        epoch: Epoch,
+        /// The step asked for.
+        wanted: Step,
+        /// The oldest step still retained.
+        oldest: Step,
+    },
+    /// The leader could not seal `step` before the deadline: a follower is more than the
+    /// window behind.
+    #[error("window full: cannot seal step {step}; slowest follower acknowledged {}, window is {window} steps", acked_text(*.slowest_ack))]
+    WindowFull {
+        /// The step to seal.
+        step: Step,
+        /// The slowest follower's last acknowledged step.
+        slowest_ack: Option<Step>,
+        /// The window, in steps.
+        window: u64,
+    },
+    /// Steps are sealed in order from 0.
+    #[error("wrong step: the leader's next step is {expected}, the engine asked to seal {got}")]
+    WrongStep {
+        /// The next step to seal.
+        expected: Step,
+        /// The step asked for.
+        got: Step,
+    },
+    /// The group is not ready in this epoch (ranks still joining, restarting, or failed).
+    #[error("not ready: {reason}")]
+    NotReady {
+        /// Why.
+        reason: String,
+    },
+    /// The page pool or a page id was refused; nothing was written.
+    #[error("buffer refused: {reason}")]
+    Buffer {
+        /// What was wrong (names the page id, length or region).
+        reason: String,
+    },
+    /// The request was malformed (for example block and page lists of different lengths).
+    #[error("bad request: {reason}")]
+    BadRequest {
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+fn sealed_text(sealed: Option<Step>) -> String {
+    match sealed {
+        Some(s) => format!("sealed step {}", s.0),
+        None => "sealed no step yet".into(),
+    }
+}
+
+fn acked_text(acked: Option<Step>) -> String {
+    match acked {
+        Some(s) => format!("step {}", s.0),
+        None => "no step".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_both_positions() {
+        let e = AgentError::LeaderBehind { rank: 2, epoch: Epoch(3), wanted: Step(812), sealed: Some(Step(790)) };
+        assert_eq!(e.to_string(), "leader behind: rank 2 wants step 812 of epoch 3; leader has sealed step 790");
+        let e = AgentError::LeaderBehind { rank: 1, epoch: Epoch(1), wanted: Step(0), sealed: None };
+        assert_eq!(e.to_string(), "leader behind: rank 1 wants step 0 of epoch 1; leader has sealed no step yet");
+        let e = AgentError::WindowFull { step: Step(20), slowest_ack: Some(Step(11)), window: 8 };
+        assert_eq!(e.to_string(), "window full: cannot seal step 20; slowest follower acknowledged step 11, window is 8 steps");
+        let e = AgentError::WindowFull { step: Step(9), slowest_ack: None, window: 8 };
+        assert_eq!(e.to_string(), "window full: cannot seal step 9; slowest follower acknowledged no step, window is 8 steps");
+        let e = AgentError::StaleEpoch { ours: Epoch(4), theirs: Epoch(3) };
+        assert_eq!(e.to_string(), "stale epoch: request for epoch 3, the group is at epoch 4");
+        let e = AgentError::FrameExpired { epoch: Epoch(2), wanted: Step(1), oldest: Step(100) };
+        assert_eq!(e.to_string(), "frame expired: step 1 of epoch 2 is older than the oldest retained step 100");
+        let e = AgentError::WrongStep { expected: Step(5), got: Step(7) };
+        assert_eq!(e.to_string(), "wrong step: the leader's next step is 5, the engine asked to seal 7");
+        assert_eq!(
+            AgentError::NotLeader { rank: 3 }.to_string(),
+            "rank 3 is a follower: lookup, store, load and end_step go to the leader (rank 0)"
+        );
+        assert_eq!(AgentError::NotReady { reason: "rank 2 has not joined".into() }.to_string(), "not ready: rank 2 has not joined");
+        assert_eq!(AgentError::Buffer { reason: "page 9 out of range".into() }.to_string(), "buffer refused: page 9 out of range");
+        assert_eq!(AgentError::BadRequest { reason: "x".into() }.to_string(), "bad request: x");
+    }
+}

@@ -1,0 +1,38 @@
+//! The engine client library: what an inference engine links to use its rank's Tandem agent.
+//!
+//! # Layout
+//! - [`api`]: the requests, replies and typed refusals of the engine endpoint.
+//! - [`wire`]: length-delimited framing of those messages over the Unix socket.
+//! - [`client`]: [`EngineClient`], the blocking client, one per engine.
+//! - [`pages`]: [`PagePool`], an engine page pool in a shared-memory file the agent maps.
+//!
+//! # The contract
+//! - **Steps.** The leader engine (rank 0) calls, for step `s`: `lookup`, `store`, `load` as its
+//!   scheduler decides, then `end_step(s)`, which seals and returns the frame of `s`. Follower
+//!   engines call `frame(s)` to read the same frame. Reads are positional: asking twice returns
+//!   the same frame, skipping steps is harmless, and a step the leader has not sealed by the
+//!   deadline is a typed [`AgentError::LeaderBehind`] that names both positions, never a hang.
+//! - **Decisions come from frames.** Lookup results, started tasks, finished tasks and
+//!   evictions are the leader's decisions; every engine applies them from the frame, never from
+//!   its own state. After applying frame `s` an engine calls `ack(s)`; the leader stays at most
+//!   `protocol.window_steps` steps ahead of the slowest acknowledgement.
+//! - **Page reuse.** The pages of a store may be reused only after the frame that lists the
+//!   store's task in `finished`. The pages of a load hold the blocks only after the frame that
+//!   lists the load `Ok`.
+//! - **Failed loads.** A load that finished `Failed` or `Aborted` left the pages undefined:
+//!   recompute those tokens from the last good block (the blocks before the first one not
+//!   loaded), exactly as on a prefix miss.
+//! - **New epoch.** A request answered [`AgentError::StaleEpoch`] means the group restarted.
+//!   Call [`EngineClient::hello`], then read the new epoch's frames from step 0. Frame 0 carries
+//!   the reconciliation: outcomes that were durable but not yet acknowledged (delivered once
+//!   more, never twice once acknowledged), tasks that were in flight (reported aborted: treat as
+//!   failed) and pins that were released. Every task's outcome reaches the engine exactly once.
+
+pub mod api;
+pub mod client;
+pub mod pages;
+pub mod wire;
+
+pub use api::{AgentError, EngineReply, EngineRequest};
+pub use client::{ClientError, EngineClient, Welcome};
+pub use pages::{PagePool, PagePoolError};
