@@ -1,0 +1,199 @@
+//! File-backed shared memory: a file (in /dev/shm or any directory) mapped read-write.
+//!
+//! Owns [`ShmFile`] and [`ShmError`]: creating, opening and sizing a shared mapping. Engines
+//! publish their KV page pools this way and the host tier keeps its slab this way, so that
+//! another process (the agent, or a restarted agent) maps the same bytes. It must never
+//! interpret the bytes.
+//!
+//! Another process may write the file while it is mapped here; that is the point of sharing.
+//! The engine contract (pages are not reused before the frame that reports the copy finished)
+//! is what keeps such writes away from pages being copied.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapMut;
+
+/// Why a shared-memory file could not be created, opened or mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// A mapping of zero bytes was asked for.
+    #[error("shared memory {path}: size must be at least one byte")]
+    ZeroSize {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The existing file is smaller than the mapping asked for.
+    #[error("shared memory {path}: file holds {actual} bytes, need {needed}")]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// The size asked for, in bytes.
+        needed: u64,
+        /// The file's size, in bytes.
+        actual: u64,
+    },
+    /// An I/O call failed.
+    #[error("shared memory {path}: {op} failed: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done (`create`, `open`, `resize`, `map`, `stat`).
+        op: &'static str,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// A file mapped read-write and shared with other processes.
+#[derive(Debug)]
+pub struct ShmFile {
+    path: PathBuf,
+    map: MmapMut,
+    /// Kept open for the lifetime of the mapping.
+    _file: File,
+}
+
+/// What [`ShmFile::open_or_create`] found on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileOrigin {
+    /// The file existed with exactly the size asked for: its bytes are kept.
+    Reused,
+    /// The file did not exist, or had another size: it now holds `size` zero bytes.
+    Fresh,
+}
+
+impl ShmFile {
+    /// Creates (or truncates) `path` to `size` zero bytes and maps it; parent directories are
+    /// created. Used by engines publishing a page pool.
+    ///
+    /// Errors: [`ShmError::ZeroSize`], [`ShmError::Io`].
+    pub fn create(path: &Path, size: u64) -> Result<ShmFile, ShmError> {
+        let file = create_file(path, size, true)?;
+        ShmFile::map_file(path, file)
+    }
+
+    /// Maps an existing file of at least `size` bytes (only the first `size` bytes).
+    ///
+    /// Errors: [`ShmError::ZeroSize`], [`ShmError::TooSmall`], [`ShmError::Io`] (for example,
+    /// the file does not exist).
+    pub fn open(path: &Path, size: u64) -> Result<ShmFile, ShmError> {
+        if size == 0 {
+            return Err(ShmError::ZeroSize { path: path.to_path_buf() });
+        }
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path, "open"))?;
+        let actual = file.metadata().map_err(io(path, "stat"))?.len();
+        if actual < size {
+            return Err(ShmError::TooSmall { path: path.to_path_buf(), needed: size, actual });
+        }
+        // SAFETY: the mapping is shared with other processes by design (see module docs);
+        // its length is within the file.
+        let map = unsafe { memmap2::MmapOptions::new().len(size as usize).map_mut(&file) }
+            .map_err(io(path, "map"))?;
+        Ok(ShmFile { path: path.to_path_buf(), map, _file: file })
+    }
+
+    /// Maps `path` with exactly `size` bytes, keeping its contents when it already has that
+    /// size and starting from zeros otherwise. Used by the host tier so that a restarted agent
+    /// finds its slab again.
+    ///
+    /// Errors: [`ShmError::ZeroSize`], [`ShmError::Io`].
+    pub fn open_or_create(path: &Path, size: u64) -> Result<(ShmFile, FileOrigin), ShmError> {
+        let existing = std::fs::metadata(path).ok().map(|m| m.len());
+        if existing == Some(size) && size > 0 {
+            return Ok((ShmFile::open(path, size)?, FileOrigin::Reused));
+        }
+        Ok((ShmFile::create(path, size)?, FileOrigin::Fresh))
+    }
+
+    fn map_file(path: &Path, file: File) -> Result<ShmFile, ShmError> {
+        // SAFETY: as in `open`; the file was just sized to the mapping length.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(io(path, "map"))?;
+        Ok(ShmFile { path: path.to_path_buf(), map, _file: file })
+    }
+
+    /// The mapped file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Always false: mappings of zero bytes are refused.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The mapped bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+}
+
+fn create_file(path: &Path, size: u64, truncate: bool) -> Result<File, ShmError> {
+    if size == 0 {
+        return Err(ShmError::ZeroSize { path: path.to_path_buf() });
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io(path, "create"))?;
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .open(path)
+        .map_err(io(path, "create"))?;
+    file.set_len(size).map_err(io(path, "resize"))?;
+    Ok(file)
+}
+
+fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> ShmError + 'a {
+    move |source| ShmError::Io { path: path.to_path_buf(), op, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_write_reopen_sees_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/region");
+        let mut a = ShmFile::create(&path, 4096).unwrap();
+        a.bytes_mut()[10] = 42;
+        let b = ShmFile::open(&path, 4096).unwrap();
+        assert_eq!(b.bytes()[10], 42, "two mappings share the bytes");
+        drop(a);
+        let (c, origin) = ShmFile::open_or_create(&path, 4096).unwrap();
+        assert_eq!(origin, FileOrigin::Reused);
+        assert_eq!(c.bytes()[10], 42);
+        let (d, origin) = ShmFile::open_or_create(&path, 8192).unwrap();
+        assert_eq!(origin, FileOrigin::Fresh);
+        assert_eq!(d.len(), 8192);
+        assert!(d.bytes().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let e = ShmFile::create(&path, 0).unwrap_err();
+        assert_eq!(e.to_string(), format!("shared memory {}: size must be at least one byte", path.display()));
+        ShmFile::create(&path, 100).unwrap();
+        let e = ShmFile::open(&path, 200).unwrap_err();
+        assert_eq!(e.to_string(), format!("shared memory {}: file holds 100 bytes, need 200", path.display()));
+        let missing = dir.path().join("missing");
+        let e = ShmFile::open(&missing, 10).unwrap_err();
+        assert!(matches!(e, ShmError::Io { op: "open", .. }));
+        assert!(e.to_string().starts_with(&format!("shared memory {}: open failed: ", missing.display())));
+    }
+}

@@ -1,0 +1,195 @@
+//! Storage tiers: their names, defined once, and the one trait every tier implements.
+//!
+//! Owns [`TierKind`] (the tier names with their latency and capacity), the [`Tier`] trait
+//! (fixed-size slots written from and read into byte slices, with the checksum computed in
+//! the same pass) and [`TierError`]. It must never decide which block goes where: placement
+//! belongs to the group index, slot bookkeeping to the per-rank store.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::block::{BlockHash, SlotId};
+use crate::checksum::Checksum;
+
+/// The name of a storage tier, fastest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TierKind {
+    /// GPU memory (HBM) reached through the CUDA driver: copies take microseconds over PCIe or
+    /// NVLink; capacity is what the engine leaves free, tens of GB. Only with feature `cuda`.
+    #[cfg(feature = "cuda")]
+    Device,
+    /// Host DRAM in a file-backed shared-memory slab: a copy costs about a `memcpy` (tens of
+    /// µs per MiB); capacity is a share of the machine's memory, typically tens to hundreds of GB.
+    Host,
+    /// A preallocated file on local disk with positional I/O: page-cache hits cost about a
+    /// `memcpy`, misses a device read (hundreds of µs and up); capacity is the disk, TBs.
+    Disk,
+}
+
+impl TierKind {
+    /// The lowercase name used in messages, metrics and the manifest (`host`, `disk`, `device`).
+    pub fn name(self) -> &'static str {
+        match self {
+            #[cfg(feature = "cuda")]
+            TierKind::Device => "device",
+            TierKind::Host => "host",
+            TierKind::Disk => "disk",
+        }
+    }
+}
+
+impl std::fmt::Display for TierKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a tier refused or failed a slot operation.
+#[derive(Debug, thiserror::Error)]
+pub enum TierError {
+    /// The slot index is not below the tier's capacity.
+    #[error("{tier} tier: slot {slot} out of range (capacity {capacity} slots)")]
+    SlotOutOfRange {
+        /// The tier.
+        tier: TierKind,
+        /// The slot asked for.
+        slot: SlotId,
+        /// The capacity in slots.
+        capacity: u64,
+    },
+    /// The source or destination parts do not add up to one slot.
+    #[error("{tier} tier: wrong length, slot holds {expected} bytes, got {got} bytes")]
+    WrongLength {
+        /// The tier.
+        tier: TierKind,
+        /// The slot size in bytes.
+        expected: usize,
+        /// The total length of the parts given, in bytes.
+        got: usize,
+    },
+    /// The geometry asked for is unusable (zero-sized slots, or a size that overflows).
+    #[error("{tier} tier: invalid geometry, {slot_bytes} bytes per slot × {capacity} slots")]
+    InvalidGeometry {
+        /// The tier.
+        tier: TierKind,
+        /// The slot size asked for, in bytes.
+        slot_bytes: usize,
+        /// The capacity asked for, in slots.
+        capacity: u64,
+    },
+    /// The file system refused O_DIRECT on this file.
+    #[error("disk tier: O_DIRECT is not supported for {path}: {source}")]
+    DirectUnsupported {
+        /// The tier file.
+        path: PathBuf,
+        /// The error from `open(2)`.
+        source: std::io::Error,
+    },
+    /// An I/O call on the tier's backing file failed.
+    #[error("{tier} tier: {op} {path} failed: {source}")]
+    Io {
+        /// The tier.
+        tier: TierKind,
+        /// What was being done (`open`, `allocate`, `read`, `write`, `map`).
+        op: &'static str,
+        /// The backing file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The device-memory tier failed (feature `cuda`).
+    #[error("device tier: {0}")]
+    Device(String),
+}
+
+/// A tier of fixed-size slots, each holding one block shard of `slot_bytes()` bytes.
+///
+/// Writes and reads take the shard as a list of parts (engine pages, or one slice) whose
+/// lengths add up to exactly one slot; the checksum of the bytes is computed in the same pass
+/// as the copy (see [`crate::checksum`]), seeded with the block hash.
+pub trait Tier {
+    /// Which tier this is.
+    fn kind(&self) -> TierKind;
+    /// Capacity in slots (one block shard per slot).
+    fn capacity_slots(&self) -> u64;
+    /// Size of one slot in bytes (the shard size).
+    fn slot_bytes(&self) -> usize;
+    /// Copies the concatenation of `src` into `slot` and returns its checksum seeded with `seed`.
+    ///
+    /// Errors: [`TierError::SlotOutOfRange`], [`TierError::WrongLength`] (checked before any
+    /// byte is written), [`TierError::Io`] or [`TierError::Device`] from the backing store.
+    fn write_slot(&mut self, slot: SlotId, src: &[&[u8]], seed: BlockHash) -> Result<Checksum, TierError>;
+    /// Copies `slot` into the concatenation of `dst` and returns the checksum of the bytes read,
+    /// seeded with `seed`. The caller compares it with the checksum recorded at write time.
+    ///
+    /// Errors: as [`Tier::write_slot`]; on an I/O error `dst` holds unspecified bytes.
+    fn read_slot(&mut self, slot: SlotId, dst: &mut [&mut [u8]], seed: BlockHash) -> Result<Checksum, TierError>;
+}
+
+/// Checks `slot` against `capacity` and the total length of `lens` against `slot_bytes`; the
+/// shared precondition of every [`Tier`] operation.
+pub(crate) fn check_slot(
+    tier: TierKind,
+    slot: SlotId,
+    capacity: u64,
+    slot_bytes: usize,
+    total_len: usize,
+) -> Result<(), TierError> {
+    if slot >= capacity {
+        return Err(TierError::SlotOutOfRange { tier, slot, capacity });
+    }
+    if total_len != slot_bytes {
+        return Err(TierError::WrongLength { tier, expected: slot_bytes, got: total_len });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tier_names_are_lowercase() {
+        assert_eq!(TierKind::Host.to_string(), "host");
+        assert_eq!(TierKind::Disk.to_string(), "disk");
+        assert!(TierKind::Host < TierKind::Disk, "faster tiers sort first");
+    }
+
+    #[test]
+    fn error_messages() {
+        let e = TierError::SlotOutOfRange { tier: TierKind::Host, slot: 9, capacity: 8 };
+        assert_eq!(e.to_string(), "host tier: slot 9 out of range (capacity 8 slots)");
+        let e = TierError::WrongLength { tier: TierKind::Disk, expected: 4096, got: 100 };
+        assert_eq!(e.to_string(), "disk tier: wrong length, slot holds 4096 bytes, got 100 bytes");
+        let e = TierError::InvalidGeometry { tier: TierKind::Host, slot_bytes: 0, capacity: 4 };
+        assert_eq!(e.to_string(), "host tier: invalid geometry, 0 bytes per slot × 4 slots");
+        let e = TierError::DirectUnsupported {
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(22),
+        };
+        assert!(e.to_string().starts_with("disk tier: O_DIRECT is not supported for /x: "));
+        let e = TierError::Io {
+            tier: TierKind::Disk,
+            op: "read",
+            path: "/d".into(),
+            source: std::io::Error::new(std::io::ErrorKind::Other, "boom"),
+        };
+        assert_eq!(e.to_string(), "disk tier: read /d failed: boom");
+        assert_eq!(TierError::Device("no".into()).to_string(), "device tier: no");
+    }
+
+    #[test]
+    fn check_slot_rejects_out_of_range_then_length() {
+        assert!(check_slot(TierKind::Host, 0, 1, 8, 8).is_ok());
+        assert!(matches!(
+            check_slot(TierKind::Host, 1, 1, 8, 8),
+            Err(TierError::SlotOutOfRange { slot: 1, .. })
+        ));
+        assert!(matches!(
+            check_slot(TierKind::Host, 0, 1, 8, 7),
+            Err(TierError::WrongLength { got: 7, .. })
+        ));
+    }
+}
