@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use crate::shm::{ShmError, ShmFile};
 
-/// Index of a page inside a region, `0..size_bytes / page_size_bytes`.
-pub type PageId = u32;
+/// Index of a page inside a region, `0..size_bytes / page_size_bytes` (the protocol core's type).
+pub use tandem_proto::ids::PageId;
 
 /// What an engine registers: a region name, its size and its page size, in bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,7 +207,7 @@ impl EngineBuffers {
         check_pages(spec, pages, shard_bytes, false)?;
         let page = spec.page_size_bytes as usize;
         let bytes = map.bytes();
-        Ok(pages.iter().map(|&p| &bytes[p as usize * page..(p as usize + 1) * page]).collect())
+        Ok(pages.iter().map(|&p| &bytes[p.0 as usize * page..(p.0 as usize + 1) * page]).collect())
     }
 
     /// Write views of `pages` (in order) whose concatenation is one shard of `shard_bytes`.
@@ -227,7 +227,7 @@ impl EngineBuffers {
                 // SAFETY: every page id is in range (so the slice lies inside the mapping) and
                 // the ids are distinct (checked above), so the slices do not overlap; they
                 // borrow `self` mutably for their whole lifetime.
-                unsafe { std::slice::from_raw_parts_mut(base.add(p as usize * page), page) }
+                unsafe { std::slice::from_raw_parts_mut(base.add(p.0 as usize * page), page) }
             })
             .collect())
     }
@@ -256,7 +256,7 @@ fn check_pages(spec: &RegionSpec, pages: &[PageId], shard_bytes: u64, distinct: 
         });
     }
     let count = spec.pages();
-    if let Some(&page) = pages.iter().find(|&&p| u64::from(p) >= count) {
+    if let Some(&page) = pages.iter().find(|&&p| u64::from(p.0) >= count) {
         return Err(BufferError::PageOutOfRange { name: spec.name.clone(), page, pages: count });
     }
     if distinct {
@@ -293,10 +293,10 @@ mod tests {
     fn views_follow_page_order() {
         let dir = tempfile::tempdir().unwrap();
         let (mut bufs, engine) = mapped(dir.path());
-        let views = bufs.pages("eng", &[3, 0], 128).unwrap();
+        let views = bufs.pages("eng", &[PageId(3), PageId(0)], 128).unwrap();
         assert_eq!(views[0][0], 3);
         assert_eq!(views[1][63], 0);
-        let mut views = bufs.pages_mut("eng", &[2], 64).unwrap();
+        let mut views = bufs.pages_mut("eng", &[PageId(2)], 64).unwrap();
         views[0].fill(9);
         assert!(engine.bytes()[128..192].iter().all(|&b| b == 9), "writes land in the shared file");
         assert_eq!(default_region_path("x"), PathBuf::from("/dev/shm/x"));
@@ -313,22 +313,22 @@ mod tests {
         assert!(matches!(bufs.register(spec("g", 64, 0)), Err(BufferError::InvalidGeometry { .. })));
         let e = bufs.register(spec("eng", 64, 64)).unwrap_err();
         assert_eq!(e.to_string(), "engine region eng is already registered");
-        let e = bufs.pages("nope", &[0], 64).unwrap_err();
+        let e = bufs.pages("nope", &[PageId(0)], 64).unwrap_err();
         assert_eq!(e.to_string(), "engine region nope is not registered");
-        let e = bufs.pages("eng", &[4], 64).unwrap_err();
+        let e = bufs.pages("eng", &[PageId(4)], 64).unwrap_err();
         assert_eq!(e.to_string(), "engine region eng: page 4 out of range (4 pages)");
-        let e = bufs.pages("eng", &[0, 1], 64).unwrap_err();
+        let e = bufs.pages("eng", &[PageId(0), PageId(1)], 64).unwrap_err();
         assert_eq!(e.to_string(), "engine region eng: 2 pages × 64 bytes = 128 bytes, shard is 64 bytes");
-        let e = bufs.pages_mut("eng", &[1, 1], 128).unwrap_err();
+        let e = bufs.pages_mut("eng", &[PageId(1), PageId(1)], 128).unwrap_err();
         assert_eq!(e.to_string(), "engine region eng: page 1 appears twice in one load");
-        assert!(bufs.pages("eng", &[1, 1], 128).is_ok(), "reading one page twice is harmless");
+        assert!(bufs.pages("eng", &[PageId(1), PageId(1)], 128).is_ok(), "reading one page twice is harmless");
         bufs.register(spec("late", 64, 64)).unwrap();
-        let e = bufs.pages_mut("late", &[0], 64).unwrap_err();
+        let e = bufs.pages_mut("late", &[PageId(0)], 64).unwrap_err();
         assert_eq!(e.to_string(), "engine region late is registered but not mapped");
         let e = bufs.map("late", &dir.path().join("missing")).unwrap_err();
         assert!(e.to_string().starts_with("engine region late: shared memory "));
         bufs.unmap("eng").unwrap();
-        assert!(matches!(bufs.pages("eng", &[0], 64), Err(BufferError::Unmapped { .. })));
+        assert!(matches!(bufs.pages("eng", &[PageId(0)], 64), Err(BufferError::Unmapped { .. })));
         bufs.unregister("eng").unwrap();
         assert!(matches!(bufs.unregister("eng"), Err(BufferError::Unregistered { .. })));
     }

@@ -4,5 +4,8 @@ pub mod buffer;
 pub mod checksum;
 pub mod disk;
 pub mod host;
+pub mod index;
+pub mod manifest;
+pub mod rebuild;
 pub mod shm;
 pub mod tier;

@@ -1,0 +1,495 @@
+//! The group index: the leader's view of which blocks are complete on every rank.
+//!
+//! Owns [`GroupIndex`]: block membership per tier, LRU order per tier, capacity in blocks,
+//! pins, and the [`Move`]s (demote, promote, drop) that every rank applies to stay in step.
+//! It is sans-IO: inputs are method calls, outputs are plans; it never touches bytes, files or
+//! clocks (LRU age is a counter of index operations), and only the leader runs it. Ranks
+//! never evict on their own: they apply the moves of the plans, in order (DESIGN invariant 2).
+//!
+//! # Life of a block
+//! [`GroupIndex::begin_store`] reserves a place (host first, disk when the host tier has no
+//! capacity) and returns the moves that make room plus a store [`Pin`]; the block is pending
+//! and invisible to lookups. Once every rank has stored its shard (the protocol's quorum) the
+//! leader calls [`GroupIndex::finish_store`] and the block is complete; or
+//! [`GroupIndex::abort_store`] and it is gone. [`GroupIndex::begin_load`] pins a complete
+//! block (and plans its promotion to host when it is on disk and host room can be made);
+//! [`GroupIndex::finish_load`] hands the pin back.
+//!
+//! # Pins
+//! A [`Pin`] is a move-only token: it cannot be copied, so it is handed back exactly once,
+//! and pinned blocks are never chosen for eviction. When the group enters a new epoch,
+//! [`GroupIndex::release_all_pins`] clears every pin and aborts pending stores; pins from the
+//! old generation are then refused with [`IndexError::StalePin`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use tandem_proto::ids::Rank;
+
+use crate::block::BlockHash;
+use crate::tier::TierKind;
+
+/// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
+/// number of ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexConfig {
+    /// Ranks in the group (`pp_size × tp_size`).
+    pub world_size: u32,
+    /// Host tier capacity, in blocks.
+    pub host_capacity_blocks: u64,
+    /// Disk tier capacity, in blocks (0: no disk tier; host evictions drop blocks).
+    pub disk_capacity_blocks: u64,
+}
+
+/// One change every rank applies to its own shard of a block, in plan order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Move {
+    /// Move the shard from the host tier to the disk tier.
+    Demote(BlockHash),
+    /// Move the shard from the disk tier to the host tier.
+    Promote(BlockHash),
+    /// Forget the shard and free its slot.
+    Drop(BlockHash),
+}
+
+/// What a pin protects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinPurpose {
+    /// A store in flight: the block is pending until the pin is handed back.
+    Store,
+    /// A load in flight: the block is complete and must not be evicted.
+    Load,
+}
+
+impl std::fmt::Display for PinPurpose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PinPurpose::Store => "store",
+            PinPurpose::Load => "load",
+        })
+    }
+}
+
+/// A pin on one block; while it is held the block cannot be evicted. Not `Clone`: it goes back
+/// to the index exactly once.
+#[must_use = "a pin must be handed back with finish_store, abort_store or finish_load"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pin {
+    hash: BlockHash,
+    generation: u64,
+    purpose: PinPurpose,
+    /// The id of the index entry pinned, so that a pin outliving its block never touches a
+    /// later block of the same hash.
+    entry: u64,
+}
+
+impl Pin {
+    /// The pinned block.
+    pub fn hash(&self) -> BlockHash {
+        self.hash
+    }
+
+    /// Store or load.
+    pub fn purpose(&self) -> PinPurpose {
+        self.purpose
+    }
+}
+
+/// The leader's decision for one store.
+#[derive(Debug)]
+pub struct StorePlan {
+    /// The tier every rank writes its shard to.
+    pub tier: TierKind,
+    /// Moves every rank applies, in order, before writing.
+    pub moves: Vec<Move>,
+    /// The store pin, handed back with [`GroupIndex::finish_store`] or [`GroupIndex::abort_store`].
+    pub pin: Pin,
+}
+
+/// The leader's decision for one load.
+#[derive(Debug)]
+pub struct LoadPlan {
+    /// The tier the shard is read from once the moves are applied.
+    pub tier: TierKind,
+    /// Moves every rank applies, in order, before reading (room on host, then the promotion).
+    pub moves: Vec<Move>,
+    /// The load pin, handed back with [`GroupIndex::finish_load`].
+    pub pin: Pin,
+}
+
+/// Why the index refused a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// Every block in the tier is pinned: nothing can be evicted to make room.
+    #[error("{tier} tier full: {capacity_blocks} blocks, {pinned} pinned, nothing can be evicted")]
+    TierFull {
+        /// The full tier.
+        tier: TierKind,
+        /// Its capacity, in blocks.
+        capacity_blocks: u64,
+        /// Blocks pinned in it.
+        pinned: u64,
+    },
+    /// The block is already stored or being stored.
+    #[error("block {hash} is already in the index")]
+    AlreadyPresent {
+        /// The block.
+        hash: BlockHash,
+    },
+    /// The block is not in the index.
+    #[error("block {hash} is not in the index")]
+    NotPresent {
+        /// The block.
+        hash: BlockHash,
+    },
+    /// The block is still being stored; it cannot be loaded yet.
+    #[error("block {hash} is still being stored")]
+    NotComplete {
+        /// The block.
+        hash: BlockHash,
+    },
+    /// The pin predates the last [`GroupIndex::release_all_pins`].
+    #[error("pin on block {hash} is from generation {pin_generation}, the index is at generation {generation}")]
+    StalePin {
+        /// The block.
+        hash: BlockHash,
+        /// The pin's generation.
+        pin_generation: u64,
+        /// The index's generation.
+        generation: u64,
+    },
+    /// A load pin handed to a store call or the other way round.
+    #[error("pin on block {hash} is a {got} pin, expected a {expected} pin")]
+    WrongPin {
+        /// The block.
+        hash: BlockHash,
+        /// The pin's purpose.
+        got: PinPurpose,
+        /// The purpose the call needs.
+        expected: PinPurpose,
+    },
+    /// The block was dropped (for example, a corrupt shard) while its store was in flight.
+    #[error("block {hash} was dropped while its store was in flight")]
+    Dropped {
+        /// The block.
+        hash: BlockHash,
+    },
+    /// A group of zero ranks.
+    #[error("world size must be at least 1")]
+    EmptyGroup,
+    /// A rebuild got a rank outside `0..world_size`.
+    #[error("rebuild: rank {rank} is outside the group of {world_size} ranks")]
+    RankOutOfRange {
+        /// The rank.
+        rank: Rank,
+        /// Ranks in the group.
+        world_size: u32,
+    },
+    /// A rebuild got two manifests of one rank.
+    #[error("rebuild: rank {rank} sent two manifests")]
+    DuplicateRank {
+        /// The rank.
+        rank: Rank,
+    },
+    /// A rebuild is missing a rank's manifest.
+    #[error("rebuild: no manifest from rank {rank}")]
+    MissingRank {
+        /// The rank.
+        rank: Rank,
+    },
+}
+
+/// One block in the index.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    tier: TierKind,
+    complete: bool,
+    pins: u32,
+    /// LRU age: the index tick of its last use; key in the tier's LRU map.
+    tick: u64,
+    /// Unique per insertion (the tick at insertion).
+    id: u64,
+}
+
+/// The leader's group index (see the module docs).
+#[derive(Debug)]
+pub struct GroupIndex {
+    config: IndexConfig,
+    entries: HashMap<BlockHash, Entry>,
+    /// Per tier, tick → block, oldest first.
+    lru: BTreeMap<TierKind, BTreeMap<u64, BlockHash>>,
+    clock: u64,
+    generation: u64,
+}
+
+impl GroupIndex {
+    /// An empty index.
+    ///
+    /// Errors: [`IndexError::EmptyGroup`] when `world_size` is 0.
+    pub fn new(config: IndexConfig) -> Result<Self, IndexError> {
+        if config.world_size == 0 {
+            return Err(IndexError::EmptyGroup);
+        }
+        Ok(GroupIndex { config, entries: HashMap::new(), lru: BTreeMap::new(), clock: 0, generation: 0 })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> IndexConfig {
+        self.config
+    }
+
+    /// The pin generation (increases on every [`GroupIndex::release_all_pins`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Capacity of a tier, in blocks (0 for tiers the index does not manage).
+    pub fn capacity(&self, tier: TierKind) -> u64 {
+        match tier {
+            TierKind::Host => self.config.host_capacity_blocks,
+            TierKind::Disk => self.config.disk_capacity_blocks,
+            #[allow(unreachable_patterns)]
+            _ => 0,
+        }
+    }
+
+    /// Blocks (complete or pending) in a tier.
+    pub fn occupancy(&self, tier: TierKind) -> u64 {
+        self.lru.get(&tier).map_or(0, |m| m.len() as u64)
+    }
+
+    /// Pinned blocks in a tier.
+    pub fn pinned(&self, tier: TierKind) -> u64 {
+        self.lru_iter(tier).filter(|h| self.entries.get(h).is_some_and(|e| e.pins > 0)).count() as u64
+    }
+
+    /// Blocks of a tier from least to most recently used.
+    pub fn lru_order(&self, tier: TierKind) -> Vec<BlockHash> {
+        self.lru_iter(tier).collect()
+    }
+
+    /// Whether the block is complete on every rank (and so may be served).
+    pub fn contains(&self, hash: BlockHash) -> bool {
+        self.entries.get(&hash).is_some_and(|e| e.complete)
+    }
+
+    /// The tier of a complete block.
+    pub fn tier_of(&self, hash: BlockHash) -> Option<TierKind> {
+        self.entries.get(&hash).filter(|e| e.complete).map(|e| e.tier)
+    }
+
+    /// Whether the block is pinned.
+    pub fn is_pinned(&self, hash: BlockHash) -> bool {
+        self.entries.get(&hash).is_some_and(|e| e.pins > 0)
+    }
+
+    /// Number of leading `hashes` that are complete: the longest cached prefix, in blocks.
+    /// Does not touch LRU order (a lookup is not a use; the load that follows is).
+    pub fn lookup_prefix(&self, hashes: &[BlockHash]) -> usize {
+        hashes.iter().take_while(|&&h| self.contains(h)).count()
+    }
+
+    /// Reserves a place for a new block and pins it as pending.
+    ///
+    /// Errors: [`IndexError::AlreadyPresent`]; [`IndexError::TierFull`] when the target tier is
+    /// full and every block in it is pinned (or it has no capacity).
+    pub fn begin_store(&mut self, hash: BlockHash) -> Result<StorePlan, IndexError> {
+        if self.entries.contains_key(&hash) {
+            return Err(IndexError::AlreadyPresent { hash });
+        }
+        let tier = if self.config.host_capacity_blocks > 0 { TierKind::Host } else { TierKind::Disk };
+        let moves = self.make_room(tier)?;
+        let tick = self.tick();
+        self.entries.insert(hash, Entry { tier, complete: false, pins: 1, tick, id: tick });
+        self.lru.entry(tier).or_default().insert(tick, hash);
+        Ok(StorePlan { tier, moves, pin: self.pin(hash, PinPurpose::Store, tick) })
+    }
+
+    /// Marks a pending block complete on every rank and releases its store pin.
+    ///
+    /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`], [`IndexError::Dropped`]
+    /// (the block left the index meanwhile: report the store failed).
+    pub fn finish_store(&mut self, pin: Pin) -> Result<(), IndexError> {
+        self.check_pin(&pin, PinPurpose::Store)?;
+        let tick = self.tick();
+        let hash = pin.hash;
+        let entry = self
+            .entries
+            .get_mut(&hash)
+            .filter(|e| !e.complete && e.id == pin.entry)
+            .ok_or(IndexError::Dropped { hash })?;
+        entry.complete = true;
+        entry.pins = entry.pins.saturating_sub(1);
+        let (tier, old) = (entry.tier, std::mem::replace(&mut entry.tick, tick));
+        self.relink(hash, tier, old, tier, tick);
+        Ok(())
+    }
+
+    /// Forgets a pending block whose store failed; returns the move that makes every rank
+    /// forget whatever it wrote.
+    ///
+    /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
+    pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<Move>, IndexError> {
+        self.check_pin(&pin, PinPurpose::Store)?;
+        if self.entries.get(&pin.hash).is_some_and(|e| !e.complete && e.id == pin.entry) {
+            self.remove(pin.hash);
+        }
+        Ok(vec![Move::Drop(pin.hash)])
+    }
+
+    /// Pins a complete block for a load, marks it used, and plans its promotion to host when
+    /// it is on disk and host room can be made (otherwise it is read from disk).
+    ///
+    /// Errors: [`IndexError::NotPresent`], [`IndexError::NotComplete`].
+    pub fn begin_load(&mut self, hash: BlockHash) -> Result<LoadPlan, IndexError> {
+        let entry = self.entries.get(&hash).copied().ok_or(IndexError::NotPresent { hash })?;
+        if !entry.complete {
+            return Err(IndexError::NotComplete { hash });
+        }
+        let tick = self.tick();
+        self.set(hash, |e| {
+            e.pins += 1;
+            e.tick = tick;
+        });
+        self.relink(hash, entry.tier, entry.tick, entry.tier, tick);
+        let mut moves = Vec::new();
+        let mut tier = entry.tier;
+        if tier == TierKind::Disk && self.config.host_capacity_blocks > 0 {
+            if let Ok(mut room) = self.make_room(TierKind::Host) {
+                moves.append(&mut room);
+                self.relink(hash, TierKind::Disk, tick, TierKind::Host, tick);
+                self.set(hash, |e| e.tier = TierKind::Host);
+                moves.push(Move::Promote(hash));
+                tier = TierKind::Host;
+            }
+        }
+        Ok(LoadPlan { tier, moves, pin: self.pin(hash, PinPurpose::Load, entry.id) })
+    }
+
+    /// Hands back a load pin. A pin on a block dropped meanwhile is consumed quietly.
+    ///
+    /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
+    pub fn finish_load(&mut self, pin: Pin) -> Result<(), IndexError> {
+        self.check_pin(&pin, PinPurpose::Load)?;
+        self.set(pin.hash, |e| {
+            if e.id == pin.entry {
+                e.pins = e.pins.saturating_sub(1);
+            }
+        });
+        Ok(())
+    }
+
+    /// Removes a block whatever its state (a rank found its shard corrupt, or a store failed
+    /// on some rank); returns the move every rank applies, or `None` if it was not indexed.
+    /// Outstanding pins on it become harmless.
+    pub fn drop_block(&mut self, hash: BlockHash) -> Option<Move> {
+        self.entries.contains_key(&hash).then(|| {
+            self.remove(hash);
+            Move::Drop(hash)
+        })
+    }
+
+    /// New epoch: clears every pin, forgets pending stores (returned, so that ranks drop
+    /// whatever they wrote) and makes every earlier pin stale.
+    pub fn release_all_pins(&mut self) -> Vec<BlockHash> {
+        self.generation += 1;
+        let pending: Vec<BlockHash> = self.entries.iter().filter(|(_, e)| !e.complete).map(|(&h, _)| h).collect();
+        for &h in &pending {
+            self.remove(h);
+        }
+        for e in self.entries.values_mut() {
+            e.pins = 0;
+        }
+        let mut pending = pending;
+        pending.sort_unstable();
+        pending
+    }
+
+    /// Inserts a complete, unpinned block as the most recently used of `tier` (rebuild only;
+    /// the caller keeps occupancy within capacity).
+    pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: TierKind) {
+        let tick = self.tick();
+        self.entries.insert(hash, Entry { tier, complete: true, pins: 0, tick, id: tick });
+        self.lru.entry(tier).or_default().insert(tick, hash);
+    }
+
+    /// Makes one free place in `tier`, evicting its least recently used unpinned block:
+    /// demoted to disk when the host tier evicts and disk room can be made, dropped otherwise.
+    /// On error nothing has changed.
+    fn make_room(&mut self, tier: TierKind) -> Result<Vec<Move>, IndexError> {
+        if self.occupancy(tier) < self.capacity(tier) {
+            return Ok(Vec::new());
+        }
+        let victim = self
+            .lru_iter(tier)
+            .find(|h| self.entries.get(h).is_some_and(|e| e.pins == 0))
+            .ok_or(IndexError::TierFull { tier, capacity_blocks: self.capacity(tier), pinned: self.pinned(tier) })?;
+        if tier == TierKind::Host && self.config.disk_capacity_blocks > 0 {
+            if let Ok(mut moves) = self.make_room(TierKind::Disk) {
+                let tick = self.tick();
+                let old = self.entries.get(&victim).map_or(0, |e| e.tick);
+                self.relink(victim, TierKind::Host, old, TierKind::Disk, tick);
+                self.set(victim, |e| {
+                    e.tier = TierKind::Disk;
+                    e.tick = tick;
+                });
+                moves.push(Move::Demote(victim));
+                return Ok(moves);
+            }
+        }
+        self.remove(victim);
+        Ok(vec![Move::Drop(victim)])
+    }
+
+    fn lru_iter(&self, tier: TierKind) -> impl Iterator<Item = BlockHash> + '_ {
+        self.lru.get(&tier).into_iter().flat_map(|m| m.values().copied())
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn pin(&self, hash: BlockHash, purpose: PinPurpose, entry: u64) -> Pin {
+        Pin { hash, generation: self.generation, purpose, entry }
+    }
+
+    fn check_pin(&self, pin: &Pin, expected: PinPurpose) -> Result<(), IndexError> {
+        if pin.generation != self.generation {
+            return Err(IndexError::StalePin {
+                hash: pin.hash,
+                pin_generation: pin.generation,
+                generation: self.generation,
+            });
+        }
+        if pin.purpose != expected {
+            return Err(IndexError::WrongPin { hash: pin.hash, got: pin.purpose, expected });
+        }
+        Ok(())
+    }
+
+    fn set(&mut self, hash: BlockHash, f: impl FnOnce(&mut Entry)) {
+        if let Some(e) = self.entries.get_mut(&hash) {
+            f(e);
+        }
+    }
+
+    fn relink(&mut self, hash: BlockHash, from: TierKind, old_tick: u64, to: TierKind, new_tick: u64) {
+        if let Some(m) = self.lru.get_mut(&from) {
+            m.remove(&old_tick);
+        }
+        self.lru.entry(to).or_default().insert(new_tick, hash);
+    }
+
+    fn remove(&mut self, hash: BlockHash) {
+        if let Some(e) = self.entries.remove(&hash) {
+            if let Some(m) = self.lru.get_mut(&e.tier) {
+                m.remove(&e.tick);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "index_tests.rs"]
+mod tests;

@@ -1,0 +1,210 @@
+//! A rank's manifest: which block shards it holds, where, and with which checksum.
+//!
+//! Owns [`Manifest`], its [`Geometry`], its file format and its atomic persistence (write a
+//! temporary file, fsync it, rename it over the old one, fsync the directory), so a crash
+//! leaves either the old or the new manifest, never a torn one. It must never read tier slots:
+//! the store verifies entries against their bytes after loading a manifest.
+//!
+//! File format: the 8 bytes `TNDMANI1`, the CRC-32C of the payload (4 bytes, little-endian),
+//! then the payload: the [`Manifest`] encoded with postcard. A manifest is rewritten whole on
+//! every flush (about 30 bytes per entry); the store flushes when asked, typically once per
+//! step, not per block.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tandem_proto::ids::Rank;
+
+use crate::block::{BlockHash, Location};
+
+/// The file name of the manifest inside the disk directory.
+pub const MANIFEST_FILE: &str = "manifest.bin";
+
+const MAGIC: &[u8; 8] = b"TNDMANI1";
+
+/// The tier geometry a manifest was written for; entries are meaningless under another one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    /// Bytes of one block shard (one slot).
+    pub shard_bytes: u64,
+    /// Host tier capacity, in blocks.
+    pub host_capacity_blocks: u64,
+    /// Disk tier capacity, in blocks.
+    pub disk_capacity_blocks: u64,
+}
+
+/// One rank's record of its shards: block hash → tier, slot and checksum.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The rank that wrote it.
+    pub rank: Rank,
+    /// The geometry of its tiers.
+    pub geometry: Geometry,
+    /// Every shard the rank holds.
+    pub entries: BTreeMap<BlockHash, Location>,
+}
+
+/// Why a manifest could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file does not start with the manifest magic.
+    #[error("manifest {path}: not a Tandem manifest (bad magic)")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The payload does not match its checksum.
+    #[error("manifest {path}: payload checksum {actual:08x} does not match header {expected:08x}")]
+    BadChecksum {
+        /// The file.
+        path: PathBuf,
+        /// The checksum in the header.
+        expected: u32,
+        /// The checksum of the payload read.
+        actual: u32,
+    },
+    /// The payload could not be decoded.
+    #[error("manifest {path}: cannot decode: {reason}")]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// An I/O call failed.
+    #[error("manifest {path}: {op} failed: {source}")]
+    Io {
+        /// The file (or its directory, for `sync-dir`).
+        path: PathBuf,
+        /// What was being done (`read`, `write`, `sync`, `rename`, `sync-dir`).
+        op: &'static str,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl Manifest {
+    /// An empty manifest.
+    pub fn new(rank: Rank, geometry: Geometry) -> Self {
+        Manifest { rank, geometry, entries: BTreeMap::new() }
+    }
+
+    /// The file bytes: magic, payload checksum, payload.
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising plain structs and maps into a Vec cannot fail.
+        let payload = postcard::to_stdvec(self).unwrap_or_default();
+        let mut out = Vec::with_capacity(12 + payload.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// Parses file bytes; `path` only names the file in errors.
+    ///
+    /// Errors: [`ManifestError::BadMagic`], [`ManifestError::BadChecksum`],
+    /// [`ManifestError::Decode`].
+    pub fn decode(path: &Path, bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        if bytes.len() < 12 || &bytes[..8] != MAGIC {
+            return Err(ManifestError::BadMagic { path: path.to_path_buf() });
+        }
+        let mut header = [0u8; 4];
+        header.copy_from_slice(&bytes[8..12]);
+        let expected = u32::from_le_bytes(header);
+        let payload = &bytes[12..];
+        let actual = crc32c::crc32c(payload);
+        if actual != expected {
+            return Err(ManifestError::BadChecksum { path: path.to_path_buf(), expected, actual });
+        }
+        postcard::from_bytes(payload)
+            .map_err(|e| ManifestError::Decode { path: path.to_path_buf(), reason: e.to_string() })
+    }
+
+    /// Reads the manifest at `path`; `Ok(None)` when there is no file.
+    ///
+    /// Errors: as [`Manifest::decode`], plus [`ManifestError::Io`].
+    pub fn load(path: &Path) -> Result<Option<Manifest>, ManifestError> {
+        match std::fs::read(path) {
+            Ok(bytes) => Manifest::decode(path, &bytes).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ManifestError::Io { path: path.to_path_buf(), op: "read", source }),
+        }
+    }
+
+    /// Writes the manifest to `path` atomically: `<path>.tmp`, fsync, rename, fsync of the
+    /// directory.
+    ///
+    /// Errors: [`ManifestError::Io`].
+    pub fn save(&self, path: &Path) -> Result<(), ManifestError> {
+        let tmp = path.with_extension("tmp");
+        let io = |p: &Path, op: &'static str| {
+            let p = p.to_path_buf();
+            move |source| ManifestError::Io { path: p, op, source }
+        };
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io(&tmp, "write"))?;
+        file.write_all(&self.encode()).map_err(io(&tmp, "write"))?;
+        file.sync_all().map_err(io(&tmp, "sync"))?;
+        drop(file);
+        std::fs::rename(&tmp, path).map_err(io(path, "rename"))?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir, "sync-dir"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checksum::Checksum;
+    use crate::tier::TierKind;
+
+    fn sample() -> Manifest {
+        let geometry = Geometry { shard_bytes: 4096, host_capacity_blocks: 4, disk_capacity_blocks: 8 };
+        let mut m = Manifest::new(Rank(2), geometry);
+        m.entries.insert(BlockHash(7), Location { tier: TierKind::Host, slot: 1, checksum: Checksum([1, 2, 3]) });
+        m.entries.insert(BlockHash(9), Location { tier: TierKind::Disk, slot: 5, checksum: Checksum([4, 5, 6]) });
+        m
+    }
+
+    #[test]
+    fn save_load_round_trip_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(MANIFEST_FILE);
+        assert_eq!(Manifest::load(&path).unwrap(), None);
+        let m = sample();
+        m.save(&path).unwrap();
+        assert_eq!(Manifest::load(&path).unwrap(), Some(m.clone()));
+        let mut m2 = m.clone();
+        m2.entries.remove(&BlockHash(7));
+        m2.save(&path).unwrap();
+        assert_eq!(Manifest::load(&path).unwrap(), Some(m2));
+        assert!(!path.with_extension("tmp").exists());
+    }
+
+    #[test]
+    fn errors() {
+        let p = Path::new("/m");
+        let e = Manifest::decode(p, b"nonsense-bytes").unwrap_err();
+        assert_eq!(e.to_string(), "manifest /m: not a Tandem manifest (bad magic)");
+        let mut bytes = sample().encode();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        let e = Manifest::decode(p, &bytes).unwrap_err();
+        assert!(e.to_string().starts_with("manifest /m: payload checksum "), "{e}");
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&crc32c::crc32c(&[0xff]).to_le_bytes());
+        bytes.push(0xff);
+        let e = Manifest::decode(p, &bytes).unwrap_err();
+        assert!(e.to_string().starts_with("manifest /m: cannot decode: "), "{e}");
+        let e = ManifestError::Io { path: "/d".into(), op: "rename", source: std::io::Error::other("x") };
+        assert_eq!(e.to_string(), "manifest /d: rename failed: x");
+    }
+}

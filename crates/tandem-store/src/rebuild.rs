@@ -1,0 +1,143 @@
+//! Rebuilding the group index after a restart, from every rank's manifest.
+//!
+//! Owns [`RankBlocks`] (what one rank reports after verifying its manifest against its tiers)
+//! and [`GroupIndex::rebuild`]. A block survives only if every rank holds its shard; all others
+//! are dropped on every rank. It must never trust a rank's list blindly: each rank verifies its
+//! checksums before reporting (see `Store::open`), and the leader only intersects.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tandem_proto::ids::Rank;
+
+use crate::block::BlockHash;
+use crate::index::{GroupIndex, IndexConfig, IndexError, Move};
+use crate::tier::TierKind;
+
+/// The verified shards of one rank: block hash and the tier holding it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankBlocks {
+    /// The reporting rank.
+    pub rank: Rank,
+    /// Its shards whose checksums verified.
+    pub blocks: Vec<(BlockHash, TierKind)>,
+}
+
+/// The outcome of a rebuild.
+#[derive(Debug)]
+pub struct Rebuild {
+    /// The new index: every kept block complete and unpinned.
+    pub index: GroupIndex,
+    /// Moves every rank applies (drops of blocks missing somewhere or over capacity, demotions
+    /// of blocks that some rank holds on disk), in order.
+    pub moves: Vec<Move>,
+    /// Blocks kept, in blocks.
+    pub kept: usize,
+    /// Blocks dropped because some rank lacked them or there was no room, sorted.
+    pub dropped: Vec<BlockHash>,
+}
+
+impl GroupIndex {
+    /// Rebuilds the index from one [`RankBlocks`] per rank `0..world_size`: the intersection
+    /// of their blocks, on host when every rank has the shard on host and on disk otherwise.
+    /// Blocks beyond a tier's capacity go to disk, then are dropped. LRU order starts in block
+    /// hash order (manifests do not record use).
+    ///
+    /// Errors: [`IndexError::EmptyGroup`], [`IndexError::RankOutOfRange`],
+    /// [`IndexError::DuplicateRank`], [`IndexError::MissingRank`].
+    pub fn rebuild(config: IndexConfig, ranks: &[RankBlocks]) -> Result<Rebuild, IndexError> {
+        let mut index = GroupIndex::new(config)?;
+        let mut seen = vec![false; config.world_size as usize];
+        for r in ranks {
+            let slot = seen
+                .get_mut(r.rank.0 as usize)
+                .ok_or(IndexError::RankOutOfRange { rank: r.rank, world_size: config.world_size })?;
+            if std::mem::replace(slot, true) {
+                return Err(IndexError::DuplicateRank { rank: r.rank });
+            }
+        }
+        if let Some(missing) = seen.iter().position(|&s| !s) {
+            return Err(IndexError::MissingRank { rank: Rank(missing as u32) });
+        }
+        // hash → (ranks holding it, any rank holding it on disk)
+        let mut holders: BTreeMap<BlockHash, (u32, bool)> = BTreeMap::new();
+        for r in ranks {
+            for &(hash, tier) in &r.blocks {
+                let h = holders.entry(hash).or_insert((0, false));
+                h.0 += 1;
+                h.1 |= tier != TierKind::Host;
+            }
+        }
+        let mut moves = Vec::new();
+        let mut dropped = Vec::new();
+        let mut kept = 0;
+        for (hash, (count, on_disk)) in holders {
+            let host_room = index.occupancy(TierKind::Host) < config.host_capacity_blocks;
+            let disk_room = index.occupancy(TierKind::Disk) < config.disk_capacity_blocks;
+            if count < config.world_size {
+                moves.push(Move::Drop(hash));
+                dropped.push(hash);
+            } else if !on_disk && host_room {
+                index.insert_complete(hash, TierKind::Host);
+                kept += 1;
+            } else if disk_room {
+                moves.push(Move::Demote(hash));
+                index.insert_complete(hash, TierKind::Disk);
+                kept += 1;
+            } else {
+                moves.push(Move::Drop(hash));
+                dropped.push(hash);
+            }
+        }
+        Ok(Rebuild { index, moves, kept, dropped })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(world: u32, host: u64, disk: u64) -> IndexConfig {
+        IndexConfig { world_size: world, host_capacity_blocks: host, disk_capacity_blocks: disk }
+    }
+
+    fn rank(r: u32, blocks: &[(u64, TierKind)]) -> RankBlocks {
+        RankBlocks { rank: Rank(r), blocks: blocks.iter().map(|&(h, t)| (BlockHash(h), t)).collect() }
+    }
+
+    #[test]
+    fn keeps_the_intersection_and_reconciles_tiers() {
+        use TierKind::{Disk, Host};
+        let ranks = [
+            rank(0, &[(1, Host), (2, Host), (3, Disk), (4, Host)]),
+            rank(1, &[(1, Host), (2, Disk), (3, Disk)]),
+        ];
+        let r = GroupIndex::rebuild(cfg(2, 4, 4), &ranks).unwrap();
+        assert_eq!(r.kept, 3);
+        assert_eq!(r.dropped, vec![BlockHash(4)]);
+        assert_eq!(r.moves, vec![Move::Demote(BlockHash(2)), Move::Demote(BlockHash(3)), Move::Drop(BlockHash(4))]);
+        assert_eq!(r.index.tier_of(BlockHash(1)), Some(Host));
+        assert_eq!(r.index.tier_of(BlockHash(2)), Some(Disk));
+        assert!(!r.index.contains(BlockHash(4)));
+        assert_eq!(r.index.lookup_prefix(&[BlockHash(1), BlockHash(2), BlockHash(3), BlockHash(4)]), 3);
+    }
+
+    #[test]
+    fn over_capacity_spills_to_disk_then_drops() {
+        use TierKind::Host;
+        let ranks = [rank(0, &[(1, Host), (2, Host), (3, Host)])];
+        let r = GroupIndex::rebuild(cfg(1, 1, 1), &ranks).unwrap();
+        assert_eq!(r.moves, vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(3))]);
+        assert_eq!(r.dropped, vec![BlockHash(3)]);
+    }
+
+    #[test]
+    fn rank_set_must_be_exact() {
+        let e = GroupIndex::rebuild(cfg(2, 1, 1), &[rank(0, &[])]).unwrap_err();
+        assert_eq!(e.to_string(), "rebuild: no manifest from rank 1");
+        let e = GroupIndex::rebuild(cfg(2, 1, 1), &[rank(0, &[]), rank(0, &[])]).unwrap_err();
+        assert_eq!(e.to_string(), "rebuild: rank 0 sent two manifests");
+        let e = GroupIndex::rebuild(cfg(2, 1, 1), &[rank(2, &[])]).unwrap_err();
+        assert_eq!(e.to_string(), "rebuild: rank 2 is outside the group of 2 ranks");
+    }
+}
