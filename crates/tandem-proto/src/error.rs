@@ -70,7 +70,9 @@ pub enum LeaderError {
     #[error(transparent)]
     Quorum(#[from] QuorumError),
     /// A message arrived on rank `connection`'s connection claiming another rank.
-    #[error("rank mismatch: connection of rank {connection} sent a message claiming rank {claimed}")]
+    #[error(
+        "rank mismatch: connection of rank {connection} sent a message claiming rank {claimed}"
+    )]
     RankMismatch {
         /// The rank the connection was admitted as.
         connection: Rank,
@@ -215,9 +217,15 @@ mod tests {
     #[test]
     fn quorum_messages() {
         let task = TaskId { epoch: 3, seq: 9 };
-        check(QuorumError::UnknownTask { task }, "unknown task 3.9: no such task was started in this epoch");
         check(
-            QuorumError::RankOutOfRange { rank: Rank(4), world_size: 4 },
+            QuorumError::UnknownTask { task },
+            "unknown task 3.9: no such task was started in this epoch",
+        );
+        check(
+            QuorumError::RankOutOfRange {
+                rank: Rank(4),
+                world_size: 4,
+            },
             "rank 4 is out of range for world size 4",
         );
     }
@@ -225,26 +233,48 @@ mod tests {
     #[test]
     fn leader_messages() {
         let (e2, e3) = (Epoch(2), Epoch(3));
-        check(LeaderError::InvalidConfig { reason: "world_size is 0".into() }, "invalid leader configuration: world_size is 0");
         check(
-            LeaderError::StaleEpoch { ours: e3, theirs: e2 },
+            LeaderError::InvalidConfig {
+                reason: "world_size is 0".into(),
+            },
+            "invalid leader configuration: world_size is 0",
+        );
+        check(
+            LeaderError::StaleEpoch {
+                ours: e3,
+                theirs: e2,
+            },
             "stale epoch: message from epoch 2 rejected, leader is at epoch 3",
         );
         check(
-            LeaderError::FutureEpoch { ours: e2, theirs: e3 },
+            LeaderError::FutureEpoch {
+                ours: e2,
+                theirs: e3,
+            },
             "future epoch: message from epoch 3 rejected, leader is still at epoch 2",
         );
         check(
-            LeaderError::Quorum(QuorumError::UnknownTask { task: TaskId { epoch: 3, seq: 1 } }),
+            LeaderError::Quorum(QuorumError::UnknownTask {
+                task: TaskId { epoch: 3, seq: 1 },
+            }),
             "unknown task 3.1: no such task was started in this epoch",
         );
         check(
-            LeaderError::RankMismatch { connection: Rank(1), claimed: Rank(2) },
+            LeaderError::RankMismatch {
+                connection: Rank(1),
+                claimed: Rank(2),
+            },
             "rank mismatch: connection of rank 1 sent a message claiming rank 2",
         );
-        check(LeaderError::UnexpectedMessage { kind: "frame" }, "unexpected frame message at the leader");
         check(
-            LeaderError::WrongStep { expected: Step(5), got: Step(7) },
+            LeaderError::UnexpectedMessage { kind: "frame" },
+            "unexpected frame message at the leader",
+        );
+        check(
+            LeaderError::WrongStep {
+                expected: Step(5),
+                got: Step(7),
+            },
             "wrong step: the open step is 5, seal was called for step 7",
         );
         check(
@@ -256,33 +286,56 @@ mod tests {
             "window full: cannot seal step 8; the slowest follower has acknowledged no step yet, window is 8 steps",
         );
         check(
-            LeaderError::AckBeyondSealed { rank: Rank(2), step: Step(9), sealed: Some(Step(4)) },
+            LeaderError::AckBeyondSealed {
+                rank: Rank(2),
+                step: Step(9),
+                sealed: Some(Step(4)),
+            },
             "rank 2 acknowledged step 9, but the leader has sealed step 4",
         );
         check(
-            LeaderError::AckBeyondSealed { rank: Rank(2), step: Step(0), sealed: None },
+            LeaderError::AckBeyondSealed {
+                rank: Rank(2),
+                step: Step(0),
+                sealed: None,
+            },
             "rank 2 acknowledged step 0, but the leader has sealed no step yet",
         );
         check(
-            LeaderError::FrameExpired { wanted: Step(2), oldest_retained: Step(10) },
+            LeaderError::FrameExpired {
+                wanted: Step(2),
+                oldest_retained: Step(10),
+            },
             "frame expired: wanted step 2, the oldest retained is step 10",
         );
-        check(LeaderError::UnknownBatch { batch: BatchId(4) }, "unknown persist batch 4: it is not in flight");
+        check(
+            LeaderError::UnknownBatch { batch: BatchId(4) },
+            "unknown persist batch 4: it is not in flight",
+        );
     }
 
     #[test]
     fn follower_messages() {
         let (e2, e3) = (Epoch(2), Epoch(3));
         check(
-            FollowerError::StaleEpoch { ours: e3, theirs: e2 },
+            FollowerError::StaleEpoch {
+                ours: e3,
+                theirs: e2,
+            },
             "stale epoch: frame of epoch 2 rejected, follower is at epoch 3",
         );
         check(
-            FollowerError::FutureEpoch { ours: e2, theirs: e3 },
+            FollowerError::FutureEpoch {
+                ours: e2,
+                theirs: e3,
+            },
             "future epoch: frame of epoch 3 rejected, follower is still at epoch 2",
         );
         check(
-            FollowerError::FrameGap { expected: Step(4), got: Step(6) },
+            FollowerError::FrameGap {
+                expected: Step(4),
+                got: Step(6),
+            },
             "frame gap: expected the frame of step 4, got step 6",
         );
         check(
@@ -294,25 +347,45 @@ mod tests {
             "misplaced reconciliation on step 1: only step 0 of an epoch may carry one",
         );
         check(
-            FollowerError::FrameExpired { wanted: Step(2), oldest_retained: Step(10) },
+            FollowerError::FrameExpired {
+                wanted: Step(2),
+                oldest_retained: Step(10),
+            },
             "frame expired: wanted step 2, the oldest retained is step 10",
         );
         check(
-            FollowerError::LeaderBehind { epoch: e3, wanted: Step(812), sealed: Some(Step(790)) },
+            FollowerError::LeaderBehind {
+                epoch: e3,
+                wanted: Step(812),
+                sealed: Some(Step(790)),
+            },
             "follower wants step 812 of epoch 3; leader has sealed step 790",
         );
         check(
-            FollowerError::LeaderBehind { epoch: e3, wanted: Step(0), sealed: None },
+            FollowerError::LeaderBehind {
+                epoch: e3,
+                wanted: Step(0),
+                sealed: None,
+            },
             "follower wants step 0 of epoch 3; leader has sealed no step yet",
         );
         check(
-            FollowerError::AckBeyondReceived { step: Step(5), received: Some(Step(4)) },
+            FollowerError::AckBeyondReceived {
+                step: Step(5),
+                received: Some(Step(4)),
+            },
             "cannot acknowledge step 5: the follower has received step 4",
         );
         check(
-            FollowerError::AckBeyondReceived { step: Step(0), received: None },
+            FollowerError::AckBeyondReceived {
+                step: Step(0),
+                received: None,
+            },
             "cannot acknowledge step 0: the follower has received no step yet",
         );
-        check(FollowerError::UnexpectedMessage { kind: "hello" }, "unexpected hello message at a follower");
+        check(
+            FollowerError::UnexpectedMessage { kind: "hello" },
+            "unexpected hello message at a follower",
+        );
     }
 }

@@ -47,21 +47,44 @@ impl ConfigFingerprint {
     /// first differing field in declaration order.
     pub fn first_mismatch(&self, theirs: &ConfigFingerprint) -> Option<FieldMismatch> {
         let fields: [(&str, u64, u64); 9] = [
-            ("world_size", self.world_size.into(), theirs.world_size.into()),
+            (
+                "world_size",
+                self.world_size.into(),
+                theirs.world_size.into(),
+            ),
             ("pp_size", self.pp_size.into(), theirs.pp_size.into()),
             ("tp_size", self.tp_size.into(), theirs.tp_size.into()),
-            ("tokens_per_block", self.tokens_per_block.into(), theirs.tokens_per_block.into()),
-            ("num_layers", self.num_layers.into(), theirs.num_layers.into()),
-            ("num_kv_heads", self.num_kv_heads.into(), theirs.num_kv_heads.into()),
+            (
+                "tokens_per_block",
+                self.tokens_per_block.into(),
+                theirs.tokens_per_block.into(),
+            ),
+            (
+                "num_layers",
+                self.num_layers.into(),
+                theirs.num_layers.into(),
+            ),
+            (
+                "num_kv_heads",
+                self.num_kv_heads.into(),
+                theirs.num_kv_heads.into(),
+            ),
             ("head_dim", self.head_dim.into(), theirs.head_dim.into()),
-            ("dtype_bytes", self.dtype_bytes.into(), theirs.dtype_bytes.into()),
+            (
+                "dtype_bytes",
+                self.dtype_bytes.into(),
+                theirs.dtype_bytes.into(),
+            ),
             ("shard_bytes", self.shard_bytes, theirs.shard_bytes),
         ];
-        fields.iter().find(|(_, a, b)| a != b).map(|(field, a, b)| FieldMismatch {
-            field: (*field).to_string(),
-            ours: a.to_string(),
-            theirs: b.to_string(),
-        })
+        fields
+            .iter()
+            .find(|(_, a, b)| a != b)
+            .map(|(field, a, b)| FieldMismatch {
+                field: (*field).to_string(),
+                ours: a.to_string(),
+                theirs: b.to_string(),
+            })
     }
 }
 

@@ -140,11 +140,17 @@ impl Follower {
         let ours = self.epoch;
         if frame.epoch < ours {
             self.stats.stale_epoch_rejected += 1;
-            return Err(FollowerError::StaleEpoch { ours, theirs: frame.epoch });
+            return Err(FollowerError::StaleEpoch {
+                ours,
+                theirs: frame.epoch,
+            });
         }
         if frame.epoch > ours {
             self.stats.future_epoch_rejected += 1;
-            return Err(FollowerError::FutureEpoch { ours, theirs: frame.epoch });
+            return Err(FollowerError::FutureEpoch {
+                ours,
+                theirs: frame.epoch,
+            });
         }
         if let Err(e) = self.check_position(&frame) {
             if e.is_none() {
@@ -156,7 +162,14 @@ impl Follower {
         }
         self.stats.frames_received += 1;
         for (kind, t) in frame.started() {
-            self.open_tasks.insert(t.task, InFlightTask { task: t.task, kind, request: t.request });
+            self.open_tasks.insert(
+                t.task,
+                InFlightTask {
+                    task: t.task,
+                    kind,
+                    request: t.request,
+                },
+            );
         }
         for o in frame.outcomes() {
             self.open_tasks.remove(&o.task);
@@ -171,11 +184,16 @@ impl Follower {
     /// `Err(Some(e))` when it must be rejected.
     fn check_position(&self, frame: &Frame) -> Result<(), Option<FollowerError>> {
         if frame.reconciliation.is_some() && frame.step != Step(0) {
-            return Err(Some(FollowerError::MisplacedReconciliation { step: frame.step }));
+            return Err(Some(FollowerError::MisplacedReconciliation {
+                step: frame.step,
+            }));
         }
         let expected = self.frames.next_step();
         if frame.step > expected {
-            return Err(Some(FollowerError::FrameGap { expected, got: frame.step }));
+            return Err(Some(FollowerError::FrameGap {
+                expected,
+                got: frame.step,
+            }));
         }
         if frame.step < expected {
             return match self.frames.lookup(frame.step) {
@@ -191,12 +209,19 @@ impl Follower {
     }
 
     fn release_waits(&mut self, step: Step) {
-        let ready: Vec<WaitId> =
-            self.waits.iter().filter(|(_, w)| w.step == step).map(|(id, _)| *id).collect();
+        let ready: Vec<WaitId> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| w.step == step)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ready {
             self.waits.remove(&id);
             if let Lookup::Retained(f) = self.frames.lookup(step) {
-                self.events.push_back(FollowerEvent::FrameReady { wait: id, frame: f.clone() });
+                self.events.push_back(FollowerEvent::FrameReady {
+                    wait: id,
+                    frame: f.clone(),
+                });
             }
         }
     }
@@ -208,9 +233,10 @@ impl Follower {
     pub fn read(&self, step: Step) -> Result<Option<&Frame>, FollowerError> {
         match self.frames.lookup(step) {
             Lookup::Retained(f) => Ok(Some(f)),
-            Lookup::Expired { oldest } => {
-                Err(FollowerError::FrameExpired { wanted: step, oldest_retained: oldest })
-            }
+            Lookup::Expired { oldest } => Err(FollowerError::FrameExpired {
+                wanted: step,
+                oldest_retained: oldest,
+            }),
             Lookup::NotYet => Ok(None),
         }
     }
@@ -224,11 +250,13 @@ impl Follower {
         match self.read(step) {
             Ok(Some(f)) => {
                 let frame = f.clone();
-                self.events.push_back(FollowerEvent::FrameReady { wait: id, frame });
+                self.events
+                    .push_back(FollowerEvent::FrameReady { wait: id, frame });
             }
             Err(error) => {
                 self.stats.expired_reads += 1;
-                self.events.push_back(FollowerEvent::WaitFailed { wait: id, error });
+                self.events
+                    .push_back(FollowerEvent::WaitFailed { wait: id, error });
             }
             Ok(None) => {
                 self.waits.insert(id, Wait { step, deadline_ms });
@@ -269,7 +297,8 @@ impl Follower {
                     wanted: w.step,
                     sealed: self.received_step(),
                 };
-                self.events.push_back(FollowerEvent::WaitFailed { wait: id, error });
+                self.events
+                    .push_back(FollowerEvent::WaitFailed { wait: id, error });
             }
         }
     }
@@ -283,18 +312,31 @@ impl Follower {
             return Err(FollowerError::AckBeyondReceived { step, received });
         }
         self.acked = Some(self.acked.map_or(step, |a| a.max(step)));
-        Ok(Message::Ack(Ack { epoch: self.epoch, rank: self.rank, step }))
+        Ok(Message::Ack(Ack {
+            epoch: self.epoch,
+            rank: self.rank,
+            step,
+        }))
     }
 
     /// This rank's shard of `task` finished (`Ok`) or failed (`Err(reason)`): the
     /// `ShardReport` to send to the leader.
     pub fn report(&self, task: TaskId, result: Result<(), String>) -> Message {
-        Message::ShardReport(ShardReport { epoch: self.epoch, task, rank: self.rank, result })
+        Message::ShardReport(ShardReport {
+            epoch: self.epoch,
+            task,
+            rank: self.rank,
+            result,
+        })
     }
 
     /// The heartbeat to send at `now_ms`.
     pub fn heartbeat(&self, now_ms: u64) -> Message {
-        Message::Heartbeat(Heartbeat { epoch: self.epoch, rank: self.rank, now_ms })
+        Message::Heartbeat(Heartbeat {
+            epoch: self.epoch,
+            rank: self.rank,
+            now_ms,
+        })
     }
 
     /// Dispatch a message from the leader. Only `Frame` is taken inside an epoch.

@@ -80,7 +80,10 @@ impl Step {
 impl TaskId {
     /// The task id for sequence number `seq` of `epoch`.
     pub fn new(epoch: Epoch, seq: u64) -> TaskId {
-        TaskId { epoch: epoch.0, seq }
+        TaskId {
+            epoch: epoch.0,
+            seq,
+        }
     }
 }
 

@@ -24,9 +24,11 @@
 //! - [`liveness`]: heartbeat deadlines.
 //! - [`retention`]: bounded window of sealed frames shared by leader and follower.
 //! - [`leader`]: `Leader`, the one decider; seals exactly one frame per step, within the
-//!   acknowledgement window, revealing only durable outcomes.
+//!   acknowledgement window, revealing only durable outcomes. `leader/config.rs` holds
+//!   `LeaderConfig`, `LeaderStats` and `LeaderEvent`; `leader/peers.rs` the admission of
+//!   followers (`admit`), lost connections and message dispatch.
 //! - [`follower`]: `Follower`, positional idempotent reads and bounded waits.
-//! - [`reconcile`]: pure builder of the step-0 `Reconciliation` and the per-rank filter that
+//! - [`mod@reconcile`]: pure builder of the step-0 `Reconciliation` and the per-rank filter that
 //!   makes each outcome reach an engine once.
 //! - [`error`]: `QuorumError`, `LeaderError`, `FollowerError`.
 //!
@@ -41,6 +43,39 @@
 //!    the local engine.
 //! 5. Arm a timer for `poll_timeout()`, call `handle_timeout(now_ms)` when it fires, and
 //!    forward `poll_event()` to the supervisor.
+//!
+//! ```
+//! use tandem_proto::*;
+//!
+//! let config = LeaderConfig {
+//!     epoch: Epoch(1), world_size: 2, window_steps: 8, retention_steps: 64,
+//!     heartbeat_timeout_ms: 3_000, start_ms: 0,
+//! };
+//! let mut leader = Leader::new(config, None)?;
+//! let mut follower = Follower::new(Epoch(1), Rank(1), 64);
+//!
+//! // Step 0: the engine stores one block; the frame starts the task.
+//! let task = leader.start_store(RequestId(7), vec![BlockHash(0xab)], vec![PageId(3)]);
+//! let frame0 = leader.seal(Step(0), 10)?;
+//! while let Some((_rank, msg)) = leader.poll_transmit() {
+//!     let bytes = encode(&msg); // over TCP in production
+//!     let (msg, _) = decode(&bytes, 1 << 20)?.expect("whole message");
+//!     follower.handle_message(msg)?;
+//! }
+//! assert_eq!(follower.read(Step(0))?, Some(&frame0));
+//!
+//! // Both ranks copied their shard: quorum. The outcome becomes durable, then visible.
+//! leader.handle_report(&ShardReport { epoch: Epoch(1), task, rank: Rank(0), result: Ok(()) })?;
+//! leader.handle_message(Rank(1), &follower.report(task, Ok(())), 20)?;
+//! let batch = leader.poll_persist().expect("one finished outcome");
+//! // ... XADD batch.outcomes to the completion stream ...
+//! leader.handle_persisted(batch.id)?;
+//! leader.handle_message(Rank(1), &follower.ack(Step(0))?, 30)?;
+//! let frame1 = leader.seal(Step(1), 40)?;
+//! assert_eq!(frame1.finished[0].task, task);
+//! assert_eq!(frame1.finished[0].result, OutcomeResult::Ok);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod error;
 pub mod fingerprint;
@@ -65,6 +100,6 @@ pub use persist::{BatchId, PersistBatch};
 pub use quorum::ReportOutcome;
 pub use reconcile::{reconcile, undelivered_outcomes, InFlightTask};
 pub use wire::{
-    decode, encode, encode_checked, Ack, CodecError, GroupSecret, HandshakeError, Heartbeat,
-    Hello, Membership, Message, ShardReport, PROTOCOL_VERSION,
+    decode, encode, encode_checked, Ack, CodecError, GroupSecret, HandshakeError, Heartbeat, Hello,
+    Membership, Message, ShardReport, PROTOCOL_VERSION,
 };

@@ -48,7 +48,9 @@ impl Liveness {
         let overdue: Vec<(Rank, u64)> = self
             .last_seen
             .iter()
-            .filter(|(r, t)| !self.silent.contains(r) && t.saturating_add(self.timeout_ms) <= now_ms)
+            .filter(|(r, t)| {
+                !self.silent.contains(r) && t.saturating_add(self.timeout_ms) <= now_ms
+            })
             .map(|(r, t)| (*r, *t))
             .collect();
         self.silent.extend(overdue.iter().map(|(r, _)| *r));

@@ -50,7 +50,13 @@ pub struct PersistQueue {
 impl PersistQueue {
     /// An empty pipeline for `epoch`.
     pub fn new(epoch: Epoch) -> PersistQueue {
-        PersistQueue { epoch, next_id: 0, finished: Vec::new(), in_flight: None, durable: Vec::new() }
+        PersistQueue {
+            epoch,
+            next_id: 0,
+            finished: Vec::new(),
+            in_flight: None,
+            durable: Vec::new(),
+        }
     }
 
     /// A task finished by quorum.
@@ -106,7 +112,10 @@ impl PersistQueue {
 
     /// Outcomes finished but not yet durable (waiting, or in the batch in flight).
     pub fn not_durable(&self) -> impl Iterator<Item = &TaskOutcome> {
-        self.in_flight.iter().flat_map(|b| b.outcomes.iter()).chain(&self.finished)
+        self.in_flight
+            .iter()
+            .flat_map(|b| b.outcomes.iter())
+            .chain(&self.finished)
     }
 
     /// Outcomes durable but not yet revealed in a frame.

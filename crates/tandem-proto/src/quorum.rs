@@ -46,7 +46,11 @@ pub struct Quorum {
 impl Quorum {
     /// An empty quorum for a group of `world_size` ranks.
     pub fn new(world_size: u32) -> Quorum {
-        Quorum { world_size, pending: BTreeMap::new(), started_below: BTreeMap::new() }
+        Quorum {
+            world_size,
+            pending: BTreeMap::new(),
+            started_below: BTreeMap::new(),
+        }
     }
 
     /// Start collecting reports for `task`. Task ids of one epoch must be started in
@@ -54,7 +58,12 @@ impl Quorum {
     pub fn start(&mut self, task: TaskId, kind: TaskKind, request: RequestId) {
         self.pending.insert(
             task,
-            Pending { kind, request, reported: BTreeSet::new(), failure: None },
+            Pending {
+                kind,
+                request,
+                reported: BTreeSet::new(),
+                failure: None,
+            },
         );
         let below = self.started_below.entry(task.epoch).or_insert(0);
         *below = (*below).max(task.seq.saturating_add(1));
@@ -71,10 +80,16 @@ impl Quorum {
         result: Result<(), String>,
     ) -> Result<ReportOutcome, QuorumError> {
         if rank.0 >= self.world_size {
-            return Err(QuorumError::RankOutOfRange { rank, world_size: self.world_size });
+            return Err(QuorumError::RankOutOfRange {
+                rank,
+                world_size: self.world_size,
+            });
         }
         let Some(p) = self.pending.get_mut(&task) else {
-            let started = self.started_below.get(&task.epoch).is_some_and(|b| task.seq < *b);
+            let started = self
+                .started_below
+                .get(&task.epoch)
+                .is_some_and(|b| task.seq < *b);
             return if started {
                 Ok(ReportOutcome::Duplicate)
             } else {
@@ -98,7 +113,12 @@ impl Quorum {
             None => OutcomeResult::Ok,
             Some(reason) => OutcomeResult::Failed { reason },
         };
-        Ok(ReportOutcome::Finished(TaskOutcome { task, kind: p.kind, request: p.request, result }))
+        Ok(ReportOutcome::Finished(TaskOutcome {
+            task,
+            kind: p.kind,
+            request: p.request,
+            result,
+        }))
     }
 
     /// The tasks still waiting for reports, in task id order.
@@ -131,8 +151,14 @@ mod tests {
     #[test]
     fn finishes_when_every_rank_reported() {
         let mut q = quorum();
-        assert_eq!(q.record(T, Rank(2), Ok(())), Ok(ReportOutcome::Recorded { remaining: 2 }));
-        assert_eq!(q.record(T, Rank(0), Ok(())), Ok(ReportOutcome::Recorded { remaining: 1 }));
+        assert_eq!(
+            q.record(T, Rank(2), Ok(())),
+            Ok(ReportOutcome::Recorded { remaining: 2 })
+        );
+        assert_eq!(
+            q.record(T, Rank(0), Ok(())),
+            Ok(ReportOutcome::Recorded { remaining: 1 })
+        );
         let out = q.record(T, Rank(1), Ok(())).unwrap();
         assert_eq!(
             out,
@@ -151,7 +177,10 @@ mod tests {
         let mut q = quorum();
         q.record(T, Rank(1), Ok(())).unwrap();
         let before = q.clone();
-        assert_eq!(q.record(T, Rank(1), Err("late".into())), Ok(ReportOutcome::Duplicate));
+        assert_eq!(
+            q.record(T, Rank(1), Err("late".into())),
+            Ok(ReportOutcome::Duplicate)
+        );
         assert_eq!(q, before);
         q.record(T, Rank(0), Ok(())).unwrap();
         q.record(T, Rank(2), Ok(())).unwrap();
@@ -167,7 +196,12 @@ mod tests {
         q.record(T, Rank(2), Err("timeout".into())).unwrap();
         match q.record(T, Rank(0), Ok(())).unwrap() {
             ReportOutcome::Finished(o) => {
-                assert_eq!(o.result, OutcomeResult::Failed { reason: "disk full".into() })
+                assert_eq!(
+                    o.result,
+                    OutcomeResult::Failed {
+                        reason: "disk full".into()
+                    }
+                )
             }
             other => panic!("expected finished, got {other:?}"),
         }
@@ -177,12 +211,21 @@ mod tests {
     fn unknown_tasks_and_ranks_are_rejected() {
         let mut q = quorum();
         let t = TaskId { epoch: 1, seq: 1 };
-        assert_eq!(q.record(t, Rank(0), Ok(())), Err(QuorumError::UnknownTask { task: t }));
+        assert_eq!(
+            q.record(t, Rank(0), Ok(())),
+            Err(QuorumError::UnknownTask { task: t })
+        );
         let old = TaskId { epoch: 0, seq: 0 };
-        assert_eq!(q.record(old, Rank(0), Ok(())), Err(QuorumError::UnknownTask { task: old }));
+        assert_eq!(
+            q.record(old, Rank(0), Ok(())),
+            Err(QuorumError::UnknownTask { task: old })
+        );
         assert_eq!(
             q.record(T, Rank(3), Ok(())),
-            Err(QuorumError::RankOutOfRange { rank: Rank(3), world_size: 3 })
+            Err(QuorumError::RankOutOfRange {
+                rank: Rank(3),
+                world_size: 3
+            })
         );
         assert_eq!(q.reported(T).map(|r| r.len()), Some(0));
     }

@@ -48,8 +48,11 @@ pub fn reconcile(
     pins: &[BlockHash],
 ) -> Reconciliation {
     let mut seen = BTreeSet::new();
-    let redelivered: Vec<TaskOutcome> =
-        durable_unacked.iter().filter(|o| seen.insert(o.task)).cloned().collect();
+    let redelivered: Vec<TaskOutcome> = durable_unacked
+        .iter()
+        .filter(|o| seen.insert(o.task))
+        .cloned()
+        .collect();
     let mut in_flight: Vec<InFlightTask> = in_flight.to_vec();
     in_flight.sort();
     let aborted = in_flight
@@ -58,7 +61,11 @@ pub fn reconcile(
         .map(InFlightTask::aborted)
         .collect();
     let released_pins: BTreeSet<BlockHash> = pins.iter().copied().collect();
-    Reconciliation { redelivered, aborted, released_pins: released_pins.into_iter().collect() }
+    Reconciliation {
+        redelivered,
+        aborted,
+        released_pins: released_pins.into_iter().collect(),
+    }
 }
 
 /// The outcomes of `frame` that one rank's engine has not seen yet, in apply order, given the
@@ -90,7 +97,11 @@ mod tests {
     }
 
     fn flying(seq: u64) -> InFlightTask {
-        InFlightTask { task: TaskId { epoch: 1, seq }, kind: TaskKind::Load, request: RequestId(seq) }
+        InFlightTask {
+            task: TaskId { epoch: 1, seq },
+            kind: TaskKind::Load,
+            request: RequestId(seq),
+        }
     }
 
     #[test]
@@ -116,9 +127,15 @@ mod tests {
     fn per_rank_filter_drops_acknowledged_outcomes() {
         let mut f = Frame::empty(Epoch(2), Step(0));
         f.reconciliation = Some(reconcile(&[ok(1), ok(2)], &[flying(3)], &[]));
-        f.finished.push(TaskOutcome { task: TaskId { epoch: 2, seq: 0 }, ..ok(0) });
+        f.finished.push(TaskOutcome {
+            task: TaskId { epoch: 2, seq: 0 },
+            ..ok(0)
+        });
         let acked: BTreeSet<TaskId> = [TaskId { epoch: 1, seq: 1 }].into();
-        let left: Vec<u64> = undelivered_outcomes(&f, &acked).iter().map(|o| o.task.seq).collect();
+        let left: Vec<u64> = undelivered_outcomes(&f, &acked)
+            .iter()
+            .map(|o| o.task.seq)
+            .collect();
         assert_eq!(left, vec![2, 3, 0]);
         assert_eq!(undelivered_outcomes(&f, &BTreeSet::new()).len(), 4);
     }

@@ -20,7 +20,11 @@ pub struct FrameStore {
 impl FrameStore {
     /// An empty store keeping at most `retention` frames (at least 1).
     pub fn new(retention: usize) -> FrameStore {
-        FrameStore { retention: retention.max(1), frames: VecDeque::new(), next: Step(0) }
+        FrameStore {
+            retention: retention.max(1),
+            frames: VecDeque::new(),
+            next: Step(0),
+        }
     }
 
     /// The step the next frame must have.

@@ -97,22 +97,25 @@ pub fn encode_checked(msg: &Message, max_frame_bytes: usize) -> Result<Vec<u8>, 
 /// call again), `Ok(Some((message, consumed)))` where `consumed` is the envelope's length in
 /// bytes, or a typed error; after an error the stream cannot be resynchronised and the
 /// connection should be closed. `max_frame_bytes` limits the payload, in bytes.
-pub fn decode(
-    buf: &[u8],
-    max_frame_bytes: usize,
-) -> Result<Option<(Message, usize)>, CodecError> {
+pub fn decode(buf: &[u8], max_frame_bytes: usize) -> Result<Option<(Message, usize)>, CodecError> {
     let Some(magic) = buf.get(0..2) else {
         return Ok(None);
     };
     if magic != MAGIC {
-        return Err(CodecError::BadMagic { expected: MAGIC, found: [magic[0], magic[1]] });
+        return Err(CodecError::BadMagic {
+            expected: MAGIC,
+            found: [magic[0], magic[1]],
+        });
     }
     let Some(version) = buf.get(2..4) else {
         return Ok(None);
     };
     let version = u16::from_be_bytes([version[0], version[1]]);
     if version != WIRE_VERSION {
-        return Err(CodecError::UnsupportedVersion { ours: WIRE_VERSION, theirs: version });
+        return Err(CodecError::UnsupportedVersion {
+            ours: WIRE_VERSION,
+            theirs: version,
+        });
     }
     let Some(len) = buf.get(4..HEADER_LEN) else {
         return Ok(None);
@@ -147,7 +150,11 @@ mod tests {
     use crate::wire::message::Ack;
 
     fn ack() -> Message {
-        Message::Ack(Ack { epoch: Epoch(3), rank: Rank(1), step: Step(7) })
+        Message::Ack(Ack {
+            epoch: Epoch(3),
+            rank: Rank(1),
+            step: Step(7),
+        })
     }
 
     #[test]
@@ -177,7 +184,10 @@ mod tests {
         header.extend_from_slice(&u32::MAX.to_be_bytes());
         assert_eq!(
             decode(&header, 1 << 20),
-            Err(CodecError::TooLarge { claimed: u32::MAX.into(), limit: 1 << 20 })
+            Err(CodecError::TooLarge {
+                claimed: u32::MAX.into(),
+                limit: 1 << 20
+            })
         );
     }
 
@@ -188,7 +198,10 @@ mod tests {
         let payload = bytes.len() - HEADER_LEN;
         assert_eq!(
             encode_checked(&ack(), payload - 1),
-            Err(CodecError::TooLarge { claimed: payload as u64, limit: payload as u64 - 1 })
+            Err(CodecError::TooLarge {
+                claimed: payload as u64,
+                limit: payload as u64 - 1
+            })
         );
     }
 
@@ -200,7 +213,9 @@ mod tests {
         bytes[4..8].copy_from_slice(&len.to_be_bytes());
         assert_eq!(
             decode(&bytes, 1024),
-            Err(CodecError::Malformed("1 trailing bytes after the message".into()))
+            Err(CodecError::Malformed(
+                "1 trailing bytes after the message".into()
+            ))
         );
     }
 
@@ -208,20 +223,30 @@ mod tests {
     fn bad_magic_and_version() {
         assert_eq!(
             decode(b"GET / HTTP/1.1", 1024),
-            Err(CodecError::BadMagic { expected: MAGIC, found: *b"GE" })
+            Err(CodecError::BadMagic {
+                expected: MAGIC,
+                found: *b"GE"
+            })
         );
         let mut bytes = encode(&ack());
         bytes[2..4].copy_from_slice(&9u16.to_be_bytes());
         assert_eq!(
             decode(&bytes, 1024),
-            Err(CodecError::UnsupportedVersion { ours: WIRE_VERSION, theirs: 9 })
+            Err(CodecError::UnsupportedVersion {
+                ours: WIRE_VERSION,
+                theirs: 9
+            })
         );
     }
 
     #[test]
     fn error_messages() {
         assert_eq!(
-            CodecError::BadMagic { expected: MAGIC, found: *b"GE" }.to_string(),
+            CodecError::BadMagic {
+                expected: MAGIC,
+                found: *b"GE"
+            }
+            .to_string(),
             "bad magic: expected [54, 44], found [47, 45]"
         );
         assert_eq!(
@@ -229,7 +254,11 @@ mod tests {
             "unsupported wire version: we speak 1, peer sent 2"
         );
         assert_eq!(
-            CodecError::TooLarge { claimed: 10, limit: 5 }.to_string(),
+            CodecError::TooLarge {
+                claimed: 10,
+                limit: 5
+            }
+            .to_string(),
             "message too large: header claims 10 payload bytes, limit is 5"
         );
         assert_eq!(

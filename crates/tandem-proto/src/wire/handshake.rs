@@ -190,7 +190,10 @@ impl Membership {
             return Err(HandshakeError::BadSecret);
         }
         if hello.epoch != self.epoch {
-            return Err(HandshakeError::StaleEpoch { ours: self.epoch, theirs: hello.epoch });
+            return Err(HandshakeError::StaleEpoch {
+                ours: self.epoch,
+                theirs: hello.epoch,
+            });
         }
         if hello.rank.0 >= self.world_size {
             return Err(HandshakeError::RankOutOfRange {
@@ -202,7 +205,10 @@ impl Membership {
             return Err(HandshakeError::Fingerprint(m));
         }
         if hello.rank == Rank(0) || joined.contains(&hello.rank) {
-            return Err(HandshakeError::DuplicateRank { rank: hello.rank, epoch: self.epoch });
+            return Err(HandshakeError::DuplicateRank {
+                rank: hello.rank,
+                epoch: self.epoch,
+            });
         }
         Ok(hello.rank)
     }
@@ -252,7 +258,10 @@ mod tests {
     fn each_mismatch_names_its_field() {
         let mut p = membership();
         p.protocol_version = 9;
-        assert_eq!(check(&p, 1), Err(HandshakeError::ProtocolVersion { ours: 1, theirs: 9 }));
+        assert_eq!(
+            check(&p, 1),
+            Err(HandshakeError::ProtocolVersion { ours: 1, theirs: 9 })
+        );
 
         let mut p = membership();
         p.group_id = GroupId("other".into());
@@ -266,12 +275,18 @@ mod tests {
         p.epoch = Epoch(2);
         assert_eq!(
             check(&p, 1),
-            Err(HandshakeError::StaleEpoch { ours: Epoch(3), theirs: Epoch(2) })
+            Err(HandshakeError::StaleEpoch {
+                ours: Epoch(3),
+                theirs: Epoch(2)
+            })
         );
 
         assert_eq!(
             check(&membership(), 4),
-            Err(HandshakeError::RankOutOfRange { rank: Rank(4), world_size: 4 })
+            Err(HandshakeError::RankOutOfRange {
+                rank: Rank(4),
+                world_size: 4
+            })
         );
 
         let mut p = membership();
@@ -286,19 +301,37 @@ mod tests {
     fn duplicate_and_leader_ranks_are_refused() {
         let m = membership();
         let joined: BTreeSet<Rank> = [Rank(1)].into();
-        let dup = Err(HandshakeError::DuplicateRank { rank: Rank(1), epoch: Epoch(3) });
-        assert_eq!(m.check_hello(&NONCE, &m.hello(&NONCE, Rank(1)), &joined), dup);
-        let leader = Err(HandshakeError::DuplicateRank { rank: Rank(0), epoch: Epoch(3) });
-        assert_eq!(m.check_hello(&NONCE, &m.hello(&NONCE, Rank(0)), &joined), leader);
+        let dup = Err(HandshakeError::DuplicateRank {
+            rank: Rank(1),
+            epoch: Epoch(3),
+        });
+        assert_eq!(
+            m.check_hello(&NONCE, &m.hello(&NONCE, Rank(1)), &joined),
+            dup
+        );
+        let leader = Err(HandshakeError::DuplicateRank {
+            rank: Rank(0),
+            epoch: Epoch(3),
+        });
+        assert_eq!(
+            m.check_hello(&NONCE, &m.hello(&NONCE, Rank(0)), &joined),
+            leader
+        );
     }
 
     #[test]
     fn proof_binds_nonce_rank_and_epoch() {
         let m = membership();
         let mut h = m.hello(&NONCE, Rank(1));
-        assert_eq!(m.check_hello(&[8; 32], &h, &BTreeSet::new()), Err(HandshakeError::BadSecret));
+        assert_eq!(
+            m.check_hello(&[8; 32], &h, &BTreeSet::new()),
+            Err(HandshakeError::BadSecret)
+        );
         h.rank = Rank(2);
-        assert_eq!(m.check_hello(&NONCE, &h, &BTreeSet::new()), Err(HandshakeError::BadSecret));
+        assert_eq!(
+            m.check_hello(&NONCE, &h, &BTreeSet::new()),
+            Err(HandshakeError::BadSecret)
+        );
     }
 
     #[test]

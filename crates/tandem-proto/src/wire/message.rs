@@ -133,15 +133,28 @@ mod tests {
     fn kinds_and_epochs() {
         let m = Message::Challenge { nonce: [0; 32] };
         assert_eq!((m.kind(), m.epoch()), ("challenge", None));
-        let m = Message::Ack(Ack { epoch: Epoch(4), rank: Rank(1), step: Step(2) });
+        let m = Message::Ack(Ack {
+            epoch: Epoch(4),
+            rank: Rank(1),
+            step: Step(2),
+        });
         assert_eq!((m.kind(), m.epoch()), ("ack", Some(Epoch(4))));
-        let m = Message::Welcome { epoch: Epoch(2), sealed_step: None };
+        let m = Message::Welcome {
+            epoch: Epoch(2),
+            sealed_step: None,
+        };
         assert_eq!((m.kind(), m.epoch()), ("welcome", Some(Epoch(2))));
-        let m = Message::Heartbeat(Heartbeat { epoch: Epoch(5), rank: Rank(1), now_ms: 1 });
+        let m = Message::Heartbeat(Heartbeat {
+            epoch: Epoch(5),
+            rank: Rank(1),
+            now_ms: 1,
+        });
         assert_eq!((m.kind(), m.epoch()), ("heartbeat", Some(Epoch(5))));
         let m = Message::Frame(Frame::empty(Epoch(6), Step(0)));
         assert_eq!((m.kind(), m.epoch()), ("frame", Some(Epoch(6))));
-        let m = Message::Refused { reason: HandshakeError::BadSecret };
+        let m = Message::Refused {
+            reason: HandshakeError::BadSecret,
+        };
         assert_eq!((m.kind(), m.epoch()), ("refused", None));
         let m = Message::ShardReport(ShardReport {
             epoch: Epoch(7),

@@ -10,8 +10,13 @@
 //! liveness verdicts. It never does IO, never reads a clock, and never reveals an outcome that
 //! the driver has not confirmed durable.
 
+mod config;
+mod peers;
+
+pub use config::{LeaderConfig, LeaderEvent, LeaderStats};
+
 use crate::error::{LeaderError, QuorumError};
-use crate::frame::{Frame, LookupResult, Reconciliation, TaskStart};
+use crate::frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart};
 use crate::ids::{BlockHash, Epoch, PageId, Rank, RequestId, Step, TaskId, TaskKind};
 use crate::liveness::Liveness;
 use crate::persist::{BatchId, PersistBatch, PersistQueue};
@@ -19,76 +24,7 @@ use crate::quorum::{Quorum, ReportOutcome};
 use crate::reconcile::InFlightTask;
 use crate::retention::{FrameStore, Lookup};
 use crate::wire::{Ack, Heartbeat, Message, ShardReport};
-use crate::frame::OutcomeResult;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-
-/// How a leader runs one epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct LeaderConfig {
-    /// The epoch (from the supervisor's Redis counter).
-    pub epoch: Epoch,
-    /// Ranks in the group, including the leader (at least 1).
-    pub world_size: u32,
-    /// W: the most sealed steps the leader may be ahead of the slowest follower's
-    /// acknowledgement (steps, at least 1). Step `s` may be sealed only while
-    /// `s <= slowest_ack + W` (or `s < W` before any acknowledgement).
-    pub window_steps: u64,
-    /// Sealed frames kept readable through [`Leader::frame`] (frames, at least 1).
-    pub retention_steps: u64,
-    /// A follower not heard from for this long is reported silent (ms).
-    pub heartbeat_timeout_ms: u64,
-    /// The caller's clock when the epoch starts; every follower counts as seen then (ms).
-    pub start_ms: u64,
-}
-
-/// Counters for metrics. All counts since the leader was created.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct LeaderStats {
-    /// Frames sealed.
-    pub steps_sealed: u64,
-    /// Seal calls refused because the window was full.
-    pub window_full: u64,
-    /// Messages rejected because they belong to an older epoch.
-    pub stale_epoch_rejected: u64,
-    /// Messages rejected because they belong to a later epoch.
-    pub future_epoch_rejected: u64,
-    /// Shard reports recorded (first report of a rank on a task).
-    pub reports_accepted: u64,
-    /// Shard reports ignored as duplicates.
-    pub duplicate_reports: u64,
-    /// Shard reports rejected for an unknown task or rank.
-    pub rejected_reports: u64,
-    /// Tasks finished by quorum, successfully.
-    pub tasks_ok: u64,
-    /// Tasks finished by quorum with a failure.
-    pub tasks_failed: u64,
-    /// Outcomes confirmed durable.
-    pub outcomes_persisted: u64,
-    /// Persist batches handed back as failed.
-    pub persist_failures: u64,
-    /// Outcomes revealed in sealed frames.
-    pub outcomes_revealed: u64,
-    /// Acknowledgements accepted.
-    pub acks: u64,
-    /// Heartbeats accepted.
-    pub heartbeats: u64,
-    /// Times a rank was reported silent.
-    pub ranks_silent: u64,
-}
-
-/// Something the supervisor must hear about.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum LeaderEvent {
-    /// `rank` has sent no heartbeat since `last_seen_ms`; `now_ms` is when that was noticed.
-    RankSilent {
-        /// The silent rank.
-        rank: Rank,
-        /// Its last heartbeat, on the leader's clock (ms).
-        last_seen_ms: u64,
-        /// When the silence was detected (ms).
-        now_ms: u64,
-    },
-}
 
 /// The leader of one epoch. See the module docs for the input/output contract.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +39,11 @@ pub struct Leader {
     /// Highest step each follower acknowledged (`None`: none yet). Rank 0 may ack too.
     acks: BTreeMap<Rank, Option<Step>>,
     pins: BTreeMap<RequestId, Vec<BlockHash>>,
+    /// Follower ranks admitted by the handshake in this epoch.
+    joined: BTreeSet<Rank>,
+    /// Admitted ranks whose connection was lost; they stay in `joined`, so they cannot
+    /// rejoin this epoch.
+    lost: BTreeSet<Rank>,
     liveness: Liveness,
     transmit: VecDeque<(Rank, Message)>,
     events: VecDeque<LeaderEvent>,
@@ -119,10 +60,14 @@ impl Leader {
         reconciliation: Option<Reconciliation>,
     ) -> Result<Leader, LeaderError> {
         if config.world_size == 0 {
-            return Err(LeaderError::InvalidConfig { reason: "world_size is 0".into() });
+            return Err(LeaderError::InvalidConfig {
+                reason: "world_size is 0".into(),
+            });
         }
         if config.window_steps == 0 {
-            return Err(LeaderError::InvalidConfig { reason: "window_steps is 0".into() });
+            return Err(LeaderError::InvalidConfig {
+                reason: "window_steps is 0".into(),
+            });
         }
         let followers = (1..config.world_size).map(Rank);
         let mut open = Frame::empty(config.epoch, Step(0));
@@ -135,6 +80,8 @@ impl Leader {
             sealed: FrameStore::new(usize::try_from(config.retention_steps).unwrap_or(usize::MAX)),
             acks: (0..config.world_size).map(|r| (Rank(r), None)).collect(),
             pins: BTreeMap::new(),
+            joined: BTreeSet::new(),
+            lost: BTreeSet::new(),
             liveness: Liveness::new(followers, config.start_ms, config.heartbeat_timeout_ms),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
@@ -205,7 +152,12 @@ impl Leader {
         let task = TaskId::new(self.config.epoch, self.next_seq);
         self.next_seq += 1;
         self.quorum.start(task, kind, request);
-        let start = TaskStart { task, request, block_hashes, page_ids };
+        let start = TaskStart {
+            task,
+            request,
+            block_hashes,
+            page_ids,
+        };
         match kind {
             TaskKind::Store => self.open.stores.push(start),
             TaskKind::Load => self.open.loads.push(start),
@@ -246,7 +198,9 @@ impl Leader {
     pub fn handle_report(&mut self, report: &ShardReport) -> Result<ReportOutcome, LeaderError> {
         self.fence(report.epoch)?;
         self.fence(Epoch(report.task.epoch))?;
-        let out = self.quorum.record(report.task, report.rank, report.result.clone());
+        let out = self
+            .quorum
+            .record(report.task, report.rank, report.result.clone());
         let out = match out {
             Ok(o) => o,
             Err(e) => {
@@ -282,7 +236,10 @@ impl Leader {
     ///
     /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the batch in flight.
     pub fn handle_persisted(&mut self, batch: BatchId) -> Result<(), LeaderError> {
-        let n = self.persist.persisted(batch).ok_or(LeaderError::UnknownBatch { batch })?;
+        let n = self
+            .persist
+            .persisted(batch)
+            .ok_or(LeaderError::UnknownBatch { batch })?;
         self.stats.outcomes_persisted += n as u64;
         Ok(())
     }
@@ -305,7 +262,12 @@ impl Leader {
         if self.config.world_size <= 1 {
             return self.sealed_step();
         }
-        self.acks.iter().filter(|(r, _)| r.0 != 0).map(|(_, a)| *a).min().flatten()
+        self.acks
+            .iter()
+            .filter(|(r, _)| r.0 != 0)
+            .map(|(_, a)| *a)
+            .min()
+            .flatten()
     }
 
     /// The lowest step acknowledged by every rank, rank 0's engine included.
@@ -323,7 +285,10 @@ impl Leader {
     pub fn seal(&mut self, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
         let _ = now_ms; // Sealing depends on acknowledgements, not on time.
         if step != self.open.step {
-            return Err(LeaderError::WrongStep { expected: self.open.step, got: step });
+            return Err(LeaderError::WrongStep {
+                expected: self.open.step,
+                got: step,
+            });
         }
         let slowest_ack = self.slowest_ack();
         if self.config.world_size > 1 {
@@ -337,12 +302,14 @@ impl Leader {
                 });
             }
         }
-        let mut frame = std::mem::replace(&mut self.open, Frame::empty(self.config.epoch, step.next()));
+        let mut frame =
+            std::mem::replace(&mut self.open, Frame::empty(self.config.epoch, step.next()));
         frame.finished = self.persist.take_durable();
         self.stats.outcomes_revealed += frame.finished.len() as u64;
         self.stats.steps_sealed += 1;
         for r in 1..self.config.world_size {
-            self.transmit.push_back((Rank(r), Message::Frame(frame.clone())));
+            self.transmit
+                .push_back((Rank(r), Message::Frame(frame.clone())));
         }
         self.sealed.push(frame.clone());
         Ok(frame)
@@ -354,9 +321,10 @@ impl Leader {
     pub fn frame(&self, step: Step) -> Result<Option<&Frame>, LeaderError> {
         match self.sealed.lookup(step) {
             Lookup::Retained(f) => Ok(Some(f)),
-            Lookup::Expired { oldest } => {
-                Err(LeaderError::FrameExpired { wanted: step, oldest_retained: oldest })
-            }
+            Lookup::Expired { oldest } => Err(LeaderError::FrameExpired {
+                wanted: step,
+                oldest_retained: oldest,
+            }),
             Lookup::NotYet => Ok(None),
         }
     }
@@ -376,10 +344,18 @@ impl Leader {
         let world_size = self.config.world_size;
         let sealed = self.sealed_step();
         let Some(slot) = self.acks.get_mut(&ack.rank) else {
-            return Err(QuorumError::RankOutOfRange { rank: ack.rank, world_size }.into());
+            return Err(QuorumError::RankOutOfRange {
+                rank: ack.rank,
+                world_size,
+            }
+            .into());
         };
         if sealed.is_none_or(|s| ack.step > s) {
-            return Err(LeaderError::AckBeyondSealed { rank: ack.rank, step: ack.step, sealed });
+            return Err(LeaderError::AckBeyondSealed {
+                rank: ack.rank,
+                step: ack.step,
+                sealed,
+            });
         }
         *slot = Some(slot.map_or(ack.step, |a| a.max(ack.step)));
         self.stats.acks += 1;
@@ -403,35 +379,6 @@ impl Leader {
         Ok(())
     }
 
-    /// Dispatch a message that arrived on rank `from`'s admitted connection at `now_ms`.
-    /// Returns the report's outcome for a `ShardReport`, `None` otherwise.
-    ///
-    /// Errors: those of the `handle_*` method called; [`LeaderError::RankMismatch`] when the
-    /// message claims another rank; [`LeaderError::UnexpectedMessage`] for messages a leader
-    /// never receives in an epoch (handshake messages are handled by the driver).
-    pub fn handle_message(
-        &mut self,
-        from: Rank,
-        msg: &Message,
-        now_ms: u64,
-    ) -> Result<Option<ReportOutcome>, LeaderError> {
-        let claimed = match msg {
-            Message::ShardReport(r) => r.rank,
-            Message::Ack(a) => a.rank,
-            Message::Heartbeat(h) => h.rank,
-            other => return Err(LeaderError::UnexpectedMessage { kind: other.kind() }),
-        };
-        if claimed != from {
-            return Err(LeaderError::RankMismatch { connection: from, claimed });
-        }
-        match msg {
-            Message::ShardReport(r) => self.handle_report(r).map(Some),
-            Message::Ack(a) => self.handle_ack(a).map(|_| None),
-            Message::Heartbeat(h) => self.handle_heartbeat(h, now_ms).map(|_| None),
-            other => Err(LeaderError::UnexpectedMessage { kind: other.kind() }),
-        }
-    }
-
     /// When [`Self::handle_timeout`] should next be called (ms), if ever.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.liveness.next_deadline()
@@ -442,7 +389,11 @@ impl Leader {
     pub fn handle_timeout(&mut self, now_ms: u64) {
         for (rank, last_seen_ms) in self.liveness.expire(now_ms) {
             self.stats.ranks_silent += 1;
-            self.events.push_back(LeaderEvent::RankSilent { rank, last_seen_ms, now_ms });
+            self.events.push_back(LeaderEvent::RankSilent {
+                rank,
+                last_seen_ms,
+                now_ms,
+            });
         }
     }
 
@@ -470,7 +421,7 @@ impl Leader {
     }
 
     /// Outcomes durable but not yet revealed in a sealed frame.
-    pub fn durable_unrevealed(&self) -> &[crate::frame::TaskOutcome] {
+    pub fn durable_unrevealed(&self) -> &[TaskOutcome] {
         self.persist.durable_unrevealed()
     }
 
