@@ -95,7 +95,7 @@ pub use fingerprint::{ConfigFingerprint, FieldMismatch};
 pub use follower::{Follower, FollowerEvent, FollowerStats, WaitId};
 pub use frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart};
 pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, TaskKind};
-pub use leader::{Leader, LeaderConfig, LeaderEvent, LeaderStats};
+pub use leader::{Leader, LeaderConfig, LeaderEvent, LeaderStats, MAX_WORLD_SIZE};
 pub use persist::{BatchId, PersistBatch};
 pub use quorum::ReportOutcome;
 pub use reconcile::{reconcile, undelivered_outcomes, InFlightTask};

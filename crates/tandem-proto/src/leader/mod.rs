@@ -26,6 +26,9 @@ use crate::retention::{FrameStore, Lookup};
 use crate::wire::{Ack, Heartbeat, Message, ShardReport};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// The largest group a leader accepts (ranks).
+pub const MAX_WORLD_SIZE: u32 = 65_536;
+
 /// The leader of one epoch. See the module docs for the input/output contract.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Leader {
@@ -54,7 +57,8 @@ impl Leader {
     /// A leader for `config.epoch`. `reconciliation` goes into the frame of step 0 (pass
     /// `None` for the first epoch of a group).
     ///
-    /// Errors: [`LeaderError::InvalidConfig`] when `world_size` or `window_steps` is 0.
+    /// Errors: [`LeaderError::InvalidConfig`] when `world_size` or `window_steps` is 0, or
+    /// `world_size` exceeds [`MAX_WORLD_SIZE`].
     pub fn new(
         config: LeaderConfig,
         reconciliation: Option<Reconciliation>,
@@ -62,6 +66,14 @@ impl Leader {
         if config.world_size == 0 {
             return Err(LeaderError::InvalidConfig {
                 reason: "world_size is 0".into(),
+            });
+        }
+        if config.world_size > MAX_WORLD_SIZE {
+            return Err(LeaderError::InvalidConfig {
+                reason: format!(
+                    "world_size {} exceeds the maximum of {MAX_WORLD_SIZE}",
+                    config.world_size
+                ),
             });
         }
         if config.window_steps == 0 {
