@@ -4,7 +4,7 @@
 //! Owns the frame's shape and the pure helpers that read it. It never decides anything:
 //! frames are built only by [`crate::Leader::seal`] and read by followers unchanged.
 
-use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId, TaskKind};
+use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId, TaskKind, Tier};
 use serde::{Deserialize, Serialize};
 
 /// The leader's prefix-match decision for one request.
@@ -44,6 +44,23 @@ pub struct TaskStart {
     pub block_hashes: Vec<BlockHash>,
     /// The engine pages, one per block, same order as `block_hashes`.
     pub page_ids: Vec<PageId>,
+    /// For a store: the tier every rank writes each block's shard to (one per block, chosen
+    /// by the leader's group index). Empty for a load: the shard is read from wherever the
+    /// frame's tier operations left it.
+    pub tiers: Vec<Tier>,
+}
+
+/// One change to the tiers that every rank applies to its own shard of a block, in frame order.
+/// Only the leader's group index decides these (DESIGN.md invariant 2); a rank never evicts or
+/// moves a block on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TierOp {
+    /// The block leaves the group's cache: free its slot.
+    Evict(BlockHash),
+    /// Move the shard from the host tier to the disk tier.
+    Demote(BlockHash),
+    /// Move the shard from the disk tier to the host tier.
+    Promote(BlockHash),
 }
 
 /// How a task ended.
@@ -102,8 +119,10 @@ pub struct Frame {
     pub loads: Vec<TaskStart>,
     /// Outcomes revealed in this step (each already durable), in reveal order.
     pub finished: Vec<TaskOutcome>,
-    /// Blocks the leader evicted in this step.
-    pub evictions: Vec<BlockHash>,
+    /// Tier operations every rank applies to its own shards, in this order, when the frame
+    /// arrives (before any copy the frame starts): evictions and host/disk moves decided by
+    /// the leader's group index.
+    pub tier_ops: Vec<TierOp>,
     /// Present only on step 0 of an epoch that follows another.
     pub reconciliation: Option<Reconciliation>,
 }
@@ -118,7 +137,7 @@ impl Frame {
             stores: Vec::new(),
             loads: Vec::new(),
             finished: Vec::new(),
-            evictions: Vec::new(),
+            tier_ops: Vec::new(),
             reconciliation: None,
         }
     }
@@ -130,7 +149,7 @@ impl Frame {
             && self.stores.is_empty()
             && self.loads.is_empty()
             && self.finished.is_empty()
-            && self.evictions.is_empty()
+            && self.tier_ops.is_empty()
             && self.reconciliation.is_none()
     }
 
@@ -145,6 +164,14 @@ impl Frame {
     }
 
     /// Every task started in this frame, stores first, with its kind.
+    /// The blocks this frame evicts from the group, in order.
+    pub fn evictions(&self) -> impl Iterator<Item = BlockHash> + '_ {
+        self.tier_ops.iter().filter_map(|op| match op {
+            TierOp::Evict(h) => Some(*h),
+            _ => None,
+        })
+    }
+
     pub fn started(&self) -> impl Iterator<Item = (TaskKind, &TaskStart)> {
         self.stores
             .iter()
@@ -182,6 +209,8 @@ mod tests {
             aborted: vec![outcome(2, OutcomeResult::Aborted)],
             released_pins: vec![BlockHash(9)],
         });
+        f.tier_ops = vec![TierOp::Demote(BlockHash(4)), TierOp::Evict(BlockHash(5))];
+        assert_eq!(f.evictions().collect::<Vec<_>>(), vec![BlockHash(5)]);
         assert!(!f.is_empty());
         let seqs: Vec<u64> = f.outcomes().map(|o| o.task.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3]);

@@ -70,6 +70,25 @@ pub enum TaskKind {
     Load,
 }
 
+/// A storage tier of a rank, as the leader names it in frames. Defined once here; the store
+/// engine maps it to its own tier implementations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Tier {
+    /// Host memory: a preallocated slab of slots, microseconds, capacity in the tens of GiB.
+    Host,
+    /// Local disk: a preallocated file of slots, tens to hundreds of microseconds, capacity in TiB.
+    Disk,
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tier::Host => "host",
+            Tier::Disk => "disk",
+        })
+    }
+}
+
 impl Step {
     /// The step after this one.
     pub fn next(self) -> Step {
@@ -134,6 +153,8 @@ mod tests {
         assert_eq!(GroupId("g".into()).to_string(), "g");
         assert_eq!(TaskKind::Store.to_string(), "store");
         assert_eq!(TaskKind::Load.to_string(), "load");
+        assert_eq!(Tier::Host.to_string(), "host");
+        assert_eq!(Tier::Disk.to_string(), "disk");
         assert_eq!(Step(1).next(), Step(2));
         assert_eq!(Step(u64::MAX).next(), Step(u64::MAX));
     }

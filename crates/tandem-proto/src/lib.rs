@@ -34,11 +34,12 @@
 //!
 //! # Driving a leader (one step)
 //!
-//! 1. `record_lookup`, `start_store`, `start_load`, `record_eviction` for the open step.
+//! 1. `record_lookup`, `start_store`, `start_load`, `record_tier_op` for the open step.
 //! 2. Feed peer messages to `handle_message` (or `handle_report`/`handle_ack`/
 //!    `handle_heartbeat`), and the leader's own shard reports to `handle_report`.
-//! 3. Append each `poll_persist()` batch to the durable stream, then `handle_persisted(id)`
-//!    (or `handle_persist_failed(id)` when the store is unreachable).
+//! 3. Append each `poll_persist()` batch (task starts and finished outcomes) to the durable
+//!    stream, then `handle_persisted(id)` (or `handle_persist_failed(id)` when the store is
+//!    unreachable). A start or outcome is revealed only by a frame sealed after it is durable.
 //! 4. `seal(step, now_ms)`; send every `poll_transmit()` message; apply the returned frame to
 //!    the local engine.
 //! 5. Arm a timer for `poll_timeout()`, call `handle_timeout(now_ms)` when it fires, and
@@ -54,9 +55,13 @@
 //! let mut leader = Leader::new(config, None)?;
 //! let mut follower = Follower::new(Epoch(1), Rank(1), 64);
 //!
-//! // Step 0: the engine stores one block; the frame starts the task.
-//! let task = leader.start_store(RequestId(7), vec![BlockHash(0xab)], vec![PageId(3)]);
+//! // Step 0: the engine stores one block; once the start is durable the frame reveals it.
+//! let task = leader.start_store(RequestId(7), vec![BlockHash(0xab)], vec![PageId(3)], vec![Tier::Host]);
+//! let batch = leader.poll_persist().expect("one start");
+//! // ... XADD batch.started to the completion stream ...
+//! leader.handle_persisted(batch.id)?;
 //! let frame0 = leader.seal(Step(0), 10)?;
+//! assert_eq!(frame0.stores[0].task, task);
 //! while let Some((_rank, msg)) = leader.poll_transmit() {
 //!     let bytes = encode(&msg); // over TCP in production
 //!     let (msg, _) = decode(&bytes, 1 << 20)?.expect("whole message");
@@ -93,10 +98,10 @@ pub mod wire;
 pub use error::{FollowerError, LeaderError, QuorumError};
 pub use fingerprint::{ConfigFingerprint, FieldMismatch};
 pub use follower::{Follower, FollowerEvent, FollowerStats, WaitId};
-pub use frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart};
-pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, TaskKind};
+pub use frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp};
+pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
 pub use leader::{Leader, LeaderConfig, LeaderEvent, LeaderStats, MAX_WORLD_SIZE};
-pub use persist::{BatchId, PersistBatch};
+pub use persist::{BatchId, PersistBatch, StartedTask};
 pub use quorum::ReportOutcome;
 pub use reconcile::{reconcile, undelivered_outcomes, InFlightTask};
 pub use wire::{

@@ -1,13 +1,15 @@
-//! The leader's durability pipeline for task outcomes (DESIGN.md invariant 5), in the shape
-//! of raft-rs's `Ready`/`advance`: finished → batch handed to the driver → durable →
-//! revealed in a frame.
+//! The leader's write-ahead pipeline (DESIGN.md invariant 5), in the shape of raft-rs's
+//! `Ready`/`advance`: task starts and finished outcomes → batch handed to the driver → durable
+//! → revealed in a frame.
 //!
-//! Owns the order outcomes move through those stages. It never talks to Redis: the driver
-//! appends each [`PersistBatch`] and reports back. While Redis is down, outcomes wait here;
-//! sealing goes on with nothing new revealed.
+//! Owns the order starts and outcomes move through those stages. A start is logged before any
+//! rank sees it, so that after a crash every task an engine saw started is known to the log
+//! (and reported aborted if it has no outcome); an outcome is logged before any engine sees it.
+//! It never talks to Redis: the driver appends each [`PersistBatch`] and reports back. While
+//! Redis is down, starts and outcomes wait here; sealing goes on with nothing new revealed.
 
-use crate::frame::TaskOutcome;
-use crate::ids::Epoch;
+use crate::frame::{TaskOutcome, TaskStart};
+use crate::ids::{Epoch, TaskKind};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -23,27 +25,47 @@ impl fmt::Display for BatchId {
     }
 }
 
-/// Outcomes the driver must append to the durable stream, then confirm with
+/// A task start as the log records it: the start and whether it stores or loads.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StartedTask {
+    /// Store or load.
+    pub kind: TaskKind,
+    /// The start, exactly as the frame will reveal it.
+    pub start: TaskStart,
+}
+
+/// Starts and outcomes the driver must append to the durable stream, then confirm with
 /// [`crate::Leader::handle_persisted`] (or hand back with
 /// [`crate::Leader::handle_persist_failed`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PersistBatch {
     /// The batch id to confirm.
     pub id: BatchId,
-    /// The epoch whose leader finished these tasks.
+    /// The epoch whose leader started or finished these tasks.
     pub epoch: Epoch,
+    /// Task starts, in start order.
+    pub started: Vec<StartedTask>,
     /// The outcomes, in finish order.
     pub outcomes: Vec<TaskOutcome>,
 }
 
-/// Outcomes between quorum and reveal. At most one batch is in flight at a time, so outcomes
-/// become durable, and are revealed, in finish order.
+impl PersistBatch {
+    /// Nothing to append.
+    pub fn is_empty(&self) -> bool {
+        self.started.is_empty() && self.outcomes.is_empty()
+    }
+}
+
+/// Starts and outcomes between the leader's decision and their reveal. At most one batch is in
+/// flight at a time, so both become durable, and are revealed, in decision order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PersistQueue {
     epoch: Epoch,
     next_id: u64,
+    started: Vec<StartedTask>,
     finished: Vec<TaskOutcome>,
     in_flight: Option<PersistBatch>,
+    durable_started: Vec<StartedTask>,
     durable: Vec<TaskOutcome>,
 }
 
@@ -53,26 +75,34 @@ impl PersistQueue {
         PersistQueue {
             epoch,
             next_id: 0,
+            started: Vec::new(),
             finished: Vec::new(),
             in_flight: None,
+            durable_started: Vec::new(),
             durable: Vec::new(),
         }
     }
 
-    /// A task finished by quorum.
+    /// The leader started a task.
+    pub fn push_started(&mut self, started: StartedTask) {
+        self.started.push(started);
+    }
+
+    /// A task finished by quorum (or was refused without starting).
     pub fn push_finished(&mut self, outcome: TaskOutcome) {
         self.finished.push(outcome);
     }
 
-    /// The next batch to append: everything finished and not yet batched, unless a batch is
-    /// already in flight or nothing is waiting.
+    /// The next batch to append: everything started or finished and not yet batched, unless a
+    /// batch is already in flight or nothing is waiting.
     pub fn poll(&mut self) -> Option<PersistBatch> {
-        if self.in_flight.is_some() || self.finished.is_empty() {
+        if self.in_flight.is_some() || (self.finished.is_empty() && self.started.is_empty()) {
             return None;
         }
         let batch = PersistBatch {
             id: BatchId(self.next_id),
             epoch: self.epoch,
+            started: std::mem::take(&mut self.started),
             outcomes: std::mem::take(&mut self.finished),
         };
         self.next_id += 1;
@@ -80,20 +110,22 @@ impl PersistQueue {
         Some(batch)
     }
 
-    /// The batch `id` is durable: its outcomes may be revealed. Returns how many outcomes it
-    /// held, or `None` when `id` is not the batch in flight.
+    /// The batch `id` is durable: its starts and outcomes may be revealed. Returns how many
+    /// outcomes it held, or `None` when `id` is not the batch in flight.
     pub fn persisted(&mut self, id: BatchId) -> Option<usize> {
         if self.in_flight.as_ref().map(|b| b.id) != Some(id) {
             return None;
         }
         let batch = self.in_flight.take()?;
         let n = batch.outcomes.len();
+        self.durable_started.extend(batch.started);
         self.durable.extend(batch.outcomes);
         Some(n)
     }
 
-    /// Appending batch `id` failed: its outcomes go back to the front of the queue, to be
-    /// batched again by the next [`Self::poll`]. Returns `false` when `id` is not in flight.
+    /// Appending batch `id` failed: its starts and outcomes go back to the front of the queue,
+    /// to be batched again by the next [`Self::poll`]. Returns `false` when `id` is not in
+    /// flight.
     pub fn failed(&mut self, id: BatchId) -> bool {
         if self.in_flight.as_ref().map(|b| b.id) != Some(id) {
             return false;
@@ -101,6 +133,8 @@ impl PersistQueue {
         if let Some(batch) = self.in_flight.take() {
             let later = std::mem::replace(&mut self.finished, batch.outcomes);
             self.finished.extend(later);
+            let later = std::mem::replace(&mut self.started, batch.started);
+            self.started.extend(later);
         }
         true
     }
@@ -108,6 +142,11 @@ impl PersistQueue {
     /// Take every durable, unrevealed outcome for the frame being sealed, in finish order.
     pub fn take_durable(&mut self) -> Vec<TaskOutcome> {
         std::mem::take(&mut self.durable)
+    }
+
+    /// Take every durable, unrevealed start for the frame being sealed, in start order.
+    pub fn take_durable_started(&mut self) -> Vec<StartedTask> {
+        std::mem::take(&mut self.durable_started)
     }
 
     /// Outcomes finished but not yet durable (waiting, or in the batch in flight).
@@ -128,7 +167,7 @@ impl PersistQueue {
 mod tests {
     use super::*;
     use crate::frame::OutcomeResult;
-    use crate::ids::{RequestId, TaskId, TaskKind};
+    use crate::ids::{PageId, RequestId, TaskId, TaskKind};
 
     fn ok(seq: u64) -> TaskOutcome {
         TaskOutcome {
@@ -170,5 +209,34 @@ mod tests {
         let again = q.poll().unwrap();
         assert_eq!(again.outcomes, vec![ok(0), ok(1)]);
         assert_ne!(again.id, b.id);
+    }
+
+    fn start(seq: u64) -> StartedTask {
+        StartedTask {
+            kind: TaskKind::Load,
+            start: TaskStart {
+                task: TaskId { epoch: 1, seq },
+                request: RequestId(seq),
+                block_hashes: vec![],
+                page_ids: vec![PageId(0)],
+                tiers: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn starts_travel_with_outcomes_and_are_revealed_only_when_durable() {
+        let mut q = PersistQueue::new(Epoch(1));
+        q.push_started(start(0));
+        let b = q.poll().unwrap();
+        assert_eq!((b.started.len(), b.outcomes.len()), (1, 0));
+        assert!(q.take_durable_started().is_empty(), "not durable yet");
+        q.push_started(start(1));
+        assert!(q.failed(b.id));
+        let again = q.poll().unwrap();
+        assert_eq!(again.started, vec![start(0), start(1)], "failed starts go first");
+        q.persisted(again.id).unwrap();
+        assert_eq!(q.take_durable_started(), vec![start(0), start(1)]);
+        assert!(q.poll().is_none());
     }
 }

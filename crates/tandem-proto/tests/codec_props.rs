@@ -34,13 +34,23 @@ fn task_start() -> impl Strategy<Value = TaskStart> {
         any::<u64>(),
         hashes(),
         prop::collection::vec(any::<u32>(), 0..6),
+        prop::collection::vec(any::<bool>(), 0..6),
     )
-        .prop_map(|(task, r, block_hashes, pages)| TaskStart {
+        .prop_map(|(task, r, block_hashes, pages, on_disk)| TaskStart {
             task,
             request: RequestId(r),
             block_hashes,
             page_ids: pages.into_iter().map(PageId).collect(),
+            tiers: on_disk.into_iter().map(|d| if d { Tier::Disk } else { Tier::Host }).collect(),
         })
+}
+
+fn tier_op() -> impl Strategy<Value = TierOp> {
+    (0u8..3, any::<u64>()).prop_map(|(k, h)| match k {
+        0 => TierOp::Evict(BlockHash(h)),
+        1 => TierOp::Demote(BlockHash(h)),
+        _ => TierOp::Promote(BlockHash(h)),
+    })
 }
 
 fn frame() -> impl Strategy<Value = Frame> {
@@ -69,18 +79,18 @@ fn frame() -> impl Strategy<Value = Frame> {
         prop::collection::vec(task_start(), 0..3),
         prop::collection::vec(task_start(), 0..3),
         prop::collection::vec(outcome(), 0..3),
-        hashes(),
+        prop::collection::vec(tier_op(), 0..4),
         prop::option::of(rec),
     )
         .prop_map(
-            |(e, s, lookups, stores, loads, finished, evictions, reconciliation)| Frame {
+            |(e, s, lookups, stores, loads, finished, tier_ops, reconciliation)| Frame {
                 epoch: Epoch(e),
                 step: Step(s),
                 lookups,
                 stores,
                 loads,
                 finished,
-                evictions,
+                tier_ops,
                 reconciliation,
             },
         )

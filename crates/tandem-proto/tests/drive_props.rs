@@ -79,7 +79,7 @@ impl Sim {
                         .start_load(r, vec![BlockHash(1)], vec![PageId(1)])
                 } else {
                     self.leader
-                        .start_store(r, vec![BlockHash(2)], vec![PageId(2)])
+                        .start_store(r, vec![BlockHash(2)], vec![PageId(2)], vec![Tier::Host])
                 };
                 self.tasks.push(t);
             }
@@ -235,7 +235,10 @@ proptest! {
         for a in &actions {
             sim.apply(a)?;
         }
-        // Drain: every task reported by every rank, persisted, sealed and delivered.
+        // Drain: every start made durable and revealed, every task reported by every rank,
+        // persisted, sealed and delivered.
+        sim.apply(&Action::Persist { ok: true })?;
+        sim.apply(&Action::Persist { ok: true })?;
         for _ in 0..2 {
             sim.apply(&Action::Seal)?;
             for r in 1..WORLD {

@@ -92,12 +92,16 @@ impl Group {
     }
 }
 
+/// Start a store and make its start durable, as the driver does before sealing.
 fn store(g: &mut Group, request: u64) -> TaskId {
-    g.leader.start_store(
+    let task = g.leader.start_store(
         RequestId(request),
         vec![BlockHash(request)],
         vec![PageId(request as u32)],
-    )
+        vec![Tier::Host],
+    );
+    g.persist();
+    task
 }
 
 #[test]
@@ -210,7 +214,7 @@ fn stale_and_future_epochs_are_rejected_and_counted() {
     let f = &mut g.followers[0];
     let before = f.read(Step(0)).unwrap().cloned();
     let mut stale = Frame::empty(Epoch(2), Step(1));
-    stale.evictions.push(BlockHash(9));
+    stale.tier_ops.push(TierOp::Evict(BlockHash(9)));
     assert_eq!(
         f.handle_frame(stale),
         Err(FollowerError::StaleEpoch {
@@ -374,7 +378,7 @@ fn reads_are_positional_and_idempotent() {
     let mut g = Group::new(1, 2, None);
     let mut sealed = Vec::new();
     for i in 0..6 {
-        g.leader.record_eviction(BlockHash(i));
+        g.leader.record_tier_op(TierOp::Evict(BlockHash(i)));
         sealed.push(g.seal());
         g.ack_all(Step(i));
     }
@@ -392,7 +396,7 @@ fn reads_are_positional_and_idempotent() {
     assert_eq!(f.handle_frame(sealed[2].clone()), Ok(()));
     assert_eq!(f.stats().duplicate_frames, 1);
     let mut forged = sealed[2].clone();
-    forged.evictions.push(BlockHash(99));
+    forged.tier_ops.push(TierOp::Evict(BlockHash(99)));
     assert_eq!(
         f.handle_frame(forged),
         Err(FollowerError::ConflictingFrame { step: Step(2) })
@@ -851,4 +855,44 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
         Err(HandshakeError::DuplicateRank { .. })
     ));
     assert_eq!(leader.stats().ranks_lost, 1);
+}
+
+#[test]
+fn starts_are_revealed_only_once_durable() {
+    let mut g = Group::new(1, 2, None);
+    let t = g.leader.start_store(RequestId(1), vec![BlockHash(1)], vec![PageId(1)], vec![Tier::Disk]);
+    let f0 = g.seal();
+    assert!(f0.stores.is_empty(), "a start that is not durable is not revealed");
+    let b = g.leader.poll_persist().expect("the start waits to be logged");
+    assert_eq!(b.started.len(), 1);
+    g.leader.handle_persist_failed(b.id).unwrap();
+    assert!(g.seal().stores.is_empty(), "still not durable after a failed append");
+    g.persist();
+    let f2 = g.seal();
+    assert_eq!(f2.stores.len(), 1);
+    assert_eq!((f2.stores[0].task, f2.stores[0].tiers.clone()), (t, vec![Tier::Disk]));
+    assert!(g.seal().stores.is_empty(), "revealed once");
+}
+
+#[test]
+fn a_rejected_task_fails_once_without_starting() {
+    let mut g = Group::new(1, 2, None);
+    let t = g.leader.reject_task(TaskKind::Store, RequestId(4), "host tier full".into());
+    // Until its failure is durable a new epoch would report it aborted, like any outcome.
+    assert_eq!(g.leader.in_flight().iter().map(|t| t.task).collect::<Vec<_>>(), vec![t]);
+    g.persist();
+    assert!(g.leader.in_flight().is_empty());
+    let f = g.seal();
+    assert!(f.stores.is_empty());
+    assert_eq!(
+        f.finished,
+        vec![TaskOutcome {
+            task: t,
+            kind: TaskKind::Store,
+            request: RequestId(4),
+            result: OutcomeResult::Failed { reason: "host tier full".into() },
+        }]
+    );
+    assert!(g.seal().finished.is_empty());
+    assert_eq!(g.leader.stats().tasks_failed, 1);
 }

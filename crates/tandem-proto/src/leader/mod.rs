@@ -16,10 +16,10 @@ mod peers;
 pub use config::{LeaderConfig, LeaderEvent, LeaderStats};
 
 use crate::error::{LeaderError, QuorumError};
-use crate::frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart};
-use crate::ids::{BlockHash, Epoch, PageId, Rank, RequestId, Step, TaskId, TaskKind};
+use crate::frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp};
+use crate::ids::{BlockHash, Epoch, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
 use crate::liveness::Liveness;
-use crate::persist::{BatchId, PersistBatch, PersistQueue};
+use crate::persist::{BatchId, PersistBatch, PersistQueue, StartedTask};
 use crate::quorum::{Quorum, ReportOutcome};
 use crate::reconcile::InFlightTask;
 use crate::retention::{FrameStore, Lookup};
@@ -132,26 +132,29 @@ impl Leader {
         self.open.lookups.push(lookup);
     }
 
-    /// Start a store of `block_hashes` from engine pages `page_ids` in the open step; every
-    /// rank copies its shard and reports it. Returns the new task id.
+    /// Start a store of `block_hashes` from engine pages `page_ids` into `tiers` (one per
+    /// block, from the group index) in the open step; every rank copies its shard and reports
+    /// it. The start is revealed in the first frame sealed after it is durable (see
+    /// [`Self::poll_persist`]). Returns the new task id.
     pub fn start_store(
         &mut self,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
+        tiers: Vec<Tier>,
     ) -> TaskId {
-        self.start(TaskKind::Store, request, block_hashes, page_ids)
+        self.start(TaskKind::Store, request, block_hashes, page_ids, tiers)
     }
 
-    /// Start a load of `block_hashes` into engine pages `page_ids` in the open step. Returns
-    /// the new task id.
+    /// Start a load of `block_hashes` into engine pages `page_ids` in the open step; revealed
+    /// like a store. Returns the new task id.
     pub fn start_load(
         &mut self,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
     ) -> TaskId {
-        self.start(TaskKind::Load, request, block_hashes, page_ids)
+        self.start(TaskKind::Load, request, block_hashes, page_ids, Vec::new())
     }
 
     fn start(
@@ -160,26 +163,41 @@ impl Leader {
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
+        tiers: Vec<Tier>,
     ) -> TaskId {
-        let task = TaskId::new(self.config.epoch, self.next_seq);
-        self.next_seq += 1;
+        let task = self.next_task();
         self.quorum.start(task, kind, request);
-        let start = TaskStart {
-            task,
-            request,
-            block_hashes,
-            page_ids,
-        };
-        match kind {
-            TaskKind::Store => self.open.stores.push(start),
-            TaskKind::Load => self.open.loads.push(start),
-        }
+        let start = TaskStart { task, request, block_hashes, page_ids, tiers };
+        self.persist.push_started(StartedTask { kind, start });
         task
     }
 
-    /// Record an eviction of `hash` in the open step.
-    pub fn record_eviction(&mut self, hash: BlockHash) {
-        self.open.evictions.push(hash);
+    fn next_task(&mut self) -> TaskId {
+        let task = TaskId::new(self.config.epoch, self.next_seq);
+        self.next_seq += 1;
+        task
+    }
+
+    /// Refuse a store or load without starting it (for example: the tier is full and every
+    /// block in it is pinned). The task gets an id and a `Failed { reason }` outcome that is
+    /// logged and revealed like any other, so the engine hears of it exactly once; no rank
+    /// copies anything.
+    pub fn reject_task(&mut self, kind: TaskKind, request: RequestId, reason: String) -> TaskId {
+        let task = self.next_task();
+        self.stats.tasks_failed += 1;
+        self.persist.push_finished(TaskOutcome {
+            task,
+            kind,
+            request,
+            result: OutcomeResult::Failed { reason },
+        });
+        task
+    }
+
+    /// Record a tier operation (eviction, demotion, promotion) in the open step; every rank
+    /// applies the step's operations in order when the frame arrives.
+    pub fn record_tier_op(&mut self, op: TierOp) {
+        self.open.tier_ops.push(op);
     }
 
     /// Release the pins of `request`; returns the hashes that were pinned.
@@ -317,6 +335,12 @@ impl Leader {
         let mut frame =
             std::mem::replace(&mut self.open, Frame::empty(self.config.epoch, step.next()));
         frame.finished = self.persist.take_durable();
+        for StartedTask { kind, start } in self.persist.take_durable_started() {
+            match kind {
+                TaskKind::Store => frame.stores.push(start),
+                TaskKind::Load => frame.loads.push(start),
+            }
+        }
         self.stats.outcomes_revealed += frame.finished.len() as u64;
         self.stats.steps_sealed += 1;
         for r in 1..self.config.world_size {
