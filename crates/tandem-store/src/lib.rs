@@ -1,4 +1,5 @@
 //! Tandem's store engine (WIP)
+pub mod bench;
 pub mod block;
 pub mod buffer;
 pub mod checksum;
@@ -8,4 +9,8 @@ pub mod index;
 pub mod manifest;
 pub mod rebuild;
 pub mod shm;
+pub mod store;
 pub mod tier;
+
+pub use block::{BlockHash, Location};
+pub use tier::TierKind;

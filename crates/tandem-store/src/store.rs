@@ -1,0 +1,605 @@
+//! The per-rank store: host and disk tiers, slot allocation, checksums and the manifest.
+//!
+//! Owns [`Store`], [`StoreConfig`], [`OpenReport`] and [`StoreError`]. A store writes and
+//! reads this rank's shards, verifies every read against the checksum recorded at write time,
+//! drops a shard that fails (it is never served), and keeps the manifest. It must never decide
+//! placement: which tier a shard goes to, what is demoted, promoted or dropped comes from the
+//! leader's [`crate::index::GroupIndex`] as [`Move`]s, applied in order on every rank.
+//!
+//! Validation comes before any write: a refused store leaves the tiers and the manifest as
+//! they were, a refused load leaves the engine's pages as they were. A load that fails its
+//! checksum has already copied bytes into the destination; those bytes are unspecified and
+//! the load is reported failed.
+
+use std::path::{Path, PathBuf};
+
+use tandem_proto::ids::Rank;
+
+use crate::block::{BlockHash, Location, SlotId};
+use crate::buffer::{BufferError, EngineBuffers, PageId};
+use crate::checksum::Checksum;
+use crate::disk::{DiskTier, IoMode, DISK_SLAB_FILE};
+use crate::host::{HostTier, HOST_SLAB_FILE};
+use crate::index::Move;
+use crate::manifest::{Geometry, Manifest, ManifestError, MANIFEST_FILE};
+use crate::rebuild::RankBlocks;
+use crate::shm::FileOrigin;
+use crate::tier::{Tier, TierError, TierKind};
+
+/// Where and how big this rank's tiers are. Sizes come from the configuration (the shard size
+/// from the model layout, capacities in blocks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// This rank.
+    pub rank: Rank,
+    /// Bytes of one block shard on this rank (one slot).
+    pub shard_bytes: usize,
+    /// Host tier capacity, in blocks (0 disables it).
+    pub host_capacity_blocks: u64,
+    /// Disk tier capacity, in blocks (0 disables it).
+    pub disk_capacity_blocks: u64,
+    /// Directory of the host slab, typically `/dev/shm/tandem-<group>-<rank>`.
+    pub host_dir: PathBuf,
+    /// Directory of the disk slab and of the manifest.
+    pub disk_dir: PathBuf,
+    /// Disk I/O mode.
+    pub disk_io: IoMode,
+}
+
+impl StoreConfig {
+    /// The geometry recorded in the manifest.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            shard_bytes: self.shard_bytes as u64,
+            host_capacity_blocks: self.host_capacity_blocks,
+            disk_capacity_blocks: self.disk_capacity_blocks,
+        }
+    }
+}
+
+/// What [`Store::open`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Shards whose checksums verified and which are served again.
+    pub verified: usize,
+    /// Shards dropped because their bytes failed the checksum, sorted.
+    pub corrupt: Vec<BlockHash>,
+    /// Shards dropped without reading: slot outside the tier, slot listed twice, tier absent
+    /// or recreated empty.
+    pub invalid: usize,
+    /// Why the manifest was discarded whole (unreadable, another rank's, another geometry).
+    pub discarded_manifest: Option<String>,
+}
+
+/// Why a store operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A shard size of zero bytes.
+    #[error("store: shard size must be at least one byte")]
+    ZeroShard,
+    /// The source or destination is not exactly one shard.
+    #[error("block {hash}: wrong length, shard is {expected} bytes, got {got}")]
+    WrongLength {
+        /// The block.
+        hash: BlockHash,
+        /// The shard size, in bytes.
+        expected: usize,
+        /// The length given, in bytes.
+        got: usize,
+    },
+    /// The block already has a shard on this rank.
+    #[error("block {hash} is already stored on this rank ({tier} tier)")]
+    AlreadyStored {
+        /// The block.
+        hash: BlockHash,
+        /// Where it is.
+        tier: TierKind,
+    },
+    /// The block has no shard on this rank.
+    #[error("block {hash} is not stored on this rank")]
+    UnknownBlock {
+        /// The block.
+        hash: BlockHash,
+    },
+    /// The tier is not configured on this rank.
+    #[error("{tier} tier is disabled on this rank (capacity 0)")]
+    TierDisabled {
+        /// The tier.
+        tier: TierKind,
+    },
+    /// No free slot: the leader's index believed there was room, so this rank has diverged.
+    #[error("{tier} tier has no free slot ({capacity_blocks} blocks): this rank disagrees with the group index")]
+    NoFreeSlot {
+        /// The tier.
+        tier: TierKind,
+        /// Its capacity, in blocks.
+        capacity_blocks: u64,
+    },
+    /// The bytes read do not match the checksum written; the shard has been dropped.
+    #[error("block {hash}: checksum mismatch in {tier} slot {slot} (expected {expected}, read {actual}); shard dropped")]
+    ChecksumMismatch {
+        /// The block.
+        hash: BlockHash,
+        /// The tier read.
+        tier: TierKind,
+        /// The slot read.
+        slot: SlotId,
+        /// The checksum recorded at write time.
+        expected: Checksum,
+        /// The checksum of the bytes read.
+        actual: Checksum,
+    },
+    /// An engine-buffer request was refused.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// A tier operation failed.
+    #[error(transparent)]
+    Tier(#[from] TierError),
+    /// The manifest could not be written or read.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// One rank's store (see the module docs).
+#[derive(Debug)]
+pub struct Store {
+    config: StoreConfig,
+    host: Option<HostTier>,
+    disk: Option<DiskTier>,
+    manifest: Manifest,
+    manifest_path: PathBuf,
+    dirty: bool,
+    free_host: Vec<SlotId>,
+    free_disk: Vec<SlotId>,
+    /// One shard of staging for demotions, promotions and verification.
+    scratch: Vec<u8>,
+}
+
+impl Store {
+    /// Opens this rank's tiers (creating them if needed), reads the manifest and verifies
+    /// every entry against its slot's bytes; entries that fail are dropped and the manifest is
+    /// rewritten.
+    ///
+    /// Errors: [`StoreError::ZeroShard`], [`StoreError::Tier`] (files cannot be created or
+    /// mapped), [`StoreError::Manifest`] (I/O errors; an undecodable manifest is discarded and
+    /// reported in [`OpenReport::discarded_manifest`], not an error).
+    pub fn open(config: StoreConfig) -> Result<(Store, OpenReport), StoreError> {
+        if config.shard_bytes == 0 {
+            return Err(StoreError::ZeroShard);
+        }
+        let mut host_origin = None;
+        let host = if config.host_capacity_blocks > 0 {
+            let (t, o) = HostTier::open(&config.host_dir.join(HOST_SLAB_FILE), config.shard_bytes, config.host_capacity_blocks)?;
+            host_origin = Some(o);
+            Some(t)
+        } else {
+            None
+        };
+        let mut disk_origin = None;
+        let disk = if config.disk_capacity_blocks > 0 {
+            let path = config.disk_dir.join(DISK_SLAB_FILE);
+            let (t, o) = DiskTier::open(&path, config.shard_bytes, config.disk_capacity_blocks, config.disk_io)?;
+            disk_origin = Some(o);
+            Some(t)
+        } else {
+            std::fs::create_dir_all(&config.disk_dir).map_err(|source| ManifestError::Io {
+                path: config.disk_dir.clone(),
+                op: "create",
+                source,
+            })?;
+            None
+        };
+        let manifest_path = config.disk_dir.join(MANIFEST_FILE);
+        let mut report = OpenReport::default();
+        let fresh = Manifest::new(config.rank, config.geometry());
+        let old = match Manifest::load(&manifest_path) {
+            Ok(Some(m)) if m.rank != config.rank => {
+                report.discarded_manifest = Some(format!("written by rank {}", m.rank));
+                fresh.clone()
+            }
+            Ok(Some(m)) if m.geometry != config.geometry() => {
+                report.discarded_manifest = Some(format!("written for geometry {:?}", m.geometry));
+                fresh.clone()
+            }
+            Ok(Some(m)) => m,
+            Ok(None) => fresh.clone(),
+            Err(e @ ManifestError::Io { .. }) => return Err(e.into()),
+            Err(e) => {
+                report.discarded_manifest = Some(e.to_string());
+                fresh.clone()
+            }
+        };
+        let mut store = Store {
+            free_host: Vec::new(),
+            free_disk: Vec::new(),
+            scratch: vec![0; config.shard_bytes],
+            dirty: report.discarded_manifest.is_some(),
+            manifest: fresh,
+            manifest_path,
+            host,
+            disk,
+            config,
+        };
+        store.adopt(old, host_origin, disk_origin, &mut report)?;
+        store.flush_manifest()?;
+        Ok((store, report))
+    }
+
+    /// Verifies and takes over the entries of a loaded manifest; builds the free lists.
+    fn adopt(
+        &mut self,
+        old: Manifest,
+        host_origin: Option<FileOrigin>,
+        disk_origin: Option<FileOrigin>,
+        report: &mut OpenReport,
+    ) -> Result<(), StoreError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.adopt_entries(old, host_origin, disk_origin, report, &mut scratch);
+        self.scratch = scratch;
+        result
+    }
+
+    fn adopt_entries(
+        &mut self,
+        old: Manifest,
+        host_origin: Option<FileOrigin>,
+        disk_origin: Option<FileOrigin>,
+        report: &mut OpenReport,
+        scratch: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let mut used_host = vec![false; self.config.host_capacity_blocks as usize];
+        let mut used_disk = vec![false; self.config.disk_capacity_blocks as usize];
+        for (hash, loc) in old.entries {
+            let (used, origin) = match loc.tier {
+                TierKind::Host => (&mut used_host, host_origin),
+                TierKind::Disk => (&mut used_disk, disk_origin),
+                #[allow(unreachable_patterns)]
+                _ => {
+                    report.invalid += 1;
+                    continue;
+                }
+            };
+            let taken = used.get(loc.slot as usize).copied();
+            if origin != Some(FileOrigin::Reused) || taken != Some(false) {
+                report.invalid += 1;
+                self.dirty = true;
+                continue;
+            }
+            let actual = match self.tier_mut(loc.tier) {
+                Some(tier) => tier.read_slot(loc.slot, &mut [&mut *scratch], hash)?,
+                None => continue,
+            };
+            if actual != loc.checksum {
+                report.corrupt.push(hash);
+                self.dirty = true;
+                continue;
+            }
+            used[loc.slot as usize] = true;
+            self.manifest.entries.insert(hash, loc);
+            report.verified += 1;
+        }
+        // Free lists are stacks; push in reverse so that low slots are used first.
+        self.free_host = (0..used_host.len() as u64).rev().filter(|&s| !used_host[s as usize]).collect();
+        self.free_disk = (0..used_disk.len() as u64).rev().filter(|&s| !used_disk[s as usize]).collect();
+        Ok(())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The in-memory manifest (what [`Store::flush_manifest`] writes).
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Whether this rank holds a shard of the block.
+    pub fn contains(&self, hash: BlockHash) -> bool {
+        self.manifest.entries.contains_key(&hash)
+    }
+
+    /// Where this rank holds a block's shard.
+    pub fn location(&self, hash: BlockHash) -> Option<Location> {
+        self.manifest.entries.get(&hash).copied()
+    }
+
+    /// Shards held, in blocks.
+    pub fn len(&self) -> usize {
+        self.manifest.entries.len()
+    }
+
+    /// Whether no shard is held.
+    pub fn is_empty(&self) -> bool {
+        self.manifest.entries.is_empty()
+    }
+
+    /// Free slots in a tier, in blocks.
+    pub fn free_slots(&self, tier: TierKind) -> u64 {
+        match tier {
+            TierKind::Host => self.free_host.len() as u64,
+            TierKind::Disk => self.free_disk.len() as u64,
+            #[allow(unreachable_patterns)]
+            _ => 0,
+        }
+    }
+
+    /// This rank's verified shards, for the leader's [`crate::index::GroupIndex::rebuild`].
+    pub fn rank_blocks(&self) -> RankBlocks {
+        RankBlocks {
+            rank: self.config.rank,
+            blocks: self.manifest.entries.iter().map(|(&h, l)| (h, l.tier)).collect(),
+        }
+    }
+
+    /// Stores one shard given as one slice.
+    ///
+    /// Errors: as [`Store::store_parts`].
+    pub fn store_shard(&mut self, hash: BlockHash, tier: TierKind, src: &[u8]) -> Result<Location, StoreError> {
+        self.store_parts(hash, tier, &[src])
+    }
+
+    /// Stores one shard from engine pages (their concatenation, in order).
+    ///
+    /// Errors: [`StoreError::Buffer`] (unregistered or unmapped region, page out of range,
+    /// wrong length), then as [`Store::store_parts`].
+    pub fn store_pages(
+        &mut self,
+        hash: BlockHash,
+        tier: TierKind,
+        buffers: &EngineBuffers,
+        region: &str,
+        pages: &[PageId],
+    ) -> Result<Location, StoreError> {
+        let parts = buffers.pages(region, pages, self.config.shard_bytes as u64)?;
+        self.store_parts(hash, tier, &parts)
+    }
+
+    /// Stores one shard given as parts (concatenated in order) into a free slot of `tier`.
+    ///
+    /// Errors: [`StoreError::WrongLength`], [`StoreError::AlreadyStored`],
+    /// [`StoreError::TierDisabled`], [`StoreError::NoFreeSlot`] (all before any write), and
+    /// [`StoreError::Tier`] from the write (the slot is then released).
+    pub fn store_parts(&mut self, hash: BlockHash, tier: TierKind, parts: &[&[u8]]) -> Result<Location, StoreError> {
+        let got: usize = parts.iter().map(|p| p.len()).sum();
+        if got != self.config.shard_bytes {
+            return Err(StoreError::WrongLength { hash, expected: self.config.shard_bytes, got });
+        }
+        if let Some(loc) = self.location(hash) {
+            return Err(StoreError::AlreadyStored { hash, tier: loc.tier });
+        }
+        let slot = self.take_slot(tier)?;
+        let written = match self.tier_mut(tier) {
+            Some(t) => t.write_slot(slot, parts, hash),
+            None => return Err(StoreError::TierDisabled { tier }),
+        };
+        match written {
+            Ok(checksum) => Ok(self.record(hash, Location { tier, slot, checksum })),
+            Err(e) => {
+                self.give_slot(tier, slot);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Loads a block's shard into one slice, verifying its checksum.
+    ///
+    /// Errors: as [`Store::load_parts`].
+    pub fn load_shard(&mut self, hash: BlockHash, dst: &mut [u8]) -> Result<Location, StoreError> {
+        self.load_parts(hash, &mut [dst])
+    }
+
+    /// Loads a block's shard into engine pages (their concatenation, in order).
+    ///
+    /// Errors: [`StoreError::UnknownBlock`], then [`StoreError::Buffer`] (including a page
+    /// named twice), all before any write; then as [`Store::load_parts`].
+    pub fn load_pages(
+        &mut self,
+        hash: BlockHash,
+        buffers: &mut EngineBuffers,
+        region: &str,
+        pages: &[PageId],
+    ) -> Result<Location, StoreError> {
+        if !self.contains(hash) {
+            return Err(StoreError::UnknownBlock { hash });
+        }
+        let mut parts = buffers.pages_mut(region, pages, self.config.shard_bytes as u64)?;
+        self.load_parts(hash, &mut parts)
+    }
+
+    /// Loads a block's shard into parts (concatenated in order) and verifies its checksum.
+    /// A mismatch drops the shard from this rank (it is never served again).
+    ///
+    /// Errors: [`StoreError::UnknownBlock`], [`StoreError::WrongLength`] (before any write),
+    /// [`StoreError::ChecksumMismatch`], [`StoreError::Tier`].
+    pub fn load_parts(&mut self, hash: BlockHash, dst: &mut [&mut [u8]]) -> Result<Location, StoreError> {
+        let loc = self.location(hash).ok_or(StoreError::UnknownBlock { hash })?;
+        let got: usize = dst.iter().map(|d| d.len()).sum();
+        if got != self.config.shard_bytes {
+            return Err(StoreError::WrongLength { hash, expected: self.config.shard_bytes, got });
+        }
+        let actual = match self.tier_mut(loc.tier) {
+            Some(t) => t.read_slot(loc.slot, dst, hash)?,
+            None => return Err(StoreError::TierDisabled { tier: loc.tier }),
+        };
+        self.verify(hash, loc, actual)?;
+        Ok(loc)
+    }
+
+    /// Moves a shard from host to disk (verified on the way).
+    ///
+    /// Errors: [`StoreError::UnknownBlock`], [`StoreError::TierDisabled`],
+    /// [`StoreError::NoFreeSlot`], [`StoreError::ChecksumMismatch`], [`StoreError::Tier`].
+    pub fn demote(&mut self, hash: BlockHash) -> Result<Location, StoreError> {
+        self.relocate(hash, TierKind::Host, TierKind::Disk)
+    }
+
+    /// Moves a shard from disk to host (verified on the way).
+    ///
+    /// Errors: as [`Store::demote`].
+    pub fn promote(&mut self, hash: BlockHash) -> Result<Location, StoreError> {
+        self.relocate(hash, TierKind::Disk, TierKind::Host)
+    }
+
+    /// Forgets a shard and frees its slot; false if it was not held.
+    pub fn evict(&mut self, hash: BlockHash) -> bool {
+        match self.manifest.entries.remove(&hash) {
+            Some(loc) => {
+                self.give_slot(loc.tier, loc.slot);
+                self.dirty = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Applies one move of a leader's plan. Moves are idempotent: demoting a shard already on
+    /// disk, promoting one already on host, or dropping one not held does nothing, so that a
+    /// rebuild's moves apply to every rank whatever it held.
+    ///
+    /// Errors: as [`Store::demote`] and [`Store::promote`].
+    pub fn apply(&mut self, mv: Move) -> Result<(), StoreError> {
+        match mv {
+            Move::Demote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Host) => self.demote(h).map(drop),
+            Move::Promote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Disk) => self.promote(h).map(drop),
+            Move::Drop(h) => {
+                self.evict(h);
+                Ok(())
+            }
+            Move::Demote(_) | Move::Promote(_) => Ok(()),
+        }
+    }
+
+    /// Writes the manifest if anything changed since the last flush; true when written.
+    ///
+    /// Errors: [`StoreError::Manifest`].
+    pub fn flush_manifest(&mut self) -> Result<bool, StoreError> {
+        if !self.dirty {
+            return Ok(false);
+        }
+        self.manifest.save(&self.manifest_path)?;
+        self.dirty = false;
+        Ok(true)
+    }
+
+    /// The manifest file.
+    pub fn manifest_path(&self) -> &Path {
+        &self.manifest_path
+    }
+
+    fn relocate(&mut self, hash: BlockHash, from: TierKind, to: TierKind) -> Result<Location, StoreError> {
+        let loc = self.location(hash).filter(|l| l.tier == from).ok_or(StoreError::UnknownBlock { hash })?;
+        if self.tier_mut(to).is_none() {
+            return Err(StoreError::TierDisabled { tier: to });
+        }
+        let slot = self.take_slot(to)?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let moved = self.copy_between(hash, loc, to, slot, &mut scratch);
+        self.scratch = scratch;
+        match moved {
+            Ok(checksum) => {
+                self.give_slot(from, loc.slot);
+                Ok(self.record(hash, Location { tier: to, slot, checksum }))
+            }
+            Err(e) => {
+                self.give_slot(to, slot);
+                Err(e)
+            }
+        }
+    }
+
+    fn copy_between(&mut self, hash: BlockHash, loc: Location, to: TierKind, slot: SlotId, scratch: &mut [u8]) -> Result<Checksum, StoreError> {
+        let actual = match self.tier_mut(loc.tier) {
+            Some(t) => t.read_slot(loc.slot, &mut [scratch], hash)?,
+            None => return Err(StoreError::TierDisabled { tier: loc.tier }),
+        };
+        self.verify(hash, loc, actual)?;
+        match self.tier_mut(to) {
+            Some(t) => Ok(t.write_slot(slot, &[scratch], hash)?),
+            None => Err(StoreError::TierDisabled { tier: to }),
+        }
+    }
+
+    /// Compares; on mismatch drops the shard and reports it.
+    fn verify(&mut self, hash: BlockHash, loc: Location, actual: Checksum) -> Result<(), StoreError> {
+        if actual == loc.checksum {
+            return Ok(());
+        }
+        self.evict(hash);
+        Err(StoreError::ChecksumMismatch { hash, tier: loc.tier, slot: loc.slot, expected: loc.checksum, actual })
+    }
+
+    fn record(&mut self, hash: BlockHash, loc: Location) -> Location {
+        self.manifest.entries.insert(hash, loc);
+        self.dirty = true;
+        loc
+    }
+
+    fn tier_mut(&mut self, tier: TierKind) -> Option<&mut dyn Tier> {
+        match tier {
+            TierKind::Host => self.host.as_mut().map(|t| t as &mut dyn Tier),
+            TierKind::Disk => self.disk.as_mut().map(|t| t as &mut dyn Tier),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    fn take_slot(&mut self, tier: TierKind) -> Result<SlotId, StoreError> {
+        let (free, capacity) = match tier {
+            TierKind::Host if self.host.is_some() => (&mut self.free_host, self.config.host_capacity_blocks),
+            TierKind::Disk if self.disk.is_some() => (&mut self.free_disk, self.config.disk_capacity_blocks),
+            _ => return Err(StoreError::TierDisabled { tier }),
+        };
+        free.pop().ok_or(StoreError::NoFreeSlot { tier, capacity_blocks: capacity })
+    }
+
+    fn give_slot(&mut self, tier: TierKind, slot: SlotId) {
+        match tier {
+            TierKind::Host => self.free_host.push(slot),
+            TierKind::Disk => self.free_disk.push(slot),
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages() {
+        let h = BlockHash(1);
+        assert_eq!(StoreError::ZeroShard.to_string(), "store: shard size must be at least one byte");
+        assert_eq!(
+            StoreError::WrongLength { hash: h, expected: 8, got: 7 }.to_string(),
+            format!("block {h}: wrong length, shard is 8 bytes, got 7")
+        );
+        assert_eq!(
+            StoreError::AlreadyStored { hash: h, tier: TierKind::Disk }.to_string(),
+            format!("block {h} is already stored on this rank (disk tier)")
+        );
+        assert_eq!(StoreError::UnknownBlock { hash: h }.to_string(), format!("block {h} is not stored on this rank"));
+        assert_eq!(
+            StoreError::TierDisabled { tier: TierKind::Disk }.to_string(),
+            "disk tier is disabled on this rank (capacity 0)"
+        );
+        assert_eq!(
+            StoreError::NoFreeSlot { tier: TierKind::Host, capacity_blocks: 4 }.to_string(),
+            "host tier has no free slot (4 blocks): this rank disagrees with the group index"
+        );
+        let e = StoreError::ChecksumMismatch {
+            hash: h,
+            tier: TierKind::Host,
+            slot: 3,
+            expected: Checksum([1, 2, 3]),
+            actual: Checksum([1, 2, 4]),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!("block {h}: checksum mismatch in host slot 3 (expected 00000001-00000002-00000003, read 00000001-00000002-00000004); shard dropped")
+        );
+        let e: StoreError = BufferError::Unregistered { name: "r".into() }.into();
+        assert_eq!(e.to_string(), "engine region r is not registered");
+    }
+}
