@@ -1,0 +1,257 @@
+//! The write-ahead cost benchmark (issue 8, part "redis"): what appending a step costs,
+//! measured against baselines taken in the same run on the same connection.
+//!
+//! Owns measurement only; `tandem bench redis` prints its figures. It never asserts a time.
+//! Baselines: one PING round trip (interleaved with the appends, so both see the same
+//! noise), and a pipelined loop of plain XADDs, one outcome per entry, 256 per pipeline,
+//! which is close to the most events per second one connection can push into a stream.
+//! It writes only to keys of a fresh group named `bench-{pid}-{ns}` and deletes them after.
+
+use crate::conn::ConnTimeouts;
+use crate::error::Result;
+use crate::log::{CompletionLog, DurableConfig};
+use serde::Serialize;
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tandem_proto::{OutcomeResult, RequestId, Step, TaskId, TaskKind, TaskOutcome};
+
+/// Commands per pipeline in the plain XADD baseline.
+const BASELINE_PIPELINE: usize = 256;
+
+/// Figures for one batch size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AppendBenchRow {
+    /// Outcomes in each appended step.
+    pub outcomes_per_step: usize,
+    /// Steps appended (one `append_step` each, one after the other).
+    pub steps: usize,
+    /// Median `append_step` round trip, µs.
+    pub append_us_p50: f64,
+    /// 99th percentile `append_step` round trip, µs.
+    pub append_us_p99: f64,
+    /// Median PING round trip measured between those appends, µs.
+    pub ping_us_p50: f64,
+    /// `append_us_p50 / ping_us_p50`: the append's cost in round trips (target ≤ 1.5).
+    pub round_trips: f64,
+    /// Outcomes per second through back-to-back `append_step` calls.
+    pub events_per_s: f64,
+    /// Outcomes per second through pipelined plain XADDs, one outcome per entry.
+    pub baseline_events_per_s: f64,
+    /// `events_per_s / baseline_events_per_s` (target ≥ 0.5).
+    pub events_ratio: f64,
+}
+
+/// The whole benchmark: one row per batch size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AppendBench {
+    /// One row per entry of `outcomes_per_step`, in that order.
+    pub rows: Vec<AppendBenchRow>,
+}
+
+impl fmt::Display for AppendBench {
+    /// A table, one line per batch size.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:>9} {:>6} {:>10} {:>10} {:>9} {:>7} {:>12} {:>12} {:>6}",
+            "outcomes",
+            "steps",
+            "append p50",
+            "append p99",
+            "ping p50",
+            "RTTs",
+            "events/s",
+            "xadd ev/s",
+            "ratio"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "{:>9} {:>6} {:>8.1}us {:>8.1}us {:>7.1}us {:>7.2} {:>12.0} {:>12.0} {:>6.2}",
+                r.outcomes_per_step,
+                r.steps,
+                r.append_us_p50,
+                r.append_us_p99,
+                r.ping_us_p50,
+                r.round_trips,
+                r.events_per_s,
+                r.baseline_events_per_s,
+                r.events_ratio
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Measures `append_step` against a PING round trip and against pipelined plain XADDs,
+/// for each batch size in `outcomes_per_step`, with `steps` appends per size (at least 1).
+///
+/// # Errors
+/// Any [`crate::DurableError`] from connecting or from a call (deadline 5 s each).
+pub async fn bench_append(
+    url: &str,
+    outcomes_per_step: &[usize],
+    steps: usize,
+) -> Result<AppendBench> {
+    let steps = steps.max(1);
+    let ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let group = format!("bench-{}-{ns}", std::process::id());
+    let mut config = DurableConfig::new(url, group, 1);
+    config.timeouts = ConnTimeouts {
+        op_timeout_ms: 5000,
+        ..ConnTimeouts::default()
+    };
+    let log = CompletionLog::connect(&config).await?;
+    let result = run(&log, outcomes_per_step, steps).await;
+    let keys = log.keys();
+    let mut del = redis::cmd("DEL");
+    del.arg(&keys.completions)
+        .arg(&keys.epoch)
+        .arg(baseline_key(&log));
+    let cleanup = log.conn.query::<()>("bench_cleanup", &del).await;
+    let bench = result?;
+    cleanup?;
+    Ok(bench)
+}
+
+fn baseline_key(log: &CompletionLog) -> String {
+    format!("tandem:{{{}}}:bench-baseline", log.keys().group)
+}
+
+async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<AppendBench> {
+    let epoch = log.next_epoch().await?;
+    let ping = redis::cmd("PING");
+    let warm = outcomes(1);
+    for i in 0..20 {
+        log.conn.query::<String>("bench_ping", &ping).await?;
+        log.append_step(epoch, Step(i), &[], &warm).await?;
+    }
+    let mut rows = Vec::new();
+    let mut step = 20;
+    for &k in sizes {
+        let batch = outcomes(k);
+        let mut appends = Vec::with_capacity(steps);
+        let mut pings = Vec::with_capacity(steps);
+        let mut append_total = Duration::ZERO;
+        for _ in 0..steps {
+            let t = Instant::now();
+            log.conn.query::<String>("bench_ping", &ping).await?;
+            pings.push(t.elapsed());
+            let t = Instant::now();
+            log.append_step(epoch, Step(step), &[], &batch).await?;
+            let d = t.elapsed();
+            append_total += d;
+            appends.push(d);
+            step += 1;
+        }
+        let baseline = baseline_events_per_s(log, (k * steps).max(BASELINE_PIPELINE)).await?;
+        let events = per_s((k * steps) as f64, append_total);
+        let append_p50 = micros(percentile(&mut appends, 50));
+        let ping_p50 = micros(percentile(&mut pings, 50));
+        rows.push(AppendBenchRow {
+            outcomes_per_step: k,
+            steps,
+            append_us_p50: append_p50,
+            append_us_p99: micros(percentile(&mut appends, 99)),
+            ping_us_p50: ping_p50,
+            round_trips: ratio(append_p50, ping_p50),
+            events_per_s: events,
+            baseline_events_per_s: baseline,
+            events_ratio: ratio(events, baseline),
+        });
+    }
+    Ok(AppendBench { rows })
+}
+
+/// Outcomes per second of `total` plain XADDs (one outcome each) in pipelines.
+async fn baseline_events_per_s(log: &CompletionLog, total: usize) -> Result<f64> {
+    let key = baseline_key(log);
+    let payload = postcard::to_allocvec(&outcomes(1)[0]).unwrap_or_default();
+    let mut sent = 0;
+    let start = Instant::now();
+    while sent < total {
+        let n = BASELINE_PIPELINE.min(total - sent);
+        let mut pipe = redis::pipe();
+        for _ in 0..n {
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg("v")
+                .arg(1)
+                .arg("rec")
+                .arg(&payload[..])
+                .ignore();
+        }
+        log.conn.pipeline::<()>("bench_baseline", &pipe).await?;
+        sent += n;
+    }
+    Ok(per_s(total as f64, start.elapsed()))
+}
+
+fn outcomes(k: usize) -> Vec<TaskOutcome> {
+    (0..k as u64)
+        .map(|seq| TaskOutcome {
+            task: TaskId { epoch: 1, seq },
+            kind: TaskKind::Store,
+            request: RequestId(seq),
+            result: OutcomeResult::Ok,
+        })
+        .collect()
+}
+
+fn percentile(v: &mut [Duration], p: usize) -> Duration {
+    v.sort_unstable();
+    let i = (v.len() * p / 100).min(v.len().saturating_sub(1));
+    v.get(i).copied().unwrap_or_default()
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn per_s(n: f64, d: Duration) -> f64 {
+    ratio(n, d.as_secs_f64())
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_ratios() {
+        let mut v: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
+        assert_eq!(percentile(&mut v, 50), Duration::from_micros(51));
+        assert_eq!(percentile(&mut v, 99), Duration::from_micros(100));
+        assert_eq!(percentile(&mut [], 50), Duration::ZERO);
+        assert_eq!(ratio(1.0, 0.0), 0.0);
+        assert_eq!(per_s(10.0, Duration::from_secs(2)), 5.0);
+    }
+
+    #[test]
+    fn table_has_one_line_per_row() {
+        let row = AppendBenchRow {
+            outcomes_per_step: 10,
+            steps: 100,
+            append_us_p50: 60.0,
+            append_us_p99: 90.0,
+            ping_us_p50: 50.0,
+            round_trips: 1.2,
+            events_per_s: 150000.0,
+            baseline_events_per_s: 300000.0,
+            events_ratio: 0.5,
+        };
+        let text = AppendBench { rows: vec![row] }.to_string();
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.lines().nth(1).unwrap().contains("1.20"), "{text}");
+    }
+}

@@ -1,0 +1,242 @@
+//! The error every call of this crate returns, and the URL masking that keeps credentials
+//! out of it.
+//!
+//! Owns the mapping from the Redis client's errors to [`DurableError`]. It never logs and
+//! never formats a URL that still holds `user:password@`: every URL that reaches an error
+//! goes through [`mask_url`] first, and reasons copied from the client are scrubbed of the
+//! password as well.
+
+use tandem_proto::{Epoch, Rank};
+
+/// Everything that can go wrong talking to Redis, one variant per expected rejection.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurableError {
+    /// Redis could not be reached (refused, reset, reconnect in progress or given up). The
+    /// call had no effect, or, for a write, may have had one (see [`DurableError::Timeout`]).
+    #[error("redis at {url} is unavailable during {op}: {reason}")]
+    Unavailable {
+        /// The server, credentials masked.
+        url: String,
+        /// The operation that failed, for example `append_step`.
+        op: &'static str,
+        /// What the client reported.
+        reason: String,
+    },
+    /// The call did not finish within its deadline. A write that timed out may or may not
+    /// have been applied; appending the same outcomes again is safe because recovery
+    /// suppresses duplicates by task id.
+    #[error("redis {op} timed out after {ms} ms")]
+    Timeout {
+        /// The operation that timed out.
+        op: &'static str,
+        /// The deadline, in milliseconds.
+        ms: u64,
+    },
+    /// A stored value could not be decoded (a stream entry, the epoch counter, a hash
+    /// field). `id` names the stream entry id or the key.
+    #[error("stored value {id} is corrupt: {reason}")]
+    Corrupt {
+        /// Stream entry id (`ms-seq`) or key name.
+        id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Redis answered with an error reply that none of the other variants describes.
+    #[error("redis rejected {op}: {reason}")]
+    Rejected {
+        /// The operation.
+        op: &'static str,
+        /// The error reply.
+        reason: String,
+    },
+    /// An append carried an epoch that is not the group's current epoch: a leader of an
+    /// ended epoch tried to write (DESIGN.md invariant 4). Nothing was appended.
+    #[error("append for epoch {epoch} refused: the group is at epoch {current}")]
+    StaleEpoch {
+        /// The epoch the append carried.
+        epoch: Epoch,
+        /// The group's epoch in Redis (0 when the counter was never incremented).
+        current: Epoch,
+    },
+    /// The Redis URL could not be parsed.
+    #[error("invalid redis url {url}: {reason}")]
+    InvalidUrl {
+        /// The URL, credentials masked.
+        url: String,
+        /// What the parser reported.
+        reason: String,
+    },
+    /// The group name cannot be used inside a key.
+    #[error("invalid group name {group:?}: {reason}")]
+    InvalidGroup {
+        /// The rejected name.
+        group: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A rank outside `0..world_size`.
+    #[error("rank {rank} is outside the group of {world_size} ranks")]
+    RankOutOfRange {
+        /// The rank asked for.
+        rank: Rank,
+        /// The group's size.
+        world_size: u32,
+    },
+}
+
+/// Result of every call in this crate.
+pub type Result<T> = std::result::Result<T, DurableError>;
+
+/// `url` with any `user:password@` replaced by `***@`, for errors and logs.
+///
+/// `redis://alice:s3cret@host:6379/0` becomes `redis://***@host:6379/0`; a URL without
+/// credentials is returned unchanged.
+pub fn mask_url(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}***@{}{tail}", &authority[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// The password part of `url`'s user info, if any (used to scrub client messages).
+fn password_of(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let userinfo = &authority[..authority.rfind('@')?];
+    let password = userinfo.split_once(':').map_or(userinfo, |(_, p)| p);
+    (!password.is_empty()).then_some(password)
+}
+
+/// `text` with every occurrence of the password in `url` replaced by `***`.
+pub(crate) fn scrub(text: &str, url: &str) -> String {
+    match password_of(url) {
+        Some(p) => text.replace(p, "***"),
+        None => text.to_string(),
+    }
+}
+
+/// Maps a client error of `op` against `url` to the matching variant.
+/// `timeout_ms` is the deadline the client was given, reported when the client timed out.
+pub(crate) fn from_redis(
+    err: &redis::RedisError,
+    op: &'static str,
+    url: &str,
+    timeout_ms: u64,
+) -> DurableError {
+    let reason = scrub(&err.to_string(), url);
+    if err.is_timeout() {
+        DurableError::Timeout { op, ms: timeout_ms }
+    } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        DurableError::Rejected { op, reason }
+    } else if err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_unrecoverable_error()
+        || err.kind() == redis::ErrorKind::BusyLoadingError
+        || err.kind() == redis::ErrorKind::TryAgain
+        || err.kind() == redis::ErrorKind::MasterDown
+    {
+        DurableError::Unavailable {
+            url: mask_url(url),
+            op,
+            reason,
+        }
+    } else {
+        DurableError::Rejected { op, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_user_and_password() {
+        assert_eq!(
+            mask_url("redis://alice:s3cret@db.local:6379/0"),
+            "redis://***@db.local:6379/0"
+        );
+        assert_eq!(mask_url("redis://:s3cret@db:1"), "redis://***@db:1");
+        assert_eq!(mask_url("rediss://u:p@h/2?x=1"), "rediss://***@h/2?x=1");
+        assert_eq!(mask_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(mask_url("u:p@h:1"), "***@h:1");
+        assert_eq!(mask_url("redis://a:b@c@h:1/"), "redis://***@h:1/");
+    }
+
+    #[test]
+    fn scrubs_password_from_reasons() {
+        let url = "redis://alice:s3cret@h:1";
+        assert_eq!(scrub("auth s3cret failed", url), "auth *** failed");
+        assert_eq!(scrub("auth x failed", "redis://h:1"), "auth x failed");
+        assert_eq!(scrub("x", "redis://alice@h:1"), "x");
+    }
+
+    #[test]
+    fn messages() {
+        let cases: Vec<(DurableError, &str)> = vec![
+            (
+                DurableError::Unavailable {
+                    url: mask_url("redis://a:pw@h:1"),
+                    op: "append_step",
+                    reason: "Connection refused".into(),
+                },
+                "redis at redis://***@h:1 is unavailable during append_step: Connection refused",
+            ),
+            (
+                DurableError::Timeout { op: "ack", ms: 250 },
+                "redis ack timed out after 250 ms",
+            ),
+            (
+                DurableError::Corrupt {
+                    id: "17-0".into(),
+                    reason: "unknown record version 9".into(),
+                },
+                "stored value 17-0 is corrupt: unknown record version 9",
+            ),
+            (
+                DurableError::Rejected {
+                    op: "trim",
+                    reason: "WRONGTYPE".into(),
+                },
+                "redis rejected trim: WRONGTYPE",
+            ),
+            (
+                DurableError::StaleEpoch {
+                    epoch: Epoch(3),
+                    current: Epoch(4),
+                },
+                "append for epoch 3 refused: the group is at epoch 4",
+            ),
+            (
+                DurableError::InvalidUrl {
+                    url: "redis://***@h".into(),
+                    reason: "bad port".into(),
+                },
+                "invalid redis url redis://***@h: bad port",
+            ),
+            (
+                DurableError::InvalidGroup {
+                    group: "a b".into(),
+                    reason: "only letters, digits, '-', '_' and '.' are allowed",
+                },
+                "invalid group name \"a b\": only letters, digits, '-', '_' and '.' are allowed",
+            ),
+            (
+                DurableError::RankOutOfRange {
+                    rank: Rank(4),
+                    world_size: 4,
+                },
+                "rank 4 is outside the group of 4 ranks",
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(err.to_string(), want);
+        }
+    }
+}

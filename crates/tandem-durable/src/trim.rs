@@ -1,0 +1,272 @@
+//! Bounded growth of the completion stream without losing anything a reader still needs.
+//!
+//! Owns the choice of the trim point. Redis 7.0 has no "trim only acknowledged entries"
+//! option, so the trim point is computed here and applied with `XTRIM MINID` (which removes
+//! every entry with a smaller id). An entry is removable only when all three hold:
+//! - every rank's consumer group has acknowledged it: the id is below each group's lowest
+//!   pending id and at or below its last delivered id (a missing group blocks all trimming);
+//! - no task started in it is still without an outcome, or recovery could no longer report
+//!   that task aborted;
+//! - the stream is longer than `max_len`, and the entry is among the oldest `len - max_len`.
+//!
+//! It never moves a consumer group and never trims approximately (`~`), so the count it
+//! returns is exact. A trim reads the whole retained stream once (in pages), so callers
+//! trim every so many steps, not every step. Races are harmless: acknowledgements and
+//! appends that land meanwhile only raise the safe point.
+
+use crate::error::Result;
+use crate::id::StreamEntryId;
+use crate::log::{CompletionLog, GroupInfo};
+use crate::record::LoggedStep;
+use redis::streams::StreamPendingReply;
+use std::collections::{BTreeMap, BTreeSet};
+use tandem_proto::TaskId;
+
+/// One rank group's acknowledgement floor input: its last delivered id and lowest pending id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupFloor {
+    /// Last entry handed to the group.
+    pub last_delivered: StreamEntryId,
+    /// Lowest entry handed out and not acknowledged, if any.
+    pub lowest_pending: Option<StreamEntryId>,
+}
+
+impl GroupFloor {
+    /// The lowest id this group has not acknowledged (pending or not yet delivered).
+    pub fn floor(&self) -> StreamEntryId {
+        let undelivered = self.last_delivered.successor();
+        self.lowest_pending
+            .map_or(undelivered, |p| p.min(undelivered))
+    }
+}
+
+/// Folds the retained stream (in order) to find the open-start floor and the length cut.
+#[derive(Clone, Debug, Default)]
+pub struct TrimScan {
+    ids: Vec<StreamEntryId>,
+    open: BTreeMap<TaskId, StreamEntryId>,
+    finished: BTreeSet<TaskId>,
+}
+
+impl TrimScan {
+    /// Adds the next entry.
+    pub fn push(&mut self, entry: &LoggedStep) {
+        self.ids.push(entry.id);
+        for s in &entry.record.started {
+            if !self.finished.contains(&s.start.task) {
+                self.open.entry(s.start.task).or_insert(entry.id);
+            }
+        }
+        for o in &entry.record.finished {
+            self.finished.insert(o.task);
+            self.open.remove(&o.task);
+        }
+    }
+
+    /// The exclusive trim point: entries below it may go. `None` when nothing may be
+    /// removed. `groups` holds one floor per rank, `None` for a rank without a group.
+    pub fn min_id(&self, groups: &[Option<GroupFloor>], max_len: usize) -> Option<StreamEntryId> {
+        let excess = self.ids.len().checked_sub(max_len).filter(|n| *n > 0)?;
+        let length_cut = match self.ids.get(excess) {
+            Some(id) => *id,
+            None => self.ids.last()?.successor(),
+        };
+        let mut min = length_cut;
+        for g in groups {
+            min = min.min(g.as_ref()?.floor());
+        }
+        if let Some(open) = self.open.values().min() {
+            min = min.min(*open);
+        }
+        let first = self.ids.first()?;
+        (min > *first).then_some(min)
+    }
+}
+
+impl CompletionLog {
+    /// Removes the oldest entries that every rank acknowledged and that hold no start of a
+    /// still-unfinished task, keeping at least the newest `max_len` entries. Returns how
+    /// many entries were removed (for a metric).
+    ///
+    /// # Errors
+    /// [`crate::DurableError::Unavailable`], [`crate::DurableError::Timeout`] (per page),
+    /// [`crate::DurableError::Rejected`], [`crate::DurableError::Corrupt`].
+    pub async fn trim(&self, max_len: usize) -> Result<u64> {
+        if self.stream_len().await? <= max_len as u64 {
+            return Ok(0);
+        }
+        let floors = self.group_floors().await?;
+        let mut scan = TrimScan::default();
+        let mut after = None;
+        loop {
+            let page = self.scan_page("trim", after).await?;
+            for entry in &page {
+                scan.push(entry);
+            }
+            match page.last() {
+                Some(last) if page.len() == self.page => after = Some(last.id),
+                _ => break,
+            }
+        }
+        let Some(min_id) = scan.min_id(&floors, max_len) else {
+            return Ok(0);
+        };
+        let mut cmd = redis::cmd("XTRIM");
+        cmd.arg(&self.keys.completions)
+            .arg("MINID")
+            .arg(min_id.to_string());
+        self.conn.query("trim", &cmd).await
+    }
+
+    /// One floor per rank, `None` where the rank has no consumer group.
+    async fn group_floors(&self) -> Result<Vec<Option<GroupFloor>>> {
+        let mut out = vec![None; self.world_size as usize];
+        for GroupInfo {
+            name,
+            rank,
+            last_delivered,
+            pending,
+        } in self.group_info("trim").await?
+        {
+            let Some(slot) = out.get_mut(rank as usize) else {
+                continue;
+            };
+            let lowest_pending = if pending > 0 {
+                let mut cmd = redis::cmd("XPENDING");
+                cmd.arg(&self.keys.completions).arg(&name);
+                match self.conn.query::<StreamPendingReply>("trim", &cmd).await? {
+                    StreamPendingReply::Data(d) => Some(StreamEntryId::parse(&d.start_id)?),
+                    StreamPendingReply::Empty => None,
+                }
+            } else {
+                None
+            };
+            *slot = Some(GroupFloor {
+                last_delivered,
+                lowest_pending,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{StartedTask, StepRecord};
+    use tandem_proto::{Epoch, OutcomeResult, RequestId, Step, TaskKind, TaskOutcome, TaskStart};
+
+    fn id(ms: u64) -> StreamEntryId {
+        StreamEntryId { ms, seq: 0 }
+    }
+    fn entry(ms: u64, start: Option<u64>, finish: Option<u64>) -> LoggedStep {
+        let task = |seq| TaskId::new(Epoch(1), seq);
+        LoggedStep {
+            id: id(ms),
+            record: StepRecord {
+                epoch: Epoch(1),
+                step: Step(ms),
+                started: start
+                    .map(|s| StartedTask {
+                        kind: TaskKind::Store,
+                        start: TaskStart {
+                            task: task(s),
+                            request: RequestId(s),
+                            block_hashes: vec![],
+                            page_ids: vec![],
+                            tiers: vec![],
+                        },
+                    })
+                    .into_iter()
+                    .collect(),
+                finished: finish
+                    .map(|s| TaskOutcome {
+                        task: task(s),
+                        kind: TaskKind::Store,
+                        request: RequestId(s),
+                        result: OutcomeResult::Ok,
+                    })
+                    .into_iter()
+                    .collect(),
+            },
+        }
+    }
+    fn acked_through(ms: u64) -> Option<GroupFloor> {
+        Some(GroupFloor {
+            last_delivered: id(ms),
+            lowest_pending: None,
+        })
+    }
+    fn scan(entries: &[LoggedStep]) -> TrimScan {
+        let mut s = TrimScan::default();
+        entries.iter().for_each(|e| s.push(e));
+        s
+    }
+
+    #[test]
+    fn floor_is_lowest_pending_or_next_undelivered() {
+        let g = GroupFloor {
+            last_delivered: id(9),
+            lowest_pending: Some(id(4)),
+        };
+        assert_eq!(g.floor(), id(4));
+        assert_eq!(
+            acked_through(9).unwrap().floor(),
+            StreamEntryId { ms: 9, seq: 1 }
+        );
+    }
+
+    #[test]
+    fn lagging_group_holds_the_trim_point() {
+        let s = scan(&[
+            entry(1, None, None),
+            entry(2, None, None),
+            entry(3, None, None),
+        ]);
+        assert_eq!(
+            s.min_id(&[acked_through(3), acked_through(1)], 0),
+            Some(StreamEntryId { ms: 1, seq: 1 })
+        );
+        let pending = Some(GroupFloor {
+            last_delivered: id(3),
+            lowest_pending: Some(id(1)),
+        });
+        assert_eq!(s.min_id(&[acked_through(3), pending], 0), None);
+        assert_eq!(
+            s.min_id(&[acked_through(3), None], 0),
+            None,
+            "missing group"
+        );
+        assert_eq!(
+            s.min_id(&[acked_through(3)], 0),
+            Some(StreamEntryId { ms: 3, seq: 1 })
+        );
+    }
+
+    #[test]
+    fn max_len_keeps_the_newest_and_open_starts_stay() {
+        let s = scan(&[
+            entry(1, None, None),
+            entry(2, None, None),
+            entry(3, None, None),
+        ]);
+        assert_eq!(s.min_id(&[acked_through(3)], 1), Some(id(3)));
+        assert_eq!(s.min_id(&[acked_through(3)], 3), None);
+        let s = scan(&[
+            entry(1, Some(1), None),
+            entry(2, Some(2), Some(1)),
+            entry(3, None, None),
+        ]);
+        assert_eq!(
+            s.min_id(&[acked_through(3)], 0),
+            Some(id(2)),
+            "task 2 still open"
+        );
+        let same = scan(&[entry(1, Some(1), Some(1)), entry(2, None, None)]);
+        assert_eq!(
+            same.min_id(&[acked_through(2)], 0),
+            Some(StreamEntryId { ms: 2, seq: 1 })
+        );
+        assert_eq!(TrimScan::default().min_id(&[acked_through(3)], 0), None);
+    }
+}
