@@ -41,11 +41,12 @@ pub struct TierBenchOptions {
     pub disk_dir: PathBuf,
     /// Directory for the host slab and the engine region (normally under /dev/shm).
     pub shm_dir: PathBuf,
-    /// Smaller pools, fewer bytes and fewer repetitions (a few seconds).
+    /// Smaller pools and fewer bytes per figure (a few seconds).
     pub quick: bool,
 }
 
-/// Throughputs for one shard size, in GB/s (10^9 bytes per second), best of the repetitions.
+/// Throughputs for one shard size, in GB/s (10^9 bytes per second): bytes moved over the
+/// summed time of that operation's bursts.
 #[derive(Clone, Debug, Serialize)]
 pub struct TierBenchRow {
     /// Shard size in bytes.
@@ -100,8 +101,8 @@ pub struct TierBenchReport {
     pub pool_bytes: u64,
     /// Bytes moved per figure per repetition.
     pub bytes_per_figure: u64,
-    /// Repetitions per figure (the best is kept).
-    pub repetitions: u32,
+    /// Bytes per burst: each tier alternates with its baseline in bursts of this size.
+    pub burst_bytes: u64,
     /// One row per shard size.
     pub rows: Vec<TierBenchRow>,
     /// Why the O_DIRECT figures are missing, if they are.
@@ -133,21 +134,15 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
 ///
 /// Errors: [`BenchError`] when a file cannot be created or a tier fails.
 pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchError> {
-    let (pool_bytes, bytes_per_figure, repetitions) =
-        if opts.quick { (32u64 << 20, 128u64 << 20, 2) } else { (256u64 << 20, 1u64 << 30, 3) };
+    let (pool_bytes, bytes_per_figure, burst_bytes) =
+        if opts.quick { (32u64 << 20, 256u64 << 20, 16u64 << 20) } else { (256u64 << 20, 2u64 << 30, 32u64 << 20) };
     let work = tempfile::Builder::new().prefix("tandem-bench-").tempdir_in(&opts.disk_dir).map_err(io("disk dir"))?;
     let shm = tempfile::Builder::new().prefix("tandem-bench-").tempdir_in(&opts.shm_dir).map_err(io("shm dir"))?;
     let mut rows = Vec::new();
     let mut direct_unsupported = None;
     for &shard in &SHARD_SIZES {
-        let mut bench = SizeBench::new(shard, pool_bytes, bytes_per_figure, work.path(), shm.path())?;
-        let mut best = [0f64; 12];
-        for _ in 0..repetitions {
-            let figures = bench.once(&mut direct_unsupported)?;
-            for (b, f) in best.iter_mut().zip(figures) {
-                *b = b.max(f);
-            }
-        }
+        let mut bench = SizeBench::new(shard, pool_bytes, bytes_per_figure, burst_bytes, work.path(), shm.path())?;
+        let best = bench.measure(&mut direct_unsupported)?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         rows.push(TierBenchRow {
             shard_bytes: shard,
@@ -171,7 +166,7 @@ pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchE
             }),
         });
     }
-    Ok(TierBenchReport { quick: opts.quick, pool_bytes, bytes_per_figure, repetitions, rows, direct_unsupported })
+    Ok(TierBenchReport { quick: opts.quick, pool_bytes, bytes_per_figure, burst_bytes, rows, direct_unsupported })
 }
 
 /// Everything one shard size needs: engine region, stores, baseline pool and files.
@@ -180,6 +175,7 @@ struct SizeBench {
     slots: u64,
     pages: u32,
     ops: u64,
+    burst: u64,
     bufs: EngineBuffers,
     pool: Vec<u8>,
     host: Store,
@@ -193,9 +189,11 @@ struct SizeBench {
 const REGION: &str = "bench-engine";
 
 impl SizeBench {
-    fn new(shard: usize, pool_bytes: u64, bytes: u64, work: &Path, shm: &Path) -> Result<SizeBench, BenchError> {
+    fn new(shard: usize, pool_bytes: u64, bytes: u64, burst: u64, work: &Path, shm: &Path) -> Result<SizeBench, BenchError> {
         let slots = (pool_bytes / shard as u64).max(2);
-        let pages = (slots / 4).clamp(2, 64) as u32;
+        // The engine region is as large as the pool: real page pools are GBs, so neither the
+        // baseline nor the tier finds its source or destination pages in cache.
+        let pages = u32::try_from(slots).unwrap_or(u32::MAX);
         let region = shm.join(format!("engine-{shard}"));
         let mut engine = ShmFile::create(&region, u64::from(pages) * shard as u64)
             .map_err(|e| BenchError::Io { what: "engine region".into(), source: std::io::Error::other(e.to_string()) })?;
@@ -249,7 +247,8 @@ impl SizeBench {
         };
         let pool = vec![1u8; (slots as usize) * shard];
         let ops = (bytes / shard as u64).max(slots);
-        let mut bench = SizeBench { shard, slots, pages, ops, bufs, pool, host, disk, direct, plain, plain_direct, _engine: engine };
+        let burst = (burst / shard as u64).max(1);
+        let mut bench = SizeBench { shard, slots, pages, ops, burst, bufs, pool, host, disk, direct, plain, plain_direct, _engine: engine };
         bench.fill()?;
         Ok(bench)
     }
@@ -270,115 +269,125 @@ impl SizeBench {
         PageId((i % u64::from(self.pages)) as u32)
     }
 
-    /// One repetition of every figure, in GB/s, in the row's order.
-    fn once(&mut self, direct_unsupported: &mut Option<String>) -> Result<[f64; 12], BenchError> {
+    /// Every figure, in GB/s, in the row's order. Each tier runs in bursts alternating with its
+    /// baseline, so that load from other processes falls on both alike.
+    fn measure(&mut self, direct_unsupported: &mut Option<String>) -> Result<[f64; 12], BenchError> {
         let mut f = [0f64; 12];
-        let (ops, slots, shard) = (self.ops, self.slots, self.shard);
-        let gbps = |t: Instant| (ops * shard as u64) as f64 / t.elapsed().as_secs_f64() / 1e9;
-
-        // memcpy store / host store
-        let t = Instant::now();
-        for i in 0..ops {
-            let s = (i % slots) as usize;
-            let src = self.bufs.pages(REGION, &[self.page(i)], shard as u64).map_err(StoreError::from)?;
-            self.pool[s * shard..(s + 1) * shard].copy_from_slice(src[0]);
+        let pairs = [
+            (Op::MemcpyStore, Op::HostStore),
+            (Op::MemcpyLoad, Op::HostLoad),
+            (Op::Pwrite(false), Op::DiskStore(false)),
+            (Op::Pread(false), Op::DiskLoad(false)),
+            (Op::Pwrite(true), Op::DiskStore(true)),
+            (Op::Pread(true), Op::DiskLoad(true)),
+        ];
+        for (k, (base, tier)) in pairs.into_iter().enumerate() {
+            if k >= 4 && self.direct.is_none() {
+                *direct_unsupported = Some("the file system refused O_DIRECT".into());
+                break;
+            }
+            let (b, t) = self.paired(base, tier)?;
+            f[2 * k] = b;
+            f[2 * k + 1] = t;
         }
-        f[0] = gbps(t);
-        let t = Instant::now();
-        for i in 0..ops {
-            let h = BlockHash(i % slots);
-            self.host.evict(h);
-            self.host.store_pages(h, TierKind::Host, &self.bufs, REGION, &[self.page(i)])?;
-        }
-        f[1] = gbps(t);
-
-        // memcpy load / host load
-        let t = Instant::now();
-        for i in 0..ops {
-            let s = (i % slots) as usize;
-            let page = self.page(i);
-            let mut dst = self.bufs.pages_mut(REGION, &[page], shard as u64).map_err(StoreError::from)?;
-            dst[0].copy_from_slice(&self.pool[s * shard..(s + 1) * shard]);
-        }
-        f[2] = gbps(t);
-        let t = Instant::now();
-        for i in 0..ops {
-            let page = self.page(i);
-            self.host.load_pages(BlockHash(i % slots), &mut self.bufs, REGION, &[page])?;
-        }
-        f[3] = gbps(t);
-
-        // buffered pwrite / disk store, pread / disk load
-        f[4] = self.plain_write(false)?;
-        f[5] = self.tier_store(false)?;
-        f[6] = self.plain_read(false)?;
-        f[7] = self.tier_load(false)?;
-        if self.direct.is_some() {
-            f[8] = self.plain_write(true)?;
-            f[9] = self.plain_read(true)?;
-            f[10] = self.tier_store(true)?;
-            f[11] = self.tier_load(true)?;
-        } else {
-            *direct_unsupported = Some("the file system refused O_DIRECT".into());
-        }
+        // Row order for the direct figures: pwrite, pread, disk store, disk load.
+        f.swap(9, 10);
         Ok(f)
     }
 
-    fn plain_write(&mut self, direct: bool) -> Result<f64, BenchError> {
-        let file = if direct { self.plain_direct.as_ref() } else { Some(&self.plain) };
-        let Some(file) = file else { return Ok(0.0) };
-        let t = Instant::now();
-        for i in 0..self.ops {
-            let src = self.bufs.pages(REGION, &[self.page(i)], self.shard as u64).map_err(StoreError::from)?;
-            file.write_all_at(src[0], (i % self.slots) * self.shard as u64).map_err(io("pwrite"))?;
+    /// Alternates bursts of `base` and `tier` until each has moved `ops` shards; GB/s of each.
+    fn paired(&mut self, base: Op, tier: Op) -> Result<(f64, f64), BenchError> {
+        let (mut tb, mut tt) = (0f64, 0f64);
+        let mut i = 0;
+        while i < self.ops {
+            let n = self.burst.min(self.ops - i);
+            tb += self.run(base, i, n)?;
+            tt += self.run(tier, i, n)?;
+            i += n;
         }
-        Ok((self.ops * self.shard as u64) as f64 / t.elapsed().as_secs_f64() / 1e9)
+        let bytes = (self.ops * self.shard as u64) as f64;
+        Ok((bytes / tb / 1e9, bytes / tt / 1e9))
     }
 
-    fn plain_read(&mut self, direct: bool) -> Result<f64, BenchError> {
-        let file = if direct { self.plain_direct.as_ref() } else { Some(&self.plain) };
-        let Some(file) = file else { return Ok(0.0) };
+    /// Runs `n` operations of one kind starting at operation `first`; seconds taken.
+    fn run(&mut self, op: Op, first: u64, n: u64) -> Result<f64, BenchError> {
+        let shard = self.shard;
+        let len = shard as u64;
         let t = Instant::now();
-        for i in 0..self.ops {
+        for i in first..first + n {
+            let slot = i % self.slots;
             let page = self.page(i);
-            let mut dst = self.bufs.pages_mut(REGION, &[page], self.shard as u64).map_err(StoreError::from)?;
-            file.read_exact_at(dst[0], (i % self.slots) * self.shard as u64).map_err(io("pread"))?;
+            match op {
+                Op::MemcpyStore => {
+                    let src = self.bufs.pages(REGION, &[page], len).map_err(StoreError::from)?;
+                    let s = slot as usize;
+                    self.pool[s * shard..(s + 1) * shard].copy_from_slice(src[0]);
+                }
+                Op::MemcpyLoad => {
+                    let mut dst = self.bufs.pages_mut(REGION, &[page], len).map_err(StoreError::from)?;
+                    let s = slot as usize;
+                    dst[0].copy_from_slice(&self.pool[s * shard..(s + 1) * shard]);
+                }
+                Op::HostStore => {
+                    self.host.evict(BlockHash(slot));
+                    self.host.store_pages(BlockHash(slot), TierKind::Host, &self.bufs, REGION, &[page])?;
+                }
+                Op::HostLoad => {
+                    self.host.load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
+                }
+                Op::Pwrite(direct) => {
+                    let file = if direct { self.plain_direct.as_ref() } else { Some(&self.plain) };
+                    let src = self.bufs.pages(REGION, &[page], len).map_err(StoreError::from)?;
+                    if let Some(file) = file {
+                        file.write_all_at(src[0], slot * len).map_err(io("pwrite"))?;
+                    }
+                }
+                Op::Pread(direct) => {
+                    let file = if direct { self.plain_direct.as_ref() } else { Some(&self.plain) };
+                    let mut dst = self.bufs.pages_mut(REGION, &[page], len).map_err(StoreError::from)?;
+                    if let Some(file) = file {
+                        file.read_exact_at(dst[0], slot * len).map_err(io("pread"))?;
+                    }
+                }
+                Op::DiskStore(direct) => {
+                    let store = if direct { self.direct.as_mut() } else { Some(&mut self.disk) };
+                    if let Some(store) = store {
+                        store.evict(BlockHash(slot));
+                        store.store_pages(BlockHash(slot), TierKind::Disk, &self.bufs, REGION, &[page])?;
+                    }
+                }
+                Op::DiskLoad(direct) => {
+                    let store = if direct { self.direct.as_mut() } else { Some(&mut self.disk) };
+                    if let Some(store) = store {
+                        store.load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
+                    }
+                }
+            }
         }
-        Ok((self.ops * self.shard as u64) as f64 / t.elapsed().as_secs_f64() / 1e9)
+        Ok(t.elapsed().as_secs_f64())
     }
+}
 
-    fn tier_store(&mut self, direct: bool) -> Result<f64, BenchError> {
-        let store = if direct { self.direct.as_mut() } else { Some(&mut self.disk) };
-        let Some(store) = store else { return Ok(0.0) };
-        let t = Instant::now();
-        for i in 0..self.ops {
-            let h = BlockHash(i % self.slots);
-            store.evict(h);
-            let page = PageId((i % u64::from(self.pages)) as u32);
-            store.store_pages(h, TierKind::Disk, &self.bufs, REGION, &[page])?;
-        }
-        Ok((self.ops * self.shard as u64) as f64 / t.elapsed().as_secs_f64() / 1e9)
-    }
-
-    fn tier_load(&mut self, direct: bool) -> Result<f64, BenchError> {
-        let store = if direct { self.direct.as_mut() } else { Some(&mut self.disk) };
-        let Some(store) = store else { return Ok(0.0) };
-        let t = Instant::now();
-        for i in 0..self.ops {
-            let page = PageId((i % u64::from(self.pages)) as u32);
-            store.load_pages(BlockHash(i % self.slots), &mut self.bufs, REGION, &[page])?;
-        }
-        Ok((self.ops * self.shard as u64) as f64 / t.elapsed().as_secs_f64() / 1e9)
-    }
+/// One kind of timed operation; `bool` is O_DIRECT.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    MemcpyStore,
+    HostStore,
+    MemcpyLoad,
+    HostLoad,
+    Pwrite(bool),
+    DiskStore(bool),
+    Pread(bool),
+    DiskLoad(bool),
 }
 
 impl std::fmt::Display for TierBenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "tiers: GB/s, best of {} × {} MiB per figure, pools of {} MiB{}",
-            self.repetitions,
+            "tiers: GB/s over {} MiB per figure in {} MiB bursts alternating with the baseline, pools of {} MiB{}",
             self.bytes_per_figure >> 20,
+            self.burst_bytes >> 20,
             self.pool_bytes >> 20,
             if self.quick { " (quick)" } else { "" }
         )?;

@@ -3,6 +3,8 @@ pub mod bench;
 pub mod block;
 pub mod buffer;
 pub mod checksum;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod disk;
 pub mod host;
 pub mod index;

@@ -174,7 +174,7 @@ mod tests {
             tier: TierKind::Disk,
             op: "read",
             path: "/d".into(),
-            source: std::io::Error::new(std::io::ErrorKind::Other, "boom"),
+            source: std::io::Error::other("boom"),
         };
         assert_eq!(e.to_string(), "disk tier: read /d failed: boom");
         assert_eq!(TierError::Device("no".into()).to_string(), "device tier: no");

@@ -186,7 +186,8 @@ fn engine_buffer_refusals_write_nothing() {
     let before = snapshot(&store, host.path(), &engine);
     let fresh = BlockHash(2);
 
-    let cases: Vec<(&str, Vec<PageId>, fn(&StoreError) -> bool)> = vec![
+    type Case = (&'static str, Vec<PageId>, fn(&StoreError) -> bool);
+    let cases: Vec<Case> = vec![
         ("nope", vec![PageId(0), PageId(1)], |e| matches!(e, StoreError::Buffer(BufferError::Unregistered { .. }))),
         ("cold", vec![PageId(0), PageId(1)], |e| matches!(e, StoreError::Buffer(BufferError::Unmapped { .. }))),
         ("eng", vec![PageId(0), PageId(8)], |e| matches!(e, StoreError::Buffer(BufferError::PageOutOfRange { page: PageId(8), .. }))),
