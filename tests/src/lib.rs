@@ -1,8 +1,12 @@
 //! Shared harness for the workspace-level integration tests: the `tandem` binary, free
-//! loopback ports, and child processes that are killed when the test ends.
+//! loopback ports, a local group of agent processes, and child processes that are killed when
+//! the test ends.
 //!
-//! It never mocks a part a user would have for real: tests start the real binary and a real
+//! It never mocks a part a user would have for real: tests start the real binary (one process
+//! per rank, real TCP between them, real files for the tiers) and, where needed, a real
 //! `redis-server`.
+
+pub mod cluster;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -40,6 +44,25 @@ pub fn tandem() -> Command {
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
     l.local_addr().expect("local addr").port()
+}
+
+/// `n` consecutive loopback ports that were free a moment ago (for `http_base_port + rank`).
+pub fn free_port_range(n: u16) -> u16 {
+    'search: for _ in 0..200 {
+        let base = free_port();
+        if base.checked_add(n).is_none() {
+            continue;
+        }
+        let mut held = Vec::new();
+        for p in base..base + n {
+            match TcpListener::bind(("127.0.0.1", p)) {
+                Ok(l) => held.push(l),
+                Err(_) => continue 'search,
+            }
+        }
+        return base;
+    }
+    panic!("no range of {n} free loopback ports found");
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves nothing

@@ -25,4 +25,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the agent of one rank: its StoreActor and ProtocolActor, the engine socket, the
+    /// peer connection (rank 0 listens, others connect) and the HTTP endpoints.
+    Agent {
+        /// The rank to run, 0..pp_size×tp_size (0 is the leader).
+        #[arg(long)]
+        rank: u32,
+        /// The configuration file (environment variables TANDEM__SECTION__KEY override it).
+        #[arg(long)]
+        config: PathBuf,
+        /// The epoch to join. Under a supervisor the epoch comes from it; alone, 1.
+        #[arg(long, default_value_t = 1)]
+        epoch: u64,
+        /// Log one JSON object per line.
+        #[arg(long)]
+        log_json: bool,
+        /// Test only: present this protocol version in the handshake.
+        #[arg(long, hide = true)]
+        test_protocol_version: Option<u16>,
+    },
 }

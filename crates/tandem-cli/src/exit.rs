@@ -9,7 +9,11 @@ pub const BAD_CONFIG: i32 = 78; // EX_CONFIG from sysexits.h: systemd and superv
 
 /// Map an error from a subcommand to its exit code.
 pub fn code_for(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.downcast_ref::<tandem_config::ConfigError>().is_some()) {
+    let config_error = err.chain().any(|e| {
+        e.downcast_ref::<tandem_config::ConfigError>().is_some()
+            || matches!(e.downcast_ref::<tandem_agent::SettingsError>(), Some(_))
+    });
+    if config_error {
         BAD_CONFIG
     } else {
         FAILURE

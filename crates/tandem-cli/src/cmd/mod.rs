@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod agent;
 mod check_config;
 
 use crate::cli::{Cli, Command};
@@ -8,5 +9,8 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::CheckConfig { file, json } => check_config::run(&file, json),
+        Command::Agent { rank, config, epoch, log_json, test_protocol_version } => {
+            agent::run(agent::AgentArgs { rank, config: &config, epoch, log_json, test_protocol_version })
+        }
     }
 }

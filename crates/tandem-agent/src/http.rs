@@ -1,0 +1,62 @@
+//! The agent's HTTP endpoints (actix-web): `/healthz` (the process is alive), `/readyz` (ready
+//! in the current epoch; 503 with a JSON reason when not) and `/status` (JSON).
+//!
+//! Handlers only ask the actors through messages; they never hold protocol state.
+
+use actix::Addr;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde_json::json;
+
+use crate::protocol::{GetStatus, ProtocolActor};
+use crate::store_actor::{GetStoreStats, StoreActor};
+
+/// What the handlers reach.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The current epoch's protocol actor.
+    pub protocol: Addr<ProtocolActor>,
+    /// The store actor.
+    pub store: Addr<StoreActor>,
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
+    match state.protocol.send(GetStatus).await {
+        Ok(s) if s.ready => HttpResponse::Ok().json(json!({ "ready": true, "epoch": s.epoch })),
+        Ok(s) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "epoch": s.epoch, "reason": s.reason })),
+        Err(e) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "reason": format!("protocol actor unavailable: {e}") })),
+    }
+}
+
+async fn status(state: web::Data<HttpState>) -> HttpResponse {
+    let protocol = state.protocol.send(GetStatus).await;
+    let store = state.store.send(GetStoreStats).await;
+    match (protocol, store) {
+        (Ok(p), Ok(s)) => HttpResponse::Ok().json(json!({ "agent": p, "store": s })),
+        (p, s) => HttpResponse::ServiceUnavailable().json(json!({
+            "error": format!("actors unavailable: protocol {:?}, store {:?}", p.err(), s.err()),
+        })),
+    }
+}
+
+/// Bind and start the HTTP server on one worker; it runs until the actor system stops.
+///
+/// # Errors
+/// The bind error.
+pub fn start(addr: std::net::SocketAddr, state: HttpState) -> std::io::Result<actix_web::dev::Server> {
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(state.clone()))
+            .route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz))
+            .route("/status", web::get().to(status))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(addr)?
+    .run();
+    Ok(server)
+}

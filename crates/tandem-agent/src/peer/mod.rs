@@ -1,0 +1,15 @@
+//! The TCP peer transport between the leader (rank 0) and its followers.
+//!
+//! - [`io`]: reading and writing whole protocol messages on a byte stream.
+//! - [`link`]: the queued writer of one connection.
+//! - [`listen`]: the leader's listener: challenge, check the hello, admit or refuse.
+//! - [`connect`]: a follower's connection to the leader and its side of the handshake.
+//!
+//! This module moves bytes and runs the handshake's IO. Every decision (admit, refuse, what a
+//! message means) is made by the sans-IO `Membership`, `Leader` or `Follower` inside the
+//! `ProtocolActor`.
+
+pub mod connect;
+pub mod io;
+pub mod link;
+pub mod listen;

@@ -1,0 +1,216 @@
+//! A follower's role (ranks 1..world_size): the leader's frames, handed to the engine by
+//! position, and this rank's shard copies.
+//!
+//! Owns the sans-IO `Follower`, the link to the leader, the engine's waiting `frame` calls and
+//! the store copies held back until the engine has acknowledged the step that started them (a
+//! follower's engine computes a step's KV pages before it acknowledges the step, so copying
+//! earlier could store pages not yet written). It never decides anything for the group.
+
+use std::collections::BTreeMap;
+
+use actix::Addr;
+use tandem_client::api::{AgentError, EngineReply, EngineRequest};
+use tandem_proto::frame::TaskStart;
+use tandem_proto::ids::{Epoch, Step};
+use tandem_proto::wire::Message as WireMessage;
+use tandem_proto::{Follower, FollowerError, FollowerEvent, WaitId};
+use tokio::sync::oneshot;
+
+use super::status::AgentStatus;
+use crate::peer::link::PeerLink;
+use crate::settings::AgentSettings;
+use crate::store_actor::{ApplyTierOps, CopyLoads, CopyStores, ShardDone, StoreActor};
+
+/// A follower's role. See the module docs.
+pub struct FollowerRole {
+    follower: Follower,
+    rank: u32,
+    link: Option<PeerLink>,
+    waits: BTreeMap<WaitId, oneshot::Sender<EngineReply>>,
+    /// Store copies started by frames the engine has not acknowledged yet, by step.
+    held_stores: BTreeMap<Step, Vec<TaskStart>>,
+    engine_acked: Option<Step>,
+    heartbeat_interval_ms: u64,
+    next_heartbeat_ms: u64,
+}
+
+impl FollowerRole {
+    /// A follower of `settings.epoch`, not yet linked to the leader.
+    pub fn new(settings: &AgentSettings) -> Self {
+        Self {
+            follower: Follower::new(settings.epoch, settings.rank, settings.retention_steps),
+            rank: settings.rank.0,
+            link: None,
+            waits: BTreeMap::new(),
+            held_stores: BTreeMap::new(),
+            engine_acked: None,
+            heartbeat_interval_ms: settings.heartbeat_interval_ms,
+            next_heartbeat_ms: 0,
+        }
+    }
+
+    /// The next step this rank expects from the leader.
+    pub fn next_step(&self) -> Step {
+        self.follower.received_step().map_or(Step(0), Step::next)
+    }
+
+    /// Admitted by the leader: send the first heartbeat at once.
+    pub fn linked(&mut self, link: PeerLink, now: u64) {
+        let _ = link.send(&self.follower.heartbeat(now));
+        self.next_heartbeat_ms = now + self.heartbeat_interval_ms;
+        self.link = Some(link);
+        tracing::info!("admitted by the leader");
+    }
+
+    fn send(&self, msg: &WireMessage) {
+        if let Some(link) = &self.link {
+            if let Err(e) = link.send(msg) {
+                tracing::error!(error = %e, "message exceeds the wire limit");
+            }
+        }
+    }
+
+    /// An engine request on a follower.
+    pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+        let answer = match req {
+            EngineRequest::Frame { step, deadline_ms, .. } => match self.follower.read(step) {
+                Ok(Some(f)) => EngineReply::Frame(Box::new(f.clone())),
+                Ok(None) => {
+                    let wait = self.follower.wait(step, now.saturating_add(deadline_ms));
+                    self.waits.insert(wait, reply);
+                    return;
+                }
+                Err(e) => EngineReply::Error(map_follower_error(e, self.rank, self.follower.epoch())),
+            },
+            EngineRequest::Ack { step, .. } => match self.follower.ack(step) {
+                Ok(msg) => {
+                    self.send(&msg);
+                    self.engine_acked = Some(self.engine_acked.map_or(step, |a| a.max(step)));
+                    self.release_stores(store);
+                    EngineReply::Acked
+                }
+                Err(e) => EngineReply::Error(AgentError::BadRequest { reason: e.to_string() }),
+            },
+            EngineRequest::Lookup { .. } | EngineRequest::Store { .. } | EngineRequest::Load { .. } | EngineRequest::EndStep { .. } => {
+                EngineReply::Error(AgentError::NotLeader { rank: self.rank })
+            }
+            EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => {
+                EngineReply::Error(AgentError::BadRequest { reason: "routed to the wrong actor".into() })
+            }
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// Copy the stores of every acknowledged step.
+    fn release_stores(&mut self, store: &Addr<StoreActor>) {
+        let Some(acked) = self.engine_acked else { return };
+        let later = self.held_stores.split_off(&acked.next());
+        let ready: Vec<TaskStart> = std::mem::replace(&mut self.held_stores, later).into_values().flatten().collect();
+        if !ready.is_empty() {
+            store.do_send(CopyStores(ready));
+        }
+    }
+
+    /// A message from the leader; returns a failure reason when the epoch cannot go on.
+    pub fn from_leader(&mut self, msg: WireMessage, store: &Addr<StoreActor>) -> Option<String> {
+        let frame = match &msg {
+            WireMessage::Frame(f) => Some(f.clone()),
+            _ => None,
+        };
+        match self.follower.handle_message(msg) {
+            Ok(()) => {}
+            Err(FollowerError::StaleEpoch { ours, theirs }) => {
+                tracing::debug!(%ours, %theirs, "stale-epoch frame rejected");
+                return None;
+            }
+            Err(e) => return Some(format!("frame from the leader refused: {e}")),
+        }
+        if let Some(f) = frame {
+            if !f.tier_ops.is_empty() {
+                store.do_send(ApplyTierOps(f.tier_ops.clone()));
+            }
+            if !f.loads.is_empty() {
+                store.do_send(CopyLoads(f.loads.clone()));
+            }
+            if !f.stores.is_empty() {
+                self.held_stores.entry(f.step).or_default().extend(f.stores.iter().cloned());
+                self.release_stores(store);
+            }
+        }
+        self.drain_events();
+        None
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.follower.poll_event() {
+            let (wait, answer) = match ev {
+                FollowerEvent::FrameReady { wait, frame } => (wait, EngineReply::Frame(Box::new(frame))),
+                FollowerEvent::WaitFailed { wait, error } => (wait, EngineReply::Error(map_follower_error(error, self.rank, self.follower.epoch()))),
+            };
+            if let Some(reply) = self.waits.remove(&wait) {
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// This rank's shard of a task is done: report it to the leader.
+    pub fn own_shard(&mut self, msg: ShardDone) {
+        let report = self.follower.report(msg.task, msg.result);
+        self.send(&report);
+    }
+
+    /// Timers: wait deadlines and heartbeats.
+    pub fn tick(&mut self, now: u64) -> Option<String> {
+        if self.follower.poll_timeout().is_some_and(|t| now >= t) {
+            self.follower.handle_timeout(now);
+            self.drain_events();
+        }
+        if self.link.is_some() && now >= self.next_heartbeat_ms {
+            self.send(&self.follower.heartbeat(now));
+            self.next_heartbeat_ms = now + self.heartbeat_interval_ms;
+        }
+        None
+    }
+
+    /// Answer every waiting engine call with `err`.
+    pub fn fail_waits(&mut self, err: &AgentError) {
+        for (wait, reply) in std::mem::take(&mut self.waits) {
+            self.follower.cancel(wait);
+            let _ = reply.send(EngineReply::Error(err.clone()));
+        }
+    }
+
+    /// Status for `/status` and `/readyz`.
+    pub fn status(&self, settings: &AgentSettings) -> AgentStatus {
+        let ready = self.link.is_some();
+        let stats = self.follower.stats();
+        AgentStatus {
+            group: settings.membership.group_id.0.clone(),
+            rank: settings.rank.0,
+            role: "follower",
+            epoch: settings.epoch.0,
+            ready,
+            reason: (!ready).then(|| format!("not yet admitted by the leader at {}", settings.leader_addr)),
+            joined: Vec::new(),
+            sealed_step: self.follower.received_step().map(|s| s.0),
+            acked_step: self.follower.acked_step().map(|s| s.0),
+            tasks_in_flight: self.follower.open_tasks().len() as u64,
+            steps_sealed: stats.frames_received,
+            stale_epoch_rejected: stats.stale_epoch_rejected,
+            tasks_ok: 0,
+            tasks_failed: 0,
+            index_blocks: 0,
+        }
+    }
+}
+
+/// The engine's view of a follower refusal.
+pub fn map_follower_error(e: FollowerError, rank: u32, epoch: Epoch) -> AgentError {
+    match e {
+        FollowerError::LeaderBehind { epoch, wanted, sealed } => AgentError::LeaderBehind { rank, epoch, wanted, sealed },
+        FollowerError::FrameExpired { wanted, oldest_retained } => {
+            AgentError::FrameExpired { epoch, wanted, oldest: oldest_retained }
+        }
+        other => AgentError::NotReady { reason: other.to_string() },
+    }
+}

@@ -1,0 +1,496 @@
+//! The leader's role (rank 0): the group's one decider, wired to the world.
+//!
+//! Owns the sans-IO `Leader`, the `GroupIndex` (which blocks are complete on every rank, LRU,
+//! pins), the pins each task holds, the followers' links and the engine's `end_step` calls that
+//! wait for the window. Decisions are made here and only here; everything decided goes into
+//! the frame that every rank applies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::Addr;
+use tandem_client::api::{AgentError, EngineReply, EngineRequest};
+use tandem_proto::frame::{LookupResult, OutcomeResult, TaskOutcome};
+use tandem_proto::ids::{BlockHash, PageId, Rank, RequestId, Step, TaskId, TaskKind};
+use tandem_proto::wire::codec::encode_checked;
+use tandem_proto::wire::handshake::{HandshakeError, Membership};
+use tandem_proto::wire::{Ack, Message as WireMessage, ShardReport};
+use tandem_proto::{Frame, Leader, LeaderError, LeaderEvent, ReportOutcome};
+use tandem_store::index::{GroupIndex, IndexError, Pin};
+use tokio::sync::oneshot;
+
+use super::status::AgentStatus;
+use super::{AdmitPeer, FromPeer, PeerLost};
+use crate::peer::link::PeerLink;
+use crate::settings::AgentSettings;
+use crate::store_actor::{ApplyTierOps, CopyLoads, CopyStores, ShardDone, StoreActor};
+use crate::tiers::{frame_tier, tier_op};
+
+/// An `end_step` waiting for the window to open.
+struct EndWait {
+    step: Step,
+    deadline_ms: u64,
+    reply: oneshot::Sender<EngineReply>,
+}
+
+/// The pins a started task holds until its outcome.
+struct TaskPins {
+    kind: TaskKind,
+    pins: Vec<Pin>,
+}
+
+/// The leader's role. See the module docs.
+pub struct LeaderRole {
+    leader: Leader,
+    membership: Membership,
+    index: GroupIndex,
+    links: BTreeMap<Rank, (u64, PeerLink)>,
+    /// Pins taken by this step's lookups, waiting for the request's load.
+    lookup_pins: BTreeMap<RequestId, Vec<Pin>>,
+    tasks: BTreeMap<TaskId, TaskPins>,
+    end_waits: Vec<EndWait>,
+    max_frame_bytes: usize,
+    heartbeats_armed: bool,
+}
+
+impl LeaderRole {
+    /// The leader of `settings.epoch` with its group index.
+    pub fn new(leader: Leader, index: GroupIndex, settings: &AgentSettings) -> Self {
+        Self {
+            leader,
+            membership: settings.membership.clone(),
+            index,
+            links: BTreeMap::new(),
+            lookup_pins: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            end_waits: Vec::new(),
+            max_frame_bytes: settings.max_frame_bytes,
+            heartbeats_armed: false,
+        }
+    }
+
+    /// The next step the leader will seal.
+    pub fn next_step(&self) -> Step {
+        self.leader.open_step()
+    }
+
+    /// Admit a follower (sending `Welcome`) or refuse it (sending `Refused`).
+    pub fn admit(&mut self, msg: AdmitPeer, _now: u64, _settings: &Arc<AgentSettings>) -> Result<Rank, HandshakeError> {
+        match self.leader.admit(&self.membership, &msg.nonce, &msg.hello) {
+            Ok(welcome) => {
+                let rank = msg.hello.rank;
+                let _ = msg.link.send(&welcome);
+                self.links.insert(rank, (msg.conn, msg.link));
+                tracing::info!(rank = rank.0, joined = self.leader.joined().len(), "follower admitted");
+                Ok(rank)
+            }
+            Err(reason) => {
+                tracing::warn!(rank = msg.hello.rank.0, %reason, "follower refused");
+                let _ = msg.link.send(&WireMessage::Refused { reason: reason.clone() });
+                Err(reason)
+            }
+        }
+    }
+
+    /// A follower's message; returns a failure reason when the epoch cannot go on.
+    pub fn from_peer(&mut self, msg: FromPeer, now: u64, store: &Addr<StoreActor>) -> Option<String> {
+        if self.links.get(&msg.rank).map(|(c, _)| *c) != Some(msg.conn) {
+            return None;
+        }
+        match self.leader.handle_message(msg.rank, &msg.msg, now) {
+            Ok(Some(ReportOutcome::Finished(outcome))) => self.finished(&outcome),
+            Ok(_) => {}
+            Err(LeaderError::StaleEpoch { ours, theirs }) => {
+                tracing::debug!(rank = msg.rank.0, %ours, %theirs, kind = msg.msg.kind(), "stale-epoch message rejected");
+            }
+            Err(e) => tracing::warn!(rank = msg.rank.0, error = %e, kind = msg.msg.kind(), "follower message rejected"),
+        }
+        if matches!(msg.msg, WireMessage::Ack(_)) {
+            self.retry_end_waits(now, store);
+        }
+        None
+    }
+
+    /// A follower's connection ended.
+    pub fn peer_lost(&mut self, msg: PeerLost, now: u64) -> Option<String> {
+        if self.links.get(&msg.rank).map(|(c, _)| *c) != Some(msg.conn) {
+            return None;
+        }
+        self.links.remove(&msg.rank);
+        self.leader.handle_disconnect(msg.rank, now);
+        Some(format!("rank {} connection lost: {}", msg.rank, msg.reason))
+    }
+
+    /// The leader's own shard of a task.
+    pub fn own_shard(&mut self, msg: ShardDone, _store: &Addr<StoreActor>) -> Option<String> {
+        let report = ShardReport { epoch: self.leader.epoch(), task: msg.task, rank: Rank(0), result: msg.result };
+        match self.leader.handle_report(&report) {
+            Ok(ReportOutcome::Finished(outcome)) => self.finished(&outcome),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(task = %msg.task, error = %e, "own shard report rejected"),
+        }
+        None
+    }
+
+    /// A task reached quorum: return its pins to the index (and evict what failed).
+    fn finished(&mut self, outcome: &TaskOutcome) {
+        let Some(t) = self.tasks.remove(&outcome.task) else { return };
+        let ok = outcome.result == OutcomeResult::Ok;
+        for pin in t.pins {
+            let hash = pin.hash();
+            let result = match (t.kind, ok) {
+                (TaskKind::Store, true) => self.index.finish_store(pin),
+                (TaskKind::Store, false) => self.index.abort_store(pin).map(|moves| {
+                    for m in moves {
+                        self.leader.record_tier_op(tier_op(m));
+                    }
+                }),
+                (TaskKind::Load, ok) => {
+                    let r = self.index.finish_load(pin);
+                    // A failed load may mean a corrupt or missing shard on some rank: the
+                    // block is no longer complete everywhere, so it leaves the group.
+                    if !ok {
+                        if let Some(m) = self.index.drop_block(hash) {
+                            self.leader.record_tier_op(tier_op(m));
+                        }
+                    }
+                    r
+                }
+            };
+            if let Err(e) = result {
+                tracing::warn!(%hash, error = %e, "group index refused a pin");
+            }
+        }
+    }
+
+    /// An engine request on the leader.
+    pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+        if !self.leader.all_joined() {
+            let missing: Vec<u32> = (1..self.leader.config().world_size).filter(|r| !self.leader.joined().contains(&Rank(*r))).collect();
+            let _ = reply.send(EngineReply::Error(AgentError::NotReady {
+                reason: format!("waiting for ranks {missing:?} to join epoch {}", self.leader.epoch()),
+            }));
+            return;
+        }
+        let answer = match req {
+            EngineRequest::Lookup { step, request, block_hashes, .. } => self.check_step(step).map(|()| self.lookup(request, block_hashes)),
+            EngineRequest::Store { step, request, block_hashes, page_ids, .. } => {
+                self.check_step(step).and_then(|()| check_lists(&block_hashes, &page_ids)).map(|()| self.store(request, block_hashes, page_ids))
+            }
+            EngineRequest::Load { step, request, block_hashes, page_ids, .. } => {
+                self.check_step(step).and_then(|()| check_lists(&block_hashes, &page_ids)).map(|()| self.load(request, block_hashes, page_ids))
+            }
+            EngineRequest::EndStep { step, deadline_ms, .. } => match self.check_step(step) {
+                Ok(()) => {
+                    self.end_step(step, now.saturating_add(deadline_ms), reply, now, store);
+                    return;
+                }
+                Err(e) => Err(e),
+            },
+            EngineRequest::Frame { step, .. } => match self.leader.frame(step) {
+                Ok(Some(f)) => Ok(EngineReply::Frame(Box::new(f.clone()))),
+                Ok(None) => Err(AgentError::LeaderBehind {
+                    rank: 0,
+                    epoch: self.leader.epoch(),
+                    wanted: step,
+                    sealed: self.leader.sealed_step(),
+                }),
+                Err(e) => Err(map_leader_error(e, self.leader.epoch())),
+            },
+            EngineRequest::Ack { step, .. } => {
+                let ack = Ack { epoch: self.leader.epoch(), rank: Rank(0), step };
+                self.leader.handle_ack(&ack).map(|()| EngineReply::Acked).map_err(|e| map_leader_error(e, self.leader.epoch()))
+            }
+            EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => {
+                Err(AgentError::BadRequest { reason: "routed to the wrong actor".into() })
+            }
+        };
+        let _ = reply.send(answer.unwrap_or_else(EngineReply::Error));
+    }
+
+    fn check_step(&self, step: Step) -> Result<(), AgentError> {
+        let expected = self.leader.open_step();
+        if step != expected {
+            return Err(AgentError::WrongStep { expected, got: step });
+        }
+        Ok(())
+    }
+
+    /// The longest cached prefix, pinned for a load in this step.
+    fn lookup(&mut self, request: RequestId, block_hashes: Vec<BlockHash>) -> EngineReply {
+        self.release_lookup_pins(request);
+        let prefix = self.index.lookup_prefix(&block_hashes);
+        let mut pins = Vec::with_capacity(prefix);
+        for hash in &block_hashes[..prefix] {
+            match self.index.begin_load(*hash) {
+                Ok(plan) => {
+                    for m in plan.moves {
+                        self.leader.record_tier_op(tier_op(m));
+                    }
+                    pins.push(plan.pin);
+                }
+                // Promotion impossible (host full of pins): the prefix ends here.
+                Err(_) => break,
+            }
+        }
+        let result = LookupResult {
+            request,
+            block_hashes,
+            matched_blocks: pins.len() as u32,
+            pinned: !pins.is_empty(),
+        };
+        if !pins.is_empty() {
+            self.lookup_pins.insert(request, pins);
+        }
+        self.leader.record_lookup(result.clone());
+        EngineReply::Lookup(result)
+    }
+
+    /// Start a store of the blocks not already cached; a full tier refuses the task.
+    fn store(&mut self, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> EngineReply {
+        let (mut hashes, mut pages, mut tiers, mut pins) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (hash, page) in block_hashes.into_iter().zip(page_ids) {
+            match self.index.begin_store(hash) {
+                Ok(plan) => {
+                    for m in plan.moves {
+                        self.leader.record_tier_op(tier_op(m));
+                    }
+                    let Some(tier) = frame_tier(plan.tier) else {
+                        return self.refuse_store(request, pins, format!("block {hash}: no frame tier for {}", plan.tier));
+                    };
+                    hashes.push(hash);
+                    pages.push(page);
+                    tiers.push(tier);
+                    pins.push(plan.pin);
+                }
+                // Cached already, or being stored by another task: nothing to copy.
+                Err(IndexError::AlreadyPresent { .. }) => {}
+                Err(e) => return self.refuse_store(request, pins, e.to_string()),
+            }
+        }
+        let task = self.leader.start_store(request, hashes, pages, tiers);
+        self.tasks.insert(task, TaskPins { kind: TaskKind::Store, pins });
+        EngineReply::Started { task }
+    }
+
+    fn refuse_store(&mut self, request: RequestId, pins: Vec<Pin>, reason: String) -> EngineReply {
+        for pin in pins {
+            match self.index.abort_store(pin) {
+                Ok(moves) => moves.into_iter().for_each(|m| self.leader.record_tier_op(tier_op(m))),
+                Err(e) => tracing::warn!(error = %e, "group index refused a pin"),
+            }
+        }
+        let task = self.leader.reject_task(TaskKind::Store, request, reason);
+        EngineReply::Started { task }
+    }
+
+    /// Start a load of blocks this request's lookup pinned in this step.
+    fn load(&mut self, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> EngineReply {
+        let mut pinned = self.lookup_pins.remove(&request).unwrap_or_default();
+        let covered = block_hashes.len() <= pinned.len() && block_hashes.iter().zip(&pinned).all(|(h, p)| *h == p.hash());
+        if !covered {
+            self.give_back_load_pins(pinned);
+            let reason = format!(
+                "request {request}: load of blocks that its lookup in this step did not match (load {} blocks)",
+                block_hashes.len()
+            );
+            let task = self.leader.reject_task(TaskKind::Load, request, reason);
+            return EngineReply::Started { task };
+        }
+        // Pins beyond what is loaded go back now.
+        let extra = pinned.split_off(block_hashes.len());
+        self.give_back_load_pins(extra);
+        let task = self.leader.start_load(request, block_hashes, page_ids);
+        self.tasks.insert(task, TaskPins { kind: TaskKind::Load, pins: pinned });
+        EngineReply::Started { task }
+    }
+
+    fn give_back_load_pins(&mut self, pins: Vec<Pin>) {
+        for pin in pins {
+            if let Err(e) = self.index.finish_load(pin) {
+                tracing::warn!(error = %e, "group index refused a pin");
+            }
+        }
+    }
+
+    fn release_lookup_pins(&mut self, request: RequestId) {
+        if let Some(pins) = self.lookup_pins.remove(&request) {
+            self.give_back_load_pins(pins);
+        }
+        self.leader.release_pins(request);
+    }
+
+    /// Make pending starts and outcomes durable. Without a completion log this is immediate.
+    fn persist(&mut self) {
+        while let Some(batch) = self.leader.poll_persist() {
+            if let Err(e) = self.leader.handle_persisted(batch.id) {
+                tracing::error!(error = %e, "persist batch refused");
+            }
+        }
+    }
+
+    fn end_step(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+        // Lookup pins last for their step: whatever was not loaded goes back.
+        let requests: Vec<RequestId> = self.lookup_pins.keys().copied().collect();
+        for r in requests {
+            self.release_lookup_pins(r);
+        }
+        self.persist();
+        match self.seal(step, now, store) {
+            Ok(frame) => {
+                let _ = reply.send(EngineReply::Frame(Box::new(frame)));
+            }
+            Err(LeaderError::WindowFull { .. }) => self.end_waits.push(EndWait { step, deadline_ms, reply }),
+            Err(e) => {
+                let _ = reply.send(EngineReply::Error(map_leader_error(e, self.leader.epoch())));
+            }
+        }
+    }
+
+    /// Seal `step`, send the frame to every follower and start this rank's copies.
+    fn seal(&mut self, step: Step, now: u64, store: &Addr<StoreActor>) -> Result<Frame, LeaderError> {
+        let frame = self.leader.seal(step, now)?;
+        let mut encoded: Option<Arc<Vec<u8>>> = None;
+        while let Some((rank, msg)) = self.leader.poll_transmit() {
+            let Some((_, link)) = self.links.get(&rank) else { continue };
+            if matches!(msg, WireMessage::Frame(_)) {
+                // One encoding per frame, shared by every follower.
+                if encoded.is_none() {
+                    match encode_checked(&msg, self.max_frame_bytes) {
+                        Ok(b) => encoded = Some(Arc::new(b)),
+                        Err(e) => {
+                            tracing::error!(error = %e, step = step.0, "frame exceeds the wire limit");
+                            continue;
+                        }
+                    }
+                }
+                if let Some(bytes) = &encoded {
+                    link.send_encoded(bytes.clone());
+                }
+            } else if let Err(e) = link.send(&msg) {
+                tracing::error!(error = %e, "message exceeds the wire limit");
+            }
+        }
+        apply_own(&frame, store);
+        Ok(frame)
+    }
+
+    fn retry_end_waits(&mut self, now: u64, store: &Addr<StoreActor>) {
+        if self.end_waits.is_empty() {
+            return;
+        }
+        let waits = std::mem::take(&mut self.end_waits);
+        for w in waits {
+            if w.step != self.leader.open_step() {
+                let err = AgentError::WrongStep { expected: self.leader.open_step(), got: w.step };
+                let _ = w.reply.send(EngineReply::Error(err));
+                continue;
+            }
+            self.persist();
+            match self.seal(w.step, now, store) {
+                Ok(frame) => {
+                    let _ = w.reply.send(EngineReply::Frame(Box::new(frame)));
+                }
+                Err(LeaderError::WindowFull { .. }) => self.end_waits.push(w),
+                Err(e) => {
+                    let _ = w.reply.send(EngineReply::Error(map_leader_error(e, self.leader.epoch())));
+                }
+            }
+        }
+    }
+
+    /// Timers: window waits past their deadline, heartbeat silence.
+    pub fn tick(&mut self, now: u64, _store: &Addr<StoreActor>) -> Option<String> {
+        let (expired, keep): (Vec<EndWait>, Vec<EndWait>) = std::mem::take(&mut self.end_waits).into_iter().partition(|w| now >= w.deadline_ms);
+        self.end_waits = keep;
+        for w in expired {
+            let err = AgentError::WindowFull { step: w.step, slowest_ack: self.leader.slowest_ack(), window: self.leader.config().window_steps };
+            let _ = w.reply.send(EngineReply::Error(err));
+        }
+        // Silence is judged only once every follower has joined and started its heartbeats.
+        if !self.leader.all_joined() {
+            return None;
+        }
+        if !self.heartbeats_armed {
+            self.heartbeats_armed = true;
+            return None;
+        }
+        if self.leader.poll_timeout().is_some_and(|t| now >= t) {
+            self.leader.handle_timeout(now);
+        }
+        let mut failure = None;
+        while let Some(ev) = self.leader.poll_event() {
+            let reason = match ev {
+                LeaderEvent::RankSilent { rank, last_seen_ms, now_ms } => {
+                    format!("rank {rank} silent for {} ms", now_ms.saturating_sub(last_seen_ms))
+                }
+                LeaderEvent::RankLost { rank, .. } => format!("rank {rank} lost"),
+            };
+            failure.get_or_insert(reason);
+        }
+        failure
+    }
+
+    /// Answer every waiting engine call with `err`.
+    pub fn fail_waits(&mut self, err: &AgentError) {
+        for w in self.end_waits.drain(..) {
+            let _ = w.reply.send(EngineReply::Error(err.clone()));
+        }
+    }
+
+    /// Status for `/status` and `/readyz`.
+    pub fn status(&self, settings: &AgentSettings) -> AgentStatus {
+        let joined: Vec<u32> = self.leader.joined().iter().map(|r| r.0).collect();
+        let ready = self.leader.all_joined();
+        let stats = self.leader.stats();
+        AgentStatus {
+            group: settings.membership.group_id.0.clone(),
+            rank: settings.rank.0,
+            role: "leader",
+            epoch: settings.epoch.0,
+            ready,
+            reason: (!ready).then(|| format!("waiting for followers: joined {joined:?} of {}", settings.world_size - 1)),
+            joined,
+            sealed_step: self.leader.sealed_step().map(|s| s.0),
+            acked_step: self.leader.slowest_ack().map(|s| s.0),
+            tasks_in_flight: self.leader.in_flight().len() as u64,
+            steps_sealed: stats.steps_sealed,
+            stale_epoch_rejected: stats.stale_epoch_rejected,
+            tasks_ok: stats.tasks_ok,
+            tasks_failed: stats.tasks_failed,
+            index_blocks: self.index.occupancy(tandem_store::tier::TierKind::Host) + self.index.occupancy(tandem_store::tier::TierKind::Disk),
+        }
+    }
+}
+
+/// The leader's own copies for a sealed frame: tier operations first, then loads and stores.
+/// The leader's engine wrote its store pages before asking, so they are copied at once.
+fn apply_own(frame: &Frame, store: &Addr<StoreActor>) {
+    if !frame.tier_ops.is_empty() {
+        store.do_send(ApplyTierOps(frame.tier_ops.clone()));
+    }
+    if !frame.loads.is_empty() {
+        store.do_send(CopyLoads(frame.loads.clone()));
+    }
+    if !frame.stores.is_empty() {
+        store.do_send(CopyStores(frame.stores.clone()));
+    }
+}
+
+fn check_lists(hashes: &[BlockHash], pages: &[PageId]) -> Result<(), AgentError> {
+    if hashes.len() != pages.len() {
+        return Err(AgentError::BadRequest { reason: format!("{} block hashes but {} page ids", hashes.len(), pages.len()) });
+    }
+    Ok(())
+}
+
+/// The engine's view of a leader refusal.
+pub fn map_leader_error(e: LeaderError, epoch: tandem_proto::ids::Epoch) -> AgentError {
+    match e {
+        LeaderError::WindowFull { step, slowest_ack, window } => AgentError::WindowFull { step, slowest_ack, window },
+        LeaderError::WrongStep { expected, got } => AgentError::WrongStep { expected, got },
+        LeaderError::FrameExpired { wanted, oldest_retained } => AgentError::FrameExpired { epoch, wanted, oldest: oldest_retained },
+        LeaderError::AckBeyondSealed { .. } => AgentError::BadRequest { reason: e.to_string() },
+        other => AgentError::NotReady { reason: other.to_string() },
+    }
+}

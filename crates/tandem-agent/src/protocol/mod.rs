@@ -1,0 +1,381 @@
+//! The ProtocolActor: this rank's side of the group protocol for one epoch.
+//!
+//! Wraps the sans-IO `Leader` (rank 0, with the group index) or `Follower` (other ranks) and
+//! connects them to the world: engine requests in, frames and shard reports over TCP, shard
+//! copies handed to the `StoreActor`, timers from a tick. Every decision is the state machine's
+//! (or the group index's, on the leader); this actor only moves inputs and outputs. A new epoch
+//! gets a new ProtocolActor: nothing of an old epoch's protocol resumes.
+//!
+//! - [`leader`]: the leader's role (engine operations, quorum results, sealing, the window).
+//! - [`follower`]: a follower's role (positional reads, bounded waits, acks, reports).
+//! - [`status`]: what `/status` and `/readyz` report.
+
+pub mod follower;
+pub mod leader;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message};
+use tandem_client::api::{AgentError, EngineReply, EngineRequest};
+use tandem_proto::ids::{Epoch, Rank};
+use tandem_proto::wire::handshake::{HandshakeError, Nonce};
+use tandem_proto::wire::{Hello, Message as WireMessage};
+use tokio::sync::oneshot;
+
+use crate::clock::Clock;
+use crate::peer::link::PeerLink;
+use crate::settings::AgentSettings;
+use crate::store_actor::{ReportTo, ShardDone, StoreActor};
+
+use follower::FollowerRole;
+use leader::LeaderRole;
+pub use status::AgentStatus;
+
+/// How often timers (wait deadlines, heartbeat checks) are evaluated.
+const TICK: Duration = Duration::from_millis(5);
+
+/// One engine request; the reply goes back on `reply` exactly once (possibly later, for a
+/// request that waits).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EngineCall {
+    /// The request.
+    pub req: EngineRequest,
+    /// Where the one reply goes.
+    pub reply: oneshot::Sender<EngineReply>,
+}
+
+/// The engine's connection closed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EngineDisconnected {
+    /// Why.
+    pub reason: String,
+}
+
+/// Leader: a follower answered the challenge; admit it (and send `Welcome`) or refuse it (and
+/// send `Refused`). Admission and registration of its link are one step.
+#[derive(Message)]
+#[rtype(result = "Result<Rank, HandshakeError>")]
+pub struct AdmitPeer {
+    /// The nonce sent in the challenge.
+    pub nonce: Nonce,
+    /// The follower's hello.
+    pub hello: Hello,
+    /// The connection's writer.
+    pub link: PeerLink,
+    /// The connection's id.
+    pub conn: u64,
+}
+
+/// Leader: a message from an admitted follower's connection.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FromPeer {
+    /// The rank admitted on this connection.
+    pub rank: Rank,
+    /// The connection's id.
+    pub conn: u64,
+    /// The message.
+    pub msg: WireMessage,
+}
+
+/// Leader: a follower's connection ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PeerLost {
+    /// The rank on that connection.
+    pub rank: Rank,
+    /// The connection's id (ignored unless it is the rank's admitted connection).
+    pub conn: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// Follower: admitted by the leader; here is the connection's writer.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LeaderLinked {
+    /// The writer.
+    pub link: PeerLink,
+}
+
+/// Follower: a message from the leader.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FromLeader {
+    /// The message.
+    pub msg: WireMessage,
+}
+
+/// Follower: the leader's connection ended (or the join failed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LeaderLost {
+    /// Why.
+    pub reason: String,
+}
+
+/// The agent's status in this epoch.
+#[derive(Message)]
+#[rtype(result = "AgentStatus")]
+pub struct GetStatus;
+
+/// Stop this epoch's protocol (a restart or a shutdown): pending engine waits are answered
+/// `NotReady` and the actor stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopEpoch {
+    /// Why (logged and given to waiting engines).
+    pub reason: String,
+}
+
+/// The role this rank plays in the epoch.
+enum Role {
+    Leader(Box<LeaderRole>),
+    Follower(Box<FollowerRole>),
+}
+
+/// The actor. See the module docs.
+pub struct ProtocolActor {
+    settings: Arc<AgentSettings>,
+    clock: Clock,
+    store: Addr<StoreActor>,
+    role: Role,
+    /// Why this epoch can no longer make progress (a lost or silent rank, a protocol error).
+    failure: Option<String>,
+}
+
+impl ProtocolActor {
+    /// A protocol actor for `settings.epoch`; `leader_role` must be given on rank 0.
+    pub fn new(settings: Arc<AgentSettings>, clock: Clock, store: Addr<StoreActor>, leader_role: Option<LeaderRole>) -> Self {
+        let role = match leader_role {
+            Some(l) => Role::Leader(Box::new(l)),
+            None => Role::Follower(Box::new(FollowerRole::new(&settings))),
+        };
+        Self { settings, clock, store, role, failure: None }
+    }
+
+    /// The epoch fails: log it once, answer every waiting engine call, refuse new ones.
+    fn fail(&mut self, reason: String) {
+        if self.failure.is_some() {
+            return;
+        }
+        tracing::error!(%reason, "epoch failed: the group must restart");
+        let err = AgentError::NotReady { reason: format!("epoch {} failed: {reason}", self.settings.epoch) };
+        match &mut self.role {
+            Role::Leader(l) => l.fail_waits(&err),
+            Role::Follower(f) => f.fail_waits(&err),
+        }
+        self.failure = Some(reason);
+    }
+
+    fn tick(&mut self) {
+        let now = self.clock.now_ms();
+        let failed = match &mut self.role {
+            Role::Leader(l) => l.tick(now, &self.store),
+            Role::Follower(f) => f.tick(now),
+        };
+        if let Some(reason) = failed {
+            self.fail(reason);
+        }
+    }
+}
+
+impl Actor for ProtocolActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.store.do_send(ReportTo(ctx.address().recipient()));
+        ctx.run_interval(TICK, |actor, _| actor.tick());
+        tracing::info!(rank = self.settings.rank.0, epoch = self.settings.epoch.0, "protocol actor started");
+    }
+}
+
+impl Handler<EngineCall> for ProtocolActor {
+    type Result = ();
+    /// Answer an engine request now, or keep its reply until its wait ends.
+    fn handle(&mut self, msg: EngineCall, _: &mut Self::Context) {
+        let settings = &self.settings;
+        let welcome = |next_step| EngineReply::Welcome {
+            epoch: settings.epoch,
+            rank: settings.rank.0,
+            world_size: settings.world_size,
+            shard_bytes: settings.shard_bytes,
+            next_step,
+        };
+        if let EngineRequest::Hello { rank } = &msg.req {
+            let answer = if *rank != settings.rank.0 {
+                EngineReply::Error(AgentError::BadRequest {
+                    reason: format!("engine says rank {rank}, this agent is rank {}", settings.rank.0),
+                })
+            } else {
+                let next = match &self.role {
+                    Role::Leader(l) => l.next_step(),
+                    Role::Follower(f) => f.next_step(),
+                };
+                welcome(next)
+            };
+            let _ = msg.reply.send(answer);
+            return;
+        }
+        if let Some(epoch) = request_epoch(&msg.req) {
+            if epoch != settings.epoch {
+                let _ = msg.reply.send(EngineReply::Error(AgentError::StaleEpoch { ours: settings.epoch, theirs: epoch }));
+                return;
+            }
+        }
+        if let Some(reason) = &self.failure {
+            let _ = msg.reply.send(EngineReply::Error(AgentError::NotReady {
+                reason: format!("epoch {} failed: {reason}", settings.epoch),
+            }));
+            return;
+        }
+        let now = self.clock.now_ms();
+        match &mut self.role {
+            Role::Leader(l) => l.engine(msg.req, msg.reply, now, &self.store),
+            Role::Follower(f) => f.engine(msg.req, msg.reply, now, &self.store),
+        }
+    }
+}
+
+/// The epoch a step-scoped request names.
+fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
+    match req {
+        EngineRequest::Lookup { epoch, .. }
+        | EngineRequest::Store { epoch, .. }
+        | EngineRequest::Load { epoch, .. }
+        | EngineRequest::EndStep { epoch, .. }
+        | EngineRequest::Frame { epoch, .. }
+        | EngineRequest::Ack { epoch, .. } => Some(*epoch),
+        EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => None,
+    }
+}
+
+impl Handler<EngineDisconnected> for ProtocolActor {
+    type Result = ();
+    /// The engine went away; its waits are void.
+    fn handle(&mut self, msg: EngineDisconnected, _: &mut Self::Context) {
+        tracing::warn!(reason = %msg.reason, "engine disconnected");
+    }
+}
+
+impl Handler<AdmitPeer> for ProtocolActor {
+    type Result = Result<Rank, HandshakeError>;
+    /// Admit or refuse a follower.
+    fn handle(&mut self, msg: AdmitPeer, _: &mut Self::Context) -> Self::Result {
+        let now = self.clock.now_ms();
+        match &mut self.role {
+            Role::Leader(l) => l.admit(msg, now, &self.settings),
+            Role::Follower(_) => {
+                let reason = HandshakeError::RankOutOfRange { rank: msg.hello.rank, world_size: self.settings.world_size };
+                let _ = msg.link.send(&WireMessage::Refused { reason: reason.clone() });
+                Err(reason)
+            }
+        }
+    }
+}
+
+impl Handler<FromPeer> for ProtocolActor {
+    type Result = ();
+    /// A follower's report, ack or heartbeat.
+    fn handle(&mut self, msg: FromPeer, _: &mut Self::Context) {
+        let now = self.clock.now_ms();
+        if let Role::Leader(l) = &mut self.role {
+            if let Some(reason) = l.from_peer(msg, now, &self.store) {
+                self.fail(reason);
+            }
+        }
+    }
+}
+
+impl Handler<PeerLost> for ProtocolActor {
+    type Result = ();
+    /// A follower's connection ended: inside an epoch that is a rank failure.
+    fn handle(&mut self, msg: PeerLost, _: &mut Self::Context) {
+        let now = self.clock.now_ms();
+        if let Role::Leader(l) = &mut self.role {
+            if let Some(reason) = l.peer_lost(msg, now) {
+                self.fail(reason);
+            }
+        }
+    }
+}
+
+impl Handler<LeaderLinked> for ProtocolActor {
+    type Result = ();
+    /// Admitted: start talking to the leader.
+    fn handle(&mut self, msg: LeaderLinked, _: &mut Self::Context) {
+        let now = self.clock.now_ms();
+        if let Role::Follower(f) = &mut self.role {
+            f.linked(msg.link, now);
+        }
+    }
+}
+
+impl Handler<FromLeader> for ProtocolActor {
+    type Result = ();
+    /// A frame (or another message) from the leader.
+    fn handle(&mut self, msg: FromLeader, _: &mut Self::Context) {
+        if let Role::Follower(f) = &mut self.role {
+            if let Some(reason) = f.from_leader(msg.msg, &self.store) {
+                self.fail(reason);
+            }
+        }
+    }
+}
+
+impl Handler<LeaderLost> for ProtocolActor {
+    type Result = ();
+    /// The leader's connection ended: inside an epoch that is a rank failure.
+    fn handle(&mut self, msg: LeaderLost, _: &mut Self::Context) {
+        self.fail(format!("connection to the leader lost: {}", msg.reason));
+    }
+}
+
+impl Handler<ShardDone> for ProtocolActor {
+    type Result = ();
+    /// This rank's shard of a task is done.
+    fn handle(&mut self, msg: ShardDone, _: &mut Self::Context) {
+        match &mut self.role {
+            Role::Leader(l) => {
+                if let Some(reason) = l.own_shard(msg, &self.store) {
+                    self.fail(reason);
+                }
+            }
+            Role::Follower(f) => f.own_shard(msg),
+        }
+    }
+}
+
+impl Handler<GetStatus> for ProtocolActor {
+    type Result = actix::MessageResult<GetStatus>;
+    /// Status for `/status` and `/readyz`.
+    fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
+        let mut s = match &self.role {
+            Role::Leader(l) => l.status(&self.settings),
+            Role::Follower(f) => f.status(&self.settings),
+        };
+        if let Some(reason) = &self.failure {
+            s.ready = false;
+            s.reason = Some(format!("epoch {} failed: {reason}", self.settings.epoch));
+        }
+        actix::MessageResult(s)
+    }
+}
+
+impl Handler<StopEpoch> for ProtocolActor {
+    type Result = ();
+    /// End this epoch's protocol.
+    fn handle(&mut self, msg: StopEpoch, ctx: &mut Self::Context) {
+        let err = AgentError::NotReady { reason: msg.reason.clone() };
+        match &mut self.role {
+            Role::Leader(l) => l.fail_waits(&err),
+            Role::Follower(f) => f.fail_waits(&err),
+        }
+        tracing::info!(reason = %msg.reason, "protocol actor stopping");
+        ctx.stop();
+    }
+}

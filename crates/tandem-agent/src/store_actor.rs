@@ -1,0 +1,287 @@
+//! The StoreActor: this rank's tiers, its engine's page buffers, and every shard copy.
+//!
+//! Owns the per-rank `Store` (host and disk tiers, checksums, manifest) and the engine's
+//! registered page region. It applies the leader's tier operations in frame order, copies
+//! shards between engine pages and tiers for the tasks it is given, and reports each task's
+//! shard result to the `ProtocolActor`. It never decides placement, eviction or whether a task
+//! finished: those are the leader's, and it only carries them out. It runs on its own arbiter
+//! (thread) so that copies never delay the protocol.
+
+use actix::{Actor, AsyncContext, Context, Handler, Message, Recipient};
+use tandem_client::api::AgentError;
+use tandem_proto::frame::{TaskStart, TierOp};
+use tandem_proto::ids::TaskId;
+use tandem_store::buffer::{EngineBuffers, RegionSpec};
+use tandem_store::rebuild::RankBlocks;
+use tandem_store::store::{Store, StoreError};
+
+use crate::tiers::{store_move, store_tier};
+
+/// The name under which the engine's page pool is registered.
+const ENGINE_REGION: &str = "engine";
+
+/// A task's shard on this rank is done (`Ok`) or failed (`Err(reason)`).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ShardDone {
+    /// The task.
+    pub task: TaskId,
+    /// The shard result; the reason names the block and what went wrong.
+    pub result: Result<(), String>,
+}
+
+/// Register (or re-register after an engine reconnect) the engine's page pool.
+#[derive(Message)]
+#[rtype(result = "Result<u64, AgentError>")]
+pub struct RegisterBuffer {
+    /// The region's file.
+    pub path: String,
+    /// Bytes of the region.
+    pub size_bytes: u64,
+    /// Bytes of one page; must equal the shard size.
+    pub page_size_bytes: u64,
+}
+
+/// Apply tier operations in order (a frame's `tier_ops`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ApplyTierOps(pub Vec<TierOp>);
+
+/// Copy the shards of store tasks from engine pages into the tiers, then report each.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CopyStores(pub Vec<TaskStart>);
+
+/// Copy the shards of load tasks from the tiers into engine pages, then report each.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CopyLoads(pub Vec<TaskStart>);
+
+/// Where the shard reports go (the `ProtocolActor` of the current epoch).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReportTo(pub Recipient<ShardDone>);
+
+/// The blocks this rank holds (for the rebuild of the group index at a new epoch).
+#[derive(Message)]
+#[rtype(result = "RankBlocks")]
+pub struct ListBlocks;
+
+/// Tier occupancy of this rank, for `/status` and metrics.
+#[derive(Message)]
+#[rtype(result = "StoreStats")]
+pub struct GetStoreStats;
+
+/// Counters and occupancy of this rank's store. Sizes in blocks and bytes.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StoreStats {
+    /// Shards held.
+    pub blocks: u64,
+    /// Free host slots.
+    pub host_free_blocks: u64,
+    /// Free disk slots.
+    pub disk_free_blocks: u64,
+    /// Bytes copied from engine pages into the tiers.
+    pub bytes_stored: u64,
+    /// Bytes copied from the tiers into engine pages.
+    pub bytes_loaded: u64,
+    /// Shard copies that failed (either direction).
+    pub copy_failures: u64,
+    /// Tier operations that failed on this rank (a divergence from the group index).
+    pub tier_op_failures: u64,
+    /// Shards dropped because their checksum did not match.
+    pub checksum_failures: u64,
+}
+
+/// The actor. See the module docs.
+pub struct StoreActor {
+    store: Store,
+    buffers: EngineBuffers,
+    shard_bytes: u64,
+    report_to: Option<Recipient<ShardDone>>,
+    stats: StoreStats,
+}
+
+impl StoreActor {
+    /// Wrap an opened store; `shard_bytes` is the page size engines must register.
+    pub fn new(store: Store, shard_bytes: u64) -> Self {
+        Self { store, buffers: EngineBuffers::new(), shard_bytes, report_to: None, stats: StoreStats::default() }
+    }
+
+    fn report(&self, task: TaskId, result: Result<(), String>) {
+        match &self.report_to {
+            Some(r) => r.do_send(ShardDone { task, result }),
+            None => tracing::error!(%task, "shard result with no protocol actor to report to"),
+        }
+    }
+
+    fn registered(&self) -> bool {
+        self.buffers.spec(ENGINE_REGION).is_some()
+    }
+
+    fn copy_store(&mut self, t: &TaskStart) -> Result<(), String> {
+        if t.block_hashes.len() != t.page_ids.len() || t.block_hashes.len() != t.tiers.len() {
+            return Err(format!(
+                "task {}: {} blocks, {} pages, {} tiers",
+                t.task,
+                t.block_hashes.len(),
+                t.page_ids.len(),
+                t.tiers.len()
+            ));
+        }
+        if !self.registered() {
+            return Err("no engine buffer registered on this rank".into());
+        }
+        for ((hash, page), tier) in t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers) {
+            match self.store.store_pages(*hash, store_tier(*tier), &self.buffers, ENGINE_REGION, &[*page]) {
+                Ok(_) => self.stats.bytes_stored += self.shard_bytes,
+                // A retried copy of the same block: the shard is already here.
+                Err(StoreError::AlreadyStored { .. }) => {}
+                Err(e) => return Err(format!("block {hash} from page {page}: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn copy_load(&mut self, t: &TaskStart) -> Result<(), String> {
+        if t.block_hashes.len() != t.page_ids.len() {
+            return Err(format!("task {}: {} blocks, {} pages", t.task, t.block_hashes.len(), t.page_ids.len()));
+        }
+        if !self.registered() {
+            return Err("no engine buffer registered on this rank".into());
+        }
+        for (hash, page) in t.block_hashes.iter().zip(&t.page_ids) {
+            match self.store.load_pages(*hash, &mut self.buffers, ENGINE_REGION, &[*page]) {
+                Ok(_) => self.stats.bytes_loaded += self.shard_bytes,
+                Err(e) => {
+                    if matches!(e, StoreError::ChecksumMismatch { .. }) {
+                        self.stats.checksum_failures += 1;
+                    }
+                    return Err(format!("block {hash} into page {page}: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        if let Err(e) = self.store.flush_manifest() {
+            tracing::error!(error = %e, "cannot write the shard manifest");
+        }
+    }
+}
+
+/// How often the manifest is written when it changed. A crash loses at most this much of the
+/// manifest; the shards it then lists wrongly fail their checksum at the next open and are
+/// dropped, so a stale manifest never serves wrong bytes.
+const MANIFEST_FLUSH: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl Actor for StoreActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(MANIFEST_FLUSH, |actor, _| actor.flush());
+    }
+
+    fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
+        self.flush();
+        actix::Running::Stop
+    }
+}
+
+impl Handler<ReportTo> for StoreActor {
+    type Result = ();
+    /// Send shard reports to a new protocol actor (a new epoch).
+    fn handle(&mut self, msg: ReportTo, _: &mut Self::Context) {
+        self.report_to = Some(msg.0);
+    }
+}
+
+impl Handler<RegisterBuffer> for StoreActor {
+    type Result = Result<u64, AgentError>;
+    /// Map the engine's page pool; the page size must be the shard size.
+    fn handle(&mut self, msg: RegisterBuffer, _: &mut Self::Context) -> Self::Result {
+        if msg.page_size_bytes != self.shard_bytes {
+            return Err(AgentError::Buffer {
+                reason: format!(
+                    "page size {} bytes differs from the block shard size {} bytes",
+                    msg.page_size_bytes, self.shard_bytes
+                ),
+            });
+        }
+        if self.registered() {
+            let _ = self.buffers.unregister(ENGINE_REGION);
+        }
+        let spec = RegionSpec { name: ENGINE_REGION.into(), size_bytes: msg.size_bytes, page_size_bytes: msg.page_size_bytes };
+        let pages = spec.pages();
+        self.buffers.register(spec).map_err(|e| AgentError::Buffer { reason: e.to_string() })?;
+        if let Err(e) = self.buffers.map(ENGINE_REGION, std::path::Path::new(&msg.path)) {
+            let _ = self.buffers.unregister(ENGINE_REGION);
+            return Err(AgentError::Buffer { reason: e.to_string() });
+        }
+        Ok(pages)
+    }
+}
+
+impl Handler<ApplyTierOps> for StoreActor {
+    type Result = ();
+    /// Apply the leader's tier operations in order.
+    fn handle(&mut self, msg: ApplyTierOps, _: &mut Self::Context) {
+        for op in msg.0 {
+            if let Err(e) = self.store.apply(store_move(op)) {
+                self.stats.tier_op_failures += 1;
+                tracing::error!(?op, error = %e, "tier operation failed: this rank diverged from the group index");
+            }
+        }
+    }
+}
+
+impl Handler<CopyStores> for StoreActor {
+    type Result = ();
+    /// Copy store shards and report each task.
+    fn handle(&mut self, msg: CopyStores, _: &mut Self::Context) {
+        for t in &msg.0 {
+            let result = self.copy_store(t);
+            if let Err(reason) = &result {
+                self.stats.copy_failures += 1;
+                tracing::warn!(task = %t.task, %reason, "store shard failed");
+            }
+            self.report(t.task, result);
+        }
+    }
+}
+
+impl Handler<CopyLoads> for StoreActor {
+    type Result = ();
+    /// Copy load shards and report each task.
+    fn handle(&mut self, msg: CopyLoads, _: &mut Self::Context) {
+        for t in &msg.0 {
+            let result = self.copy_load(t);
+            if let Err(reason) = &result {
+                self.stats.copy_failures += 1;
+                tracing::warn!(task = %t.task, %reason, "load shard failed");
+            }
+            self.report(t.task, result);
+        }
+    }
+}
+
+impl Handler<ListBlocks> for StoreActor {
+    type Result = actix::MessageResult<ListBlocks>;
+    /// The blocks this rank holds.
+    fn handle(&mut self, _: ListBlocks, _: &mut Self::Context) -> Self::Result {
+        actix::MessageResult(self.store.rank_blocks())
+    }
+}
+
+impl Handler<GetStoreStats> for StoreActor {
+    type Result = actix::MessageResult<GetStoreStats>;
+    /// Occupancy and counters.
+    fn handle(&mut self, _: GetStoreStats, _: &mut Self::Context) -> Self::Result {
+        let mut s = self.stats.clone();
+        s.blocks = self.store.len() as u64;
+        s.host_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Host);
+        s.disk_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Disk);
+        actix::MessageResult(s)
+    }
+}

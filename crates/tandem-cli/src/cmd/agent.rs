@@ -1,0 +1,29 @@
+//! `tandem agent --rank R --config FILE`: run one rank's agent in the foreground.
+
+use std::path::Path;
+
+use tandem_agent::AgentSettings;
+use tandem_config::{load, Overrides};
+use tandem_proto::ids::Epoch;
+
+/// Options of `tandem agent`.
+pub struct AgentArgs<'a> {
+    pub rank: u32,
+    pub config: &'a Path,
+    pub epoch: u64,
+    pub log_json: bool,
+    pub test_protocol_version: Option<u16>,
+}
+
+pub fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
+    let cfg = load(Some(args.config), &Overrides::default())?;
+    crate::logging::init(&cfg.log, args.log_json);
+    let mut settings = AgentSettings::new(cfg, args.rank, Epoch(args.epoch))?;
+    if let Some(v) = args.test_protocol_version {
+        settings.membership.protocol_version = v;
+    }
+    let span = tracing::info_span!("agent", group = %settings.membership.group_id, rank = args.rank, epoch = args.epoch);
+    let _entered = span.enter();
+    tandem_agent::run(settings)?;
+    Ok(())
+}
