@@ -1,0 +1,79 @@
+//! Simulated engines that replay a request trace through a running Tandem group and check
+//! every byte: the engine side of `tandem replay`.
+//!
+//! One thread per rank plays the inference engine of that rank, talking to its agent only
+//! through [`tandem_client::EngineClient`] and a shared-memory [`tandem_client::PagePool`].
+//! Rank 0 runs a scheduler over the trace (lookup, load the matched prefix, compute and store
+//! the rest, verify loads, recompute failed ones); the followers read the same frames at
+//! moments set by their own simulated memory pressure and verify their own shards. The
+//! caller (the CLI or a test) starts the cluster and passes the engine socket paths.
+//!
+//! # Entry points
+//! - [`run_replay`]`(&ReplayParams, requests, progress) -> Result<ReplaySummary, ReplayError>`
+//! - [`ReplayParams::new`]`(sockets)` for defaults; [`Speed`], [`Deadlines`], [`ReadPattern`]
+//!   to adjust them.
+//! - [`ReplaySummary`]: `to_json()` (the `--json` object) and `Display` (the table).
+//! - [`fill_shard`] / [`verify_shard`]: the deterministic shard content, for tests that
+//!   check pages themselves.
+//!
+//! # Decisions
+//! - **Store and load in the same step.** A request's lookup, the load of its matched prefix
+//!   and the store of its other blocks (computed first) are all issued in the step of the
+//!   lookup; the store does not wait for the load, because simulated compute needs no KV.
+//!   This puts a store and a load of one request in flight together.
+//! - **Pages** are freed only by the frame that reports the task finished: a store's pages
+//!   on any result, a load's after its `Ok` pages were verified. A failed, aborted or lost
+//!   load is recomputed into its pages and stored (the contract's "recompute from the last
+//!   good block").
+//! - **Arrival order.** Requests are admitted in trace order, and a request waits while
+//!   another stores one of its blocks, so every lookup sees the blocks of the requests
+//!   before it: the arrival model of [`tandem_trace::PrefixCacheSim`]. With unlimited
+//!   capacity, no failures and an agent index that matches exactly, observed and expected hit
+//!   ratios are equal.
+//! - **Accounting** (lost, duplicate, mismatch...) is defined in [`ledger`] and
+//!   [`summary`].
+//!
+//! # Layout
+//! - [`content`]: shard content, [`fill_shard`], [`verify_shard`], [`VerifyError`].
+//! - [`pages`]: the leader's free list of page ids.
+//! - [`request`]: one request's parts (load, store, recompute) and their states.
+//! - [`scheduler`]: the leader's scheduler, sans IO.
+//! - [`view`]: what an engine reads from a frame, and the frame digest.
+//! - [`ledger`]: per-engine record of frames and outcomes, and the accounting definitions.
+//! - [`pressure`]: follower read patterns (simulated memory pressure).
+//! - [`params`]: [`ReplayParams`], [`Speed`], [`Deadlines`].
+//! - [`summary`]: [`ReplaySummary`], JSON and table.
+//! - [`error`]: [`SchedError`], [`EngineError`], [`ReplayError`], [`Positions`].
+//! - [`progress`]: the indicatif bar.
+//! - `session` (connection, pool, rejoin), `engine` (shared accounting), `leader`,
+//!   `follower`, `source` (pacing), `shared` (thread coordination), `driver`
+//!   ([`run_replay`]): the IO side, private.
+
+pub mod content;
+pub mod error;
+pub mod ledger;
+pub mod pages;
+pub mod params;
+pub mod pressure;
+pub mod progress;
+pub mod request;
+pub mod scheduler;
+pub mod summary;
+pub mod view;
+
+mod driver;
+mod engine;
+mod follower;
+mod leader;
+mod session;
+mod shared;
+mod source;
+
+pub use content::{fill_shard, verify_shard, VerifyError};
+pub use driver::run_replay;
+pub use error::{EngineError, Positions, RankPosition, ReplayError, SchedError};
+pub use params::{Deadlines, ReplayParams, Speed};
+pub use pressure::ReadPattern;
+pub use shared::ReplayProgress;
+pub use summary::{LatencySummary, MismatchDetail, ReplaySummary};
+pub use tandem_trace::Capacity;
