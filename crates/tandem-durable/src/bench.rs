@@ -3,13 +3,15 @@
 //!
 //! Owns measurement only; `tandem bench redis` prints its figures. It never asserts a time.
 //! Baselines: one PING round trip (interleaved with the appends, so both see the same
-//! noise), and a pipelined loop of plain XADDs, one outcome per entry, 256 per pipeline,
+//! noise), one plain XADD of the same record bytes (the floor for one append), and a
+//! pipelined loop of plain XADDs, one outcome per entry, 256 per pipeline,
 //! which is close to the most events per second one connection can push into a stream.
 //! It writes only to keys of a fresh group named `bench-{pid}-{ns}` and deletes them after.
 
 use crate::conn::ConnTimeouts;
 use crate::error::Result;
 use crate::log::{CompletionLog, DurableConfig};
+use crate::record::{encode, StepRecordRef};
 use serde::Serialize;
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,6 +33,9 @@ pub struct AppendBenchRow {
     pub append_us_p99: f64,
     /// Median PING round trip measured between those appends, µs.
     pub ping_us_p50: f64,
+    /// Median round trip of one plain `XADD * ...` of the same record bytes, µs:
+    /// `append_us_p50` minus this is what encoding, the fenced id and decoding the reply cost.
+    pub plain_xadd_us_p50: f64,
     /// `append_us_p50 / ping_us_p50`: the append's cost in round trips (target ≤ 1.5).
     pub round_trips: f64,
     /// Outcomes per second through back-to-back `append_step` calls.
@@ -53,11 +58,12 @@ impl fmt::Display for AppendBench {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:>9} {:>6} {:>10} {:>10} {:>9} {:>7} {:>12} {:>12} {:>6}",
+            "{:>9} {:>6} {:>10} {:>10} {:>9} {:>9} {:>7} {:>12} {:>12} {:>6}",
             "outcomes",
             "steps",
             "append p50",
             "append p99",
+            "xadd p50",
             "ping p50",
             "RTTs",
             "events/s",
@@ -67,11 +73,12 @@ impl fmt::Display for AppendBench {
         for r in &self.rows {
             writeln!(
                 f,
-                "{:>9} {:>6} {:>8.1}us {:>8.1}us {:>7.1}us {:>7.2} {:>12.0} {:>12.0} {:>6.2}",
+                "{:>9} {:>6} {:>8.1}us {:>8.1}us {:>7.1}us {:>7.1}us {:>7.2} {:>12.0} {:>12.0} {:>6.2}",
                 r.outcomes_per_step,
                 r.steps,
                 r.append_us_p50,
                 r.append_us_p99,
+                r.plain_xadd_us_p50,
                 r.ping_us_p50,
                 r.round_trips,
                 r.events_per_s,
@@ -134,11 +141,28 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
         let batch = outcomes(k);
         let mut appends = Vec::with_capacity(steps);
         let mut pings = Vec::with_capacity(steps);
+        let mut plain = Vec::with_capacity(steps);
+        let bytes = encode(&StepRecordRef {
+            epoch,
+            step: Step(step),
+            started: &[],
+            finished: &batch,
+        })?;
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(baseline_key(log))
+            .arg("*")
+            .arg("v")
+            .arg(1)
+            .arg("rec")
+            .arg(&bytes[..]);
         let mut append_total = Duration::ZERO;
         for _ in 0..steps {
             let t = Instant::now();
             log.conn.query::<String>("bench_ping", &ping).await?;
             pings.push(t.elapsed());
+            let t = Instant::now();
+            log.conn.query::<String>("bench_xadd", &xadd).await?;
+            plain.push(t.elapsed());
             let t = Instant::now();
             log.append_step(epoch, Step(step), &[], &batch).await?;
             let d = t.elapsed();
@@ -156,6 +180,7 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
             append_us_p50: append_p50,
             append_us_p99: micros(percentile(&mut appends, 99)),
             ping_us_p50: ping_p50,
+            plain_xadd_us_p50: micros(percentile(&mut plain, 50)),
             round_trips: ratio(append_p50, ping_p50),
             events_per_s: events,
             baseline_events_per_s: baseline,
@@ -245,6 +270,7 @@ mod tests {
             append_us_p50: 60.0,
             append_us_p99: 90.0,
             ping_us_p50: 50.0,
+            plain_xadd_us_p50: 52.0,
             round_trips: 1.2,
             events_per_s: 150000.0,
             baseline_events_per_s: 300000.0,

@@ -120,25 +120,21 @@ impl Conn {
         deadline(op, self.op_timeout, &self.url, pipe.query_async(&mut c)).await
     }
 
-    /// Runs a script invocation, returning the raw client error for the caller to inspect
-    /// (the fenced append reads its own error code); deadline and transport errors are
-    /// already mapped.
-    pub async fn script_raw<T: FromRedisValue>(
+    /// Runs a script invocation as operation `op` (EVALSHA; after a Redis restart the client
+    /// loads the script again, one more round trip).
+    pub async fn script<T: FromRedisValue>(
         &self,
         op: &'static str,
         invocation: &ScriptInvocation<'_>,
-    ) -> Result<std::result::Result<T, redis::RedisError>> {
+    ) -> Result<T> {
         let mut c = self.manager.clone();
-        let fut = invocation.invoke_async::<T>(&mut c);
-        match tokio::time::timeout(self.op_timeout, fut).await {
-            Err(_) => Err(DurableError::Timeout {
-                op,
-                ms: duration_ms(self.op_timeout),
-            }),
-            Ok(Ok(v)) => Ok(Ok(v)),
-            Ok(Err(e)) if e.kind() == redis::ErrorKind::ExtensionError => Ok(Err(e)),
-            Ok(Err(e)) => Err(from_redis(&e, op, &self.url, duration_ms(self.op_timeout))),
-        }
+        deadline(
+            op,
+            self.op_timeout,
+            &self.url,
+            invocation.invoke_async(&mut c),
+        )
+        .await
     }
 }
 

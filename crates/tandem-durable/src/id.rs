@@ -1,20 +1,21 @@
 //! Stream entry ids (`ms-seq`) as an ordered value type.
 //!
-//! Owns parsing and printing of the ids Redis assigns to stream entries. It never invents
-//! ids for entries: Redis assigns them on XADD (`*`); the only derived id is
-//! [`StreamEntryId::successor`], used as an exclusive bound.
+//! Owns parsing and printing of stream entry ids. It never invents ids for entries: the
+//! append asks Redis for `{epoch}-*` and Redis picks the sequence number; the only derived
+//! id is [`StreamEntryId::successor`], used as an exclusive bound.
 
 use crate::error::{DurableError, Result};
 use std::fmt;
 use std::str::FromStr;
 
-/// The id Redis gave one stream entry: milliseconds of its clock and a sequence number
-/// within that millisecond. Ids order the stream: a later append has a larger id.
+/// The id of one stream entry, `ms-seq`. Ids order the stream: a later append has a larger
+/// id. In the completion stream the first part is the epoch (the fenced append writes
+/// `{epoch}-*`) and the second counts entries within the epoch, 0 being its barrier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamEntryId {
-    /// Redis's clock when the entry was added, in ms since the Unix epoch.
+    /// First part: Redis's `ms` field; the epoch in the completion stream.
     pub ms: u64,
-    /// Sequence number within that millisecond, from 0.
+    /// Second part: sequence number within the first part, from 0.
     pub seq: u64,
 }
 

@@ -1,8 +1,8 @@
 //! Redis key and consumer-group names of one group (the layout is listed in the crate docs).
 //!
 //! Owns naming only. It never talks to Redis. The group name sits inside `{}` so that, under
-//! Redis Cluster, every key of a group hashes to one slot and the fenced append (a script
-//! that reads the epoch counter and writes the stream) stays legal.
+//! Redis Cluster, every key of a group hashes to one slot and `next_epoch` (a script that
+//! increments the epoch counter and writes the stream) stays legal.
 
 use crate::error::{DurableError, Result};
 use tandem_proto::{Epoch, Rank};

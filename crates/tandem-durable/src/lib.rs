@@ -12,20 +12,22 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `tandem:{g}:completions` | stream | one entry per step written ahead: fields `v` (record version) and `rec` (a postcard [`StepRecord`]: epoch, step, tasks started, outcomes finished) |
+//! | `tandem:{g}:completions` | stream | entry id `{epoch}-{n}`; one entry per step written ahead: fields `v` (record version) and `rec` (a postcard [`StepRecord`]: epoch, step, tasks started, outcomes finished); plus one barrier per epoch, id `{epoch}-0`, fields `v` and `barrier` |
 //! | `tandem:{g}:completions` groups `rank-{r}` | consumer groups | one per rank, consumer `agent`: delivered = read by the rank's agent, acknowledged = its engine acknowledged the frame |
-//! | `tandem:{g}:epoch` | string counter | the group's current epoch (INCR; 0/absent before the first) |
+//! | `tandem:{g}:epoch` | string counter | the group's current epoch (INCR with the barrier, in one script; absent = 0 before the first) |
 //! | `tandem:{g}:supervisor` | hash | `v`, `epoch`, `restarts_ms`, `state`, `reason`: what a restarted supervisor continues from |
 //! | `tandem:{g}:members:{epoch}` | set | ranks that joined that epoch |
 //!
 //! The braces are literal: they make every key of a group one Redis Cluster hash slot, so
-//! the fenced append (a script touching the stream and the counter) stays legal there.
+//! `next_epoch` (a script touching the stream and the counter) stays legal there.
 //!
 //! # Protocol
 //!
 //! 1. Leader, each step: [`CompletionLog::append_step`] with the tasks started and the
-//!    outcomes finished, then seal the frame. The append is one round trip and is refused
-//!    ([`DurableError::StaleEpoch`]) unless the counter still holds the leader's epoch.
+//!    outcomes finished, then seal the frame. The append is one plain XADD with id
+//!    `{epoch}-*`; once [`CompletionLog::next_epoch`] wrote a newer epoch's barrier, Redis
+//!    refuses it ([`DurableError::StaleEpoch`]), so every append that succeeded is seen by
+//!    the next epoch's recovery.
 //! 2. Each rank's agent: [`CompletionLog::read_new`] feeds an [`AckTracker`]; when the
 //!    engine acknowledges frame `(epoch, step)`, [`AckTracker::on_engine_ack`] gives the ids
 //!    for [`CompletionLog::ack`].
@@ -45,7 +47,8 @@
 //! - [`error`]: [`DurableError`], [`mask_url`].
 //! - [`id`]: [`StreamEntryId`], the ordered ids Redis gives stream entries.
 //! - [`keys`]: [`Keys`], the names above.
-//! - [`record`]: [`StepRecord`], [`StartedTask`], [`LoggedStep`], the versioned encoding.
+//! - [`record`]: [`StepRecord`], [`StartedTask`], [`LoggedStep`], [`StreamEntry`], the
+//!   versioned encoding.
 //! - [`conn`]: the reconnecting connection with per-call deadlines ([`ConnTimeouts`]).
 //! - [`log`]: [`CompletionLog`], [`DurableConfig`], append, read, ack, pending.
 //! - [`recovery`]: [`Recovery`], [`RecoveryBuilder`] and [`CompletionLog::recover`].
@@ -72,7 +75,7 @@ pub use error::{mask_url, DurableError, Result};
 pub use id::StreamEntryId;
 pub use keys::{consumer_group, Keys};
 pub use log::{CompletionLog, DurableConfig, RankCursor};
-pub use record::{LoggedStep, StartedTask, StepRecord, RECORD_VERSION};
+pub use record::{LoggedStep, StartedTask, StepRecord, StreamEntry, RECORD_VERSION};
 pub use recovery::{Recovery, RecoveryBuilder};
 pub use supervisor::{GroupState, SupervisorState};
 pub use tracker::AckTracker;

@@ -2,11 +2,20 @@
 //! tracking (DESIGN.md invariant 5).
 //!
 //! Owns the stream and its consumer groups: [`CompletionLog::append_step`] (one XADD per
-//! step, fenced by the epoch counter), [`CompletionLog::read_new`], [`CompletionLog::ack`],
+//! step, fenced by the epoch in the entry id), [`CompletionLog::read_new`], [`CompletionLog::ack`],
 //! [`CompletionLog::pending`] and [`CompletionLog::ack_through`]. Recovery, trimming and the
 //! group-state keys live in their own modules as further `impl CompletionLog` blocks. It
 //! never decides what an outcome is or when a frame is sealed: the leader's driver appends,
 //! then seals; each rank's agent reads and acknowledges after its engine did.
+//!
+//! # The epoch fence
+//!
+//! An append for epoch `e` is `XADD {stream} {e}-* ...`: the entry id's first part is the
+//! epoch, and Redis only accepts ids above the stream's last one. `next_epoch` increments
+//! the counter and writes a barrier entry `{e+1}-0` in one script, so from that moment every
+//! append of epoch `e` or older fails ([`DurableError::StaleEpoch`]) and every append that
+//! succeeded is already in the stream that the new epoch's recovery reads. The fence costs
+//! nothing on the hot path: the append is a plain XADD, no script.
 //!
 //! Reads never use XREADGROUP's BLOCK: the connection is multiplexed, and a blocking read
 //! would hold up every other call on it. Agents poll.
@@ -16,8 +25,8 @@ use crate::error::{DurableError, Result};
 use crate::id::StreamEntryId;
 use crate::keys::{consumer_group, Keys, CONSUMER};
 use crate::record::{
-    decode, encode, LoggedStep, StartedTask, StepRecordRef, FIELD_RECORD, FIELD_VERSION,
-    RECORD_VERSION,
+    decode, encode, LoggedStep, RawFields, StartedTask, StepRecordRef, StreamEntry, FIELD_BARRIER,
+    FIELD_RECORD, FIELD_VERSION, RECORD_VERSION,
 };
 use redis::streams::{StreamId, StreamInfoGroupsReply, StreamPendingCountReply, StreamRangeReply};
 use redis::{Script, Value};
@@ -26,15 +35,8 @@ use std::fmt;
 use std::sync::Arc;
 use tandem_proto::{Epoch, Rank, Step, TaskOutcome};
 
-/// The fenced append: XADD only while the epoch counter equals the append's epoch, in one
-/// round trip. KEYS: stream, epoch counter. ARGV: epoch, version, record bytes.
-const APPEND_SCRIPT: &str = r"
-local cur = redis.call('GET', KEYS[2])
-if cur ~= ARGV[1] then
-  return redis.error_reply('TANDEMSTALE ' .. (cur or '0'))
-end
-return redis.call('XADD', KEYS[1], '*', 'v', ARGV[2], 'rec', ARGV[3])
-";
+/// What Redis answers an XADD whose id is not above the stream's last one.
+const STALE_ID_REPLY: &str = "equal or smaller than the target stream top item";
 
 /// Where and how a [`CompletionLog`] connects.
 #[derive(Clone, PartialEq, Eq)]
@@ -84,7 +86,7 @@ pub struct CompletionLog {
     pub(crate) keys: Keys,
     pub(crate) world_size: u32,
     pub(crate) page: usize,
-    append_script: Arc<Script>,
+    pub(crate) next_epoch_script: Arc<Script>,
 }
 
 /// Delivery position of one rank's consumer group.
@@ -118,7 +120,7 @@ impl CompletionLog {
             keys,
             world_size: config.world_size,
             page: config.page_entries.max(1),
-            append_script: Arc::new(Script::new(APPEND_SCRIPT)),
+            next_epoch_script: Arc::new(Script::new(crate::supervisor::NEXT_EPOCH_SCRIPT)),
         };
         log.ensure_groups().await?;
         Ok(log)
@@ -161,16 +163,18 @@ impl CompletionLog {
     }
 
     /// Writes ahead one step: the tasks `started` and the outcomes `finished` in step `step`
-    /// of `epoch`, as one stream entry in one round trip, whatever the counts. Call before
-    /// sealing the frame that reveals them. The first record of a new epoch carries the
-    /// previous epoch's in-flight tasks as `Aborted` outcomes.
+    /// of `epoch`, as one stream entry (id `{epoch}-{n}`) in one round trip, whatever the
+    /// counts. Call before sealing the frame that reveals them. The first record of a new
+    /// epoch carries the previous epoch's in-flight tasks as `Aborted` outcomes.
     ///
-    /// Fenced: the append happens only while the group's epoch counter equals `epoch`.
+    /// Fenced: refused once [`Self::next_epoch`] moved the group past `epoch`. An epoch that
+    /// was never issued is not detected here; take epochs only from [`Self::next_epoch`].
     ///
     /// # Errors
-    /// [`DurableError::StaleEpoch`] (nothing appended); [`DurableError::Unavailable`];
-    /// [`DurableError::Timeout`] (the entry may or may not have been appended: appending the
-    /// same outcomes again is safe, recovery keeps the first per task id).
+    /// [`DurableError::StaleEpoch`] (nothing appended; costs one more round trip to read the
+    /// current epoch); [`DurableError::Unavailable`]; [`DurableError::Timeout`] (the entry
+    /// may or may not have been appended: appending the same outcomes again is safe,
+    /// recovery keeps the first per task id).
     pub async fn append_step(
         &self,
         epoch: Epoch,
@@ -178,40 +182,44 @@ impl CompletionLog {
         started: &[StartedTask],
         finished: &[TaskOutcome],
     ) -> Result<StreamEntryId> {
+        if epoch.0 == 0 {
+            return Err(self.stale(epoch).await);
+        }
         let bytes = encode(&StepRecordRef {
             epoch,
             step,
             started,
             finished,
         })?;
-        let mut inv = self.append_script.prepare_invoke();
-        inv.key(&self.keys.completions)
-            .key(&self.keys.epoch)
-            .arg(epoch.0)
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&self.keys.completions)
+            .arg(format!("{}-*", epoch.0))
+            .arg(FIELD_VERSION)
             .arg(RECORD_VERSION)
+            .arg(FIELD_RECORD)
             .arg(bytes);
-        match self.conn.script_raw::<String>("append_step", &inv).await? {
+        match self.conn.query::<String>("append_step", &cmd).await {
             Ok(id) => StreamEntryId::parse(&id),
-            Err(e) if e.code() == Some("TANDEMSTALE") => {
-                let current = e.detail().unwrap_or("").trim();
-                let current = current.parse().map_err(|_| DurableError::Corrupt {
-                    id: self.keys.epoch.clone(),
-                    reason: format!("epoch counter holds {current:?}, not a number"),
-                })?;
-                Err(DurableError::StaleEpoch {
-                    epoch,
-                    current: Epoch(current),
-                })
+            Err(DurableError::Rejected { reason, .. }) if reason.contains(STALE_ID_REPLY) => {
+                Err(self.stale(epoch).await)
             }
-            Err(e) => Err(DurableError::Rejected {
-                op: "append_step",
-                reason: e.to_string(),
-            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The error for an append of `epoch` that the fence refused.
+    async fn stale(&self, epoch: Epoch) -> DurableError {
+        match self.current_epoch().await {
+            Ok(current) => DurableError::StaleEpoch { epoch, current },
+            Err(e) => e,
         }
     }
 
     /// Hands `rank` up to `count` entries it has not been handed yet (XREADGROUP `>`), in
-    /// stream order; they stay pending until [`Self::ack`]. Never blocks server-side.
+    /// stream order; they stay pending until [`Self::ack`]. Never blocks server-side. Epoch
+    /// barriers count toward `count` but are acknowledged at once and not returned (one more
+    /// round trip, once per epoch), so a call may return fewer than `count` entries while
+    /// more are waiting.
     ///
     /// # Errors
     /// [`DurableError::RankOutOfRange`]; [`DurableError::Corrupt`] naming an undecodable
@@ -230,8 +238,16 @@ impl CompletionLog {
             .arg(">");
         let reply: Option<redis::streams::StreamReadReply> =
             self.conn.query("read_new", &cmd).await?;
-        let ids = reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids);
-        ids.map(|e| decode_entry(&e)).collect()
+        let mut steps = Vec::new();
+        let mut barriers = Vec::new();
+        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+            match decode_entry(&entry)? {
+                StreamEntry::Step(s) => steps.push(s),
+                StreamEntry::Barrier { id, .. } => barriers.push(id),
+            }
+        }
+        self.ack(rank, &barriers).await?;
+        Ok(steps)
     }
 
     /// Acknowledges entries `ids` for `rank` (XACK) once its engine acknowledged the frames
@@ -363,7 +379,7 @@ impl CompletionLog {
         &self,
         op: &'static str,
         after: Option<StreamEntryId>,
-    ) -> Result<Vec<LoggedStep>> {
+    ) -> Result<Vec<StreamEntry>> {
         let start = after.map_or_else(|| "-".to_string(), |id| format!("({id}"));
         let mut cmd = redis::cmd("XRANGE");
         cmd.arg(&self.keys.completions)
@@ -424,16 +440,20 @@ fn rank_of_group(name: &str) -> Option<u32> {
     name.strip_prefix("rank-")?.parse().ok()
 }
 
-/// Decodes one stream entry into its id and record.
-fn decode_entry(entry: &StreamId) -> Result<LoggedStep> {
+/// Decodes one stream entry.
+fn decode_entry(entry: &StreamId) -> Result<StreamEntry> {
     let id = StreamEntryId::parse(&entry.id)?;
     let field = |name: &str| match entry.map.get(name) {
         Some(Value::BulkString(b)) => Some(b.as_slice()),
         Some(Value::SimpleString(s)) => Some(s.as_bytes()),
         _ => None,
     };
-    let record = decode(id, field(FIELD_VERSION), field(FIELD_RECORD))?;
-    Ok(LoggedStep { id, record })
+    let fields = RawFields {
+        version: field(FIELD_VERSION),
+        record: field(FIELD_RECORD),
+        barrier: field(FIELD_BARRIER),
+    };
+    decode(id, fields)
 }
 
 #[cfg(test)]

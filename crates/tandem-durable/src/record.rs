@@ -3,9 +3,11 @@
 //! Owns the shape of a completion-stream entry and the bytes it is stored as. It never
 //! talks to Redis; [`crate::CompletionLog`] moves the bytes.
 //!
-//! An entry has two fields: `v`, the record format version as decimal text, and `rec`, the
-//! [`StepRecord`] encoded with postcard. A reader refuses a version it does not know instead
-//! of guessing (a mixed-version group must not misread a completion).
+//! A step entry has two fields: `v`, the record format version as decimal text, and `rec`,
+//! the [`StepRecord`] encoded with postcard. An epoch barrier (written by
+//! `CompletionLog::next_epoch`, id `{epoch}-0`) has `v` and `barrier` (the epoch) instead.
+//! A reader refuses a version it does not know instead of guessing (a mixed-version group
+//! must not misread a completion).
 
 use crate::error::{DurableError, Result};
 use crate::id::StreamEntryId;
@@ -19,6 +21,8 @@ pub const RECORD_VERSION: u32 = 1;
 pub(crate) const FIELD_VERSION: &str = "v";
 /// Name of the entry field holding the postcard bytes.
 pub(crate) const FIELD_RECORD: &str = "rec";
+/// Name of the field that marks an epoch barrier and holds its epoch.
+pub(crate) const FIELD_BARRIER: &str = "barrier";
 
 /// A task the leader started, with its kind (a [`TaskStart`] alone does not say whether it
 /// is a store or a load).
@@ -64,6 +68,30 @@ pub struct LoggedStep {
     pub record: StepRecord,
 }
 
+/// One stream entry as read back: a step written ahead, or the barrier that opened an epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamEntry {
+    /// A step record.
+    Step(LoggedStep),
+    /// The first entry of an epoch; it carries nothing an engine needs.
+    Barrier {
+        /// The entry's id (`{epoch}-0`).
+        id: StreamEntryId,
+        /// The epoch it opened.
+        epoch: Epoch,
+    },
+}
+
+impl StreamEntry {
+    /// The entry's id.
+    pub fn id(&self) -> StreamEntryId {
+        match self {
+            StreamEntry::Step(s) => s.id,
+            StreamEntry::Barrier { id, .. } => *id,
+        }
+    }
+}
+
 /// Encodes a record for the `rec` field.
 ///
 /// # Errors
@@ -76,30 +104,48 @@ pub(crate) fn encode(record: &StepRecordRef<'_>) -> Result<Vec<u8>> {
     })
 }
 
-/// Decodes the fields of entry `id`: `version` is the `v` field's text (if present), `bytes`
-/// the `rec` field (if present).
+/// The fields of one entry, as read: `v`, `rec` and `barrier` where present.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RawFields<'a> {
+    pub version: Option<&'a [u8]>,
+    pub record: Option<&'a [u8]>,
+    pub barrier: Option<&'a [u8]>,
+}
+
+/// Decodes entry `id` from its fields.
 ///
 /// # Errors
 /// [`DurableError::Corrupt`] naming `id` when a field is missing, the version is not
 /// [`RECORD_VERSION`], or the bytes do not decode.
-pub(crate) fn decode(
-    id: StreamEntryId,
-    version: Option<&[u8]>,
-    bytes: Option<&[u8]>,
-) -> Result<StepRecord> {
+pub(crate) fn decode(id: StreamEntryId, fields: RawFields<'_>) -> Result<StreamEntry> {
     let corrupt = |reason: String| DurableError::Corrupt {
         id: id.to_string(),
         reason,
     };
-    let version = version.ok_or_else(|| corrupt(format!("missing field {FIELD_VERSION}")))?;
+    let version = fields
+        .version
+        .ok_or_else(|| corrupt(format!("missing field {FIELD_VERSION}")))?;
     let version_text = String::from_utf8_lossy(version);
     if version_text != RECORD_VERSION.to_string() {
         return Err(corrupt(format!(
             "unknown record version {version_text} (this build reads {RECORD_VERSION})"
         )));
     }
-    let bytes = bytes.ok_or_else(|| corrupt(format!("missing field {FIELD_RECORD}")))?;
-    postcard::from_bytes(bytes).map_err(|e| corrupt(format!("undecodable step record: {e}")))
+    if let Some(epoch) = fields.barrier {
+        let epoch = String::from_utf8_lossy(epoch)
+            .parse()
+            .map_err(|_| corrupt("barrier epoch is not a number".into()))?;
+        return Ok(StreamEntry::Barrier {
+            id,
+            epoch: Epoch(epoch),
+        });
+    }
+    let bytes = fields
+        .record
+        .ok_or_else(|| corrupt(format!("missing field {FIELD_RECORD}")))?;
+    let record = postcard::from_bytes(bytes)
+        .map_err(|e| corrupt(format!("undecodable step record: {e}")))?;
+    Ok(StreamEntry::Step(LoggedStep { id, record }))
 }
 
 #[cfg(test)]
@@ -140,35 +186,63 @@ mod tests {
         })
         .unwrap();
         let id = StreamEntryId { ms: 1, seq: 0 };
-        let rec = decode(id, Some(b"1"), Some(&bytes)).unwrap();
+        let fields = RawFields {
+            version: Some(b"1"),
+            record: Some(&bytes),
+            barrier: None,
+        };
+        let record = StepRecord {
+            epoch: Epoch(2),
+            step: Step(9),
+            started,
+            finished,
+        };
         assert_eq!(
-            rec,
-            StepRecord {
-                epoch: Epoch(2),
-                step: Step(9),
-                started,
-                finished
+            decode(id, fields).unwrap(),
+            StreamEntry::Step(LoggedStep { id, record })
+        );
+        let barrier = RawFields {
+            version: Some(b"1"),
+            record: None,
+            barrier: Some(b"4"),
+        };
+        let entry = decode(id, barrier).unwrap();
+        assert_eq!(
+            entry,
+            StreamEntry::Barrier {
+                id,
+                epoch: Epoch(4)
             }
         );
+        assert_eq!(entry.id(), id);
     }
 
     #[test]
     fn refuses_unknown_versions_and_garbage() {
         let id = StreamEntryId { ms: 17, seq: 0 };
-        let msg = |r: Result<StepRecord>| r.unwrap_err().to_string();
+        let msg = |version: Option<&[u8]>, record: Option<&[u8]>, barrier: Option<&[u8]>| {
+            let fields = RawFields {
+                version,
+                record,
+                barrier,
+            };
+            decode(id, fields).unwrap_err().to_string()
+        };
+        let p = "stored value 17-0 is corrupt:";
         assert_eq!(
-            msg(decode(id, Some(b"9"), Some(b""))),
-            "stored value 17-0 is corrupt: unknown record version 9 (this build reads 1)"
+            msg(Some(b"9"), Some(b""), None),
+            format!("{p} unknown record version 9 (this build reads 1)")
+        );
+        assert_eq!(msg(None, Some(b""), None), format!("{p} missing field v"));
+        assert_eq!(
+            msg(Some(b"1"), None, None),
+            format!("{p} missing field rec")
         );
         assert_eq!(
-            msg(decode(id, None, Some(b""))),
-            "stored value 17-0 is corrupt: missing field v"
+            msg(Some(b"1"), None, Some(b"x")),
+            format!("{p} barrier epoch is not a number")
         );
-        assert_eq!(
-            msg(decode(id, Some(b"1"), None)),
-            "stored value 17-0 is corrupt: missing field rec"
-        );
-        assert!(msg(decode(id, Some(b"1"), Some(&[0xff; 3])))
+        assert!(msg(Some(b"1"), Some(&[0xff; 3]), None)
             .starts_with("stored value 17-0 is corrupt: undecodable step record"));
     }
 }

@@ -15,15 +15,16 @@
 //! stream holds exactly one outcome for the task: the next recovery sees it as finished, so
 //! it is never in flight again, and it reaches each engine through the normal delivery path
 //! (or through redelivery if that engine did not acknowledge step 0). Because appends are
-//! fenced by the epoch counter, a leader of epoch e can no longer append an `Ok` for it
-//! after e+1 began; and should two outcomes for one task ever be in the stream, the first
-//! in stream order is the one every reader keeps. So a task is either delivered or
-//! aborted, never both.
+//! fenced by the epoch barrier, a leader of epoch e can no longer append an `Ok` for it
+//! once e+1 began (and any append of e that succeeded is before the barrier, so this
+//! recovery saw it); should two outcomes for one task ever be in the stream, the first in
+//! stream order is the one every reader keeps. So a task is either delivered or aborted,
+//! never both.
 
 use crate::error::Result;
 use crate::id::StreamEntryId;
 use crate::log::{CompletionLog, RankCursor};
-use crate::record::LoggedStep;
+use crate::record::StreamEntry;
 use std::collections::{BTreeMap, BTreeSet};
 use tandem_proto::{InFlightTask, Rank, TaskId, TaskOutcome};
 
@@ -95,9 +96,12 @@ impl RecoveryBuilder {
     }
 
     /// Adds the next entry (entries must come in stream order).
-    pub fn push(&mut self, entry: &LoggedStep) {
+    pub fn push(&mut self, entry: &StreamEntry) {
         self.entries += 1;
-        self.last = Some(entry.id);
+        self.last = Some(entry.id());
+        let StreamEntry::Step(entry) = entry else {
+            return;
+        };
         let acked: Vec<bool> = self.cursors.iter().map(|c| c.acked(entry.id)).collect();
         for outcome in &entry.record.finished {
             match self.seen.get(&outcome.task) {
@@ -158,7 +162,7 @@ impl RecoveryBuilder {
 
 impl CompletionLog {
     /// Reads every rank's delivery position, then the whole retained stream in pages, and
-    /// computes what the new epoch must settle. Call after the epoch counter moved to the
+    /// computes what the new epoch must settle. Call after `next_epoch` moved the group to the
     /// new epoch and before its first append.
     ///
     /// # Errors
@@ -174,7 +178,7 @@ impl CompletionLog {
                 builder.push(entry);
             }
             match page.last() {
-                Some(last) if page.len() == self.page => after = Some(last.id),
+                Some(last) if page.len() == self.page => after = Some(last.id()),
                 _ => return Ok(builder.finish()),
             }
         }
@@ -184,7 +188,7 @@ impl CompletionLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{StartedTask, StepRecord};
+    use crate::record::{LoggedStep, StartedTask, StepRecord};
     use tandem_proto::{Epoch, OutcomeResult, RequestId, Step, TaskKind, TaskStart};
 
     fn id(ms: u64) -> StreamEntryId {
@@ -213,8 +217,8 @@ mod tests {
             },
         }
     }
-    fn entry(ms: u64, started: Vec<StartedTask>, finished: Vec<TaskOutcome>) -> LoggedStep {
-        LoggedStep {
+    fn entry(ms: u64, started: Vec<StartedTask>, finished: Vec<TaskOutcome>) -> StreamEntry {
+        StreamEntry::Step(LoggedStep {
             id: id(ms),
             record: StepRecord {
                 epoch: Epoch(1),
@@ -222,7 +226,7 @@ mod tests {
                 started,
                 finished,
             },
-        }
+        })
     }
     fn cursor(last: u64, pending: &[u64]) -> RankCursor {
         RankCursor {

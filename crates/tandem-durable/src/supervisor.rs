@@ -15,6 +15,26 @@ use std::collections::HashMap;
 use std::fmt;
 use tandem_proto::{Epoch, Rank};
 
+/// Moves the epoch counter forward and writes the barrier `{epoch}-0` that fences every
+/// older epoch's appends, atomically. KEYS: stream, counter. ARGV: record version.
+/// Should the counter ever be behind the stream (the counter key was lost but the stream
+/// kept), it is moved past the stream's last epoch first, so epochs never repeat.
+pub(crate) const NEXT_EPOCH_SCRIPT: &str = r"
+local e = redis.call('INCR', KEYS[2])
+local r = redis.pcall('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
+if type(r) == 'table' and r.err then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  local last = '0-0'
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+  end
+  e = tonumber(string.match(last, '^(%d+)-')) + 1
+  redis.call('SET', KEYS[2], e)
+  redis.call('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
+end
+return e
+";
+
 /// The supervisor-state format version this build writes and reads.
 pub const SUPERVISOR_STATE_VERSION: u32 = 1;
 
@@ -128,16 +148,19 @@ impl SupervisorState {
 }
 
 impl CompletionLog {
-    /// Moves the group to a new epoch atomically (INCR) and returns it; concurrent callers
-    /// each get a different epoch. The first call returns epoch 1.
+    /// Moves the group to a new epoch and returns it, in one atomic script: INCR the counter
+    /// and append the barrier entry `{epoch}-0`, after which appends of any older epoch are
+    /// refused. Concurrent callers each get a different epoch. The first call returns epoch 1.
     ///
     /// # Errors
     /// [`DurableError::Unavailable`], [`DurableError::Timeout`] (it may have been applied),
-    /// [`DurableError::Rejected`] (the key holds something else).
+    /// [`DurableError::Rejected`] (a key holds something else).
     pub async fn next_epoch(&self) -> Result<Epoch> {
-        let mut cmd = redis::cmd("INCR");
-        cmd.arg(&self.keys.epoch);
-        self.conn.query("next_epoch", &cmd).await.map(Epoch)
+        let mut inv = self.next_epoch_script.prepare_invoke();
+        inv.key(&self.keys.completions)
+            .key(&self.keys.epoch)
+            .arg(crate::record::RECORD_VERSION);
+        self.conn.script("next_epoch", &inv).await.map(Epoch)
     }
 
     /// The group's current epoch; `Epoch(0)` before the first [`Self::next_epoch`].

@@ -17,7 +17,7 @@
 use crate::error::Result;
 use crate::id::StreamEntryId;
 use crate::log::{CompletionLog, GroupInfo};
-use crate::record::LoggedStep;
+use crate::record::StreamEntry;
 use redis::streams::StreamPendingReply;
 use std::collections::{BTreeMap, BTreeSet};
 use tandem_proto::TaskId;
@@ -50,8 +50,11 @@ pub struct TrimScan {
 
 impl TrimScan {
     /// Adds the next entry.
-    pub fn push(&mut self, entry: &LoggedStep) {
-        self.ids.push(entry.id);
+    pub fn push(&mut self, entry: &StreamEntry) {
+        self.ids.push(entry.id());
+        let StreamEntry::Step(entry) = entry else {
+            return;
+        };
         for s in &entry.record.started {
             if !self.finished.contains(&s.start.task) {
                 self.open.entry(s.start.task).or_insert(entry.id);
@@ -104,7 +107,7 @@ impl CompletionLog {
                 scan.push(entry);
             }
             match page.last() {
-                Some(last) if page.len() == self.page => after = Some(last.id),
+                Some(last) if page.len() == self.page => after = Some(last.id()),
                 _ => break,
             }
         }
@@ -153,15 +156,15 @@ impl CompletionLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{StartedTask, StepRecord};
+    use crate::record::{LoggedStep, StartedTask, StepRecord};
     use tandem_proto::{Epoch, OutcomeResult, RequestId, Step, TaskKind, TaskOutcome, TaskStart};
 
     fn id(ms: u64) -> StreamEntryId {
         StreamEntryId { ms, seq: 0 }
     }
-    fn entry(ms: u64, start: Option<u64>, finish: Option<u64>) -> LoggedStep {
+    fn entry(ms: u64, start: Option<u64>, finish: Option<u64>) -> StreamEntry {
         let task = |seq| TaskId::new(Epoch(1), seq);
-        LoggedStep {
+        StreamEntry::Step(LoggedStep {
             id: id(ms),
             record: StepRecord {
                 epoch: Epoch(1),
@@ -189,7 +192,7 @@ mod tests {
                     .into_iter()
                     .collect(),
             },
-        }
+        })
     }
     fn acked_through(ms: u64) -> Option<GroupFloor> {
         Some(GroupFloor {
@@ -197,7 +200,7 @@ mod tests {
             lowest_pending: None,
         })
     }
-    fn scan(entries: &[LoggedStep]) -> TrimScan {
+    fn scan(entries: &[StreamEntry]) -> TrimScan {
         let mut s = TrimScan::default();
         entries.iter().for_each(|e| s.push(e));
         s

@@ -55,10 +55,12 @@ async fn outage_fails_fast_then_resumes_and_aof_keeps_acknowledged_entries() {
     for s in 0..5 {
         appended.push(log.append_step(e, Step(s), &[], &[ok(s)]).await.unwrap());
     }
-    let read = log.read_new(Rank(0), 3).await.unwrap();
+    // The epoch's barrier counts toward `count`: 4 entries read are 3 steps.
+    let read = log.read_new(Rank(0), 4).await.unwrap();
     let acked: Vec<StreamEntryId> = read.iter().map(|r| r.id).collect();
+    assert_eq!(acked, appended[..3].to_vec());
     assert_eq!(log.ack(Rank(0), &acked).await.unwrap(), 3);
-    log.read_new(Rank(1), 2).await.unwrap();
+    assert_eq!(log.read_new(Rank(1), 3).await.unwrap().len(), 2);
 
     server.kill();
     fails_fast("append_step", log.append_step(e, Step(5), &[], &[ok(5)])).await;
@@ -85,7 +87,11 @@ async fn outage_fails_fast_then_resumes_and_aof_keeps_acknowledged_entries() {
 
     // Everything appended before the kill is there, and so are the delivery positions.
     assert_eq!(log.current_epoch().await.unwrap(), e);
-    assert_eq!(log.stream_len().await.unwrap(), 6);
+    assert_eq!(
+        log.stream_len().await.unwrap(),
+        7,
+        "barrier, 5 steps, the resumed one"
+    );
     assert!(log.pending(Rank(0)).await.unwrap().is_empty());
     assert_eq!(log.pending(Rank(1)).await.unwrap(), appended[..2].to_vec());
     let rest: Vec<StreamEntryId> = log

@@ -83,7 +83,10 @@ async fn append_then_read_per_rank_then_ack() {
         "acking twice changes nothing"
     );
 
-    // Rank 1 has its own position: it still gets both, one at a time.
+    // Rank 1 has its own position: it still gets both, one at a time (the epoch's barrier
+    // comes first and is acknowledged by the read itself).
+    assert!(log.read_new(Rank(1), 1).await.unwrap().is_empty());
+    assert!(log.pending(Rank(1)).await.unwrap().is_empty());
     assert_eq!(ids(&log.read_new(Rank(1), 1).await.unwrap()), vec![a]);
     assert_eq!(ids(&log.read_new(Rank(1), 1).await.unwrap()), vec![b]);
 
@@ -92,24 +95,27 @@ async fn append_then_read_per_rank_then_ack() {
 }
 
 #[tokio::test]
-async fn appends_are_fenced_by_the_epoch_counter() {
+async fn appends_are_fenced_by_the_epoch_barrier() {
     let server = RedisServer::start();
     let log = log(&server, 1).await;
     let err = log
-        .append_step(Epoch(1), Step(0), &[], &[])
+        .append_step(Epoch(0), Step(0), &[], &[])
         .await
         .unwrap_err();
     assert_eq!(
         err,
         DurableError::StaleEpoch {
-            epoch: Epoch(1),
+            epoch: Epoch(0),
             current: Epoch(0)
         }
     );
     let e1 = log.next_epoch().await.unwrap();
-    log.append_step(e1, Step(0), &[], &[ok(1, 0)])
+    assert_eq!(e1, Epoch(1));
+    let a = log
+        .append_step(e1, Step(0), &[], &[ok(1, 0)])
         .await
         .unwrap();
+    assert_eq!(a, StreamEntryId { ms: 1, seq: 1 }, "after the barrier 1-0");
     let e2 = log.next_epoch().await.unwrap();
     let err = log
         .append_step(e1, Step(1), &[], &[ok(1, 1)])
@@ -122,9 +128,28 @@ async fn appends_are_fenced_by_the_epoch_counter() {
     log.append_step(e2, Step(0), &[], &[]).await.unwrap();
     assert_eq!(
         log.stream_len().await.unwrap(),
-        2,
-        "the stale append left no entry"
+        4,
+        "two barriers, two steps, nothing from the stale append"
     );
+}
+
+#[tokio::test]
+async fn next_epoch_never_repeats_when_the_counter_was_lost() {
+    let server = RedisServer::start();
+    let log = log(&server, 1).await;
+    for _ in 0..3 {
+        log.next_epoch().await.unwrap();
+    }
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&log.keys().epoch)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(log.current_epoch().await.unwrap(), Epoch(0));
+    assert_eq!(log.next_epoch().await.unwrap(), Epoch(4));
+    assert_eq!(log.current_epoch().await.unwrap(), Epoch(4));
 }
 
 #[tokio::test]
@@ -161,7 +186,11 @@ async fn unacked_entries_after_a_crash_are_redelivered_once() {
     let acked0: BTreeSet<TaskId> = [ok(1, 0).task, ok(1, 1).task].into();
     assert_eq!(rec.acknowledged_by_rank[0], acked0);
     assert!(rec.in_flight.is_empty());
-    assert_eq!(rec.last_entry_id, Some(*all.last().unwrap()));
+    assert_eq!(
+        rec.last_entry_id,
+        Some(StreamEntryId { ms: e2.0, seq: 0 }),
+        "the new epoch's barrier"
+    );
 
     // Step 0 of the new epoch settles it; rank 1's engine acknowledges it.
     let step0 = second
@@ -257,13 +286,15 @@ async fn trim_keeps_unacked_entries_and_removes_fully_acked_ones() {
     for s in 0..10 {
         all.push(log.append_step(e, Step(s), &[], &[ok(1, s)]).await.unwrap());
     }
-    // Rank 0 acknowledges everything. Rank 1 lags: 4 acknowledged, 2 pending, 4 undelivered.
+    // Rank 0 acknowledges everything. Rank 1 lags: 4 acknowledged, 2 pending, 4 undelivered
+    // (the barrier before them counts toward `count` and is acknowledged by the read).
     let r0 = log.read_new(Rank(0), 100).await.unwrap();
     log.ack(Rank(0), &ids(&r0)).await.unwrap();
-    let r1 = log.read_new(Rank(1), 6).await.unwrap();
+    let r1 = log.read_new(Rank(1), 7).await.unwrap();
+    assert_eq!(ids(&r1), all[..6].to_vec());
     log.ack(Rank(1), &ids(&r1)[..4]).await.unwrap();
 
-    assert_eq!(log.trim(0).await.unwrap(), 4);
+    assert_eq!(log.trim(0).await.unwrap(), 5, "the barrier and 4 steps");
     assert_eq!(log.stream_len().await.unwrap(), 6);
     assert_eq!(log.pending(Rank(1)).await.unwrap(), all[4..6].to_vec());
     assert_eq!(log.trim(0).await.unwrap(), 0, "lagging rank holds the rest");
@@ -297,8 +328,8 @@ async fn trim_keeps_starts_of_unfinished_tasks() {
 
     assert_eq!(
         log.trim(0).await.unwrap(),
-        1,
-        "only the entry before task 1's start goes"
+        2,
+        "only the barrier and the entry before task 1's start go"
     );
     let _e2 = log.next_epoch().await.unwrap();
     let rec = log.recover().await.unwrap();
