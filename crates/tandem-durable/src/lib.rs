@@ -55,7 +55,7 @@
 //! - [`trim`]: [`CompletionLog::trim`] and its pure trim-point computation.
 //! - [`supervisor`]: epoch counter, [`SupervisorState`], membership.
 //! - [`tracker`]: [`AckTracker`], sans IO.
-//! - [`bench`]: [`bench_append`], the write-ahead cost against same-run baselines.
+//! - [`mod@bench`]: [`bench_append`], the write-ahead cost against same-run baselines.
 
 pub mod bench;
 pub mod conn;
