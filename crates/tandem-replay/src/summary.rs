@@ -302,6 +302,16 @@ impl fmt::Display for ReplaySummary {
             "duplicate completions",
             self.duplicate_completions.to_string(),
         )?;
+        line(
+            f,
+            "redelivered (frame not acked)",
+            self.redelivered_unacked.to_string(),
+        )?;
+        line(
+            f,
+            "outcomes of unseen tasks",
+            self.unseen_outcomes.to_string(),
+        )?;
         let d = self.mismatch_detail;
         line(
             f,
