@@ -10,7 +10,8 @@
 //!   same size as the host slab, visiting slots in the same order. Host store and load copy
 //!   the same bytes and also checksum them, plus the store's bookkeeping.
 //! - **pwrite / pread**: `write_all_at` / `read_exact_at` of one shard per call between the same
-//!   engine pages and a file of the same size on the same file system, same slot order. The
+//!   engine pages and a file of the same size, preallocated the same way, on the same file
+//!   system, same slot order. The
 //!   disk tier does the same I/O plus the checksum and its bookkeeping.
 //! - **O_DIRECT**: the same plain calls on a file opened with O_DIRECT, next to the disk tier in
 //!   direct mode; both are compared with the buffered baselines, which is the question "does
@@ -26,7 +27,7 @@ use tandem_proto::ids::Rank;
 
 use crate::block::BlockHash;
 use crate::buffer::{EngineBuffers, PageId, RegionSpec};
-use crate::disk::IoMode;
+use crate::disk::{preallocate, IoMode};
 use crate::shm::ShmFile;
 use crate::store::{Store, StoreConfig, StoreError};
 use crate::tier::{TierError, TierKind};
@@ -229,7 +230,7 @@ impl SizeBench {
         };
         let plain_path = work.join(format!("plain-{shard}"));
         let plain = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&plain_path).map_err(io("baseline file"))?;
-        plain.set_len(slots * shard as u64).map_err(io("baseline file"))?;
+        preallocate(&plain, slots * shard as u64).map_err(io("baseline file"))?;
         let plain_direct = if direct.is_some() {
             let p = work.join(format!("plain-direct-{shard}"));
             let f = OpenOptions::new()
@@ -240,7 +241,7 @@ impl SizeBench {
                 .custom_flags(libc::O_DIRECT)
                 .open(&p)
                 .map_err(io("O_DIRECT baseline file"))?;
-            f.set_len(slots * shard as u64).map_err(io("O_DIRECT baseline file"))?;
+            preallocate(&f, slots * shard as u64).map_err(io("O_DIRECT baseline file"))?;
             Some(f)
         } else {
             None
@@ -253,10 +254,15 @@ impl SizeBench {
         Ok(bench)
     }
 
-    /// First pass: every slot of every tier holds a block, every file is written once.
+    /// First pass: every slot of every tier holds a block and every baseline file is written
+    /// once, so that tiers and baselines start from the same page-cache state.
     fn fill(&mut self) -> Result<(), BenchError> {
         for s in 0..self.slots {
             let page = [PageId((s % u64::from(self.pages)) as u32)];
+            let src = self.bufs.pages(REGION, &page, self.shard as u64).map_err(StoreError::from)?;
+            for file in [Some(&self.plain), self.plain_direct.as_ref()].into_iter().flatten() {
+                file.write_all_at(src[0], s * self.shard as u64).map_err(io("baseline fill"))?;
+            }
             for store in [Some(&mut self.host), Some(&mut self.disk), self.direct.as_mut()].into_iter().flatten() {
                 let tier = if store.config().host_capacity_blocks > 0 { TierKind::Host } else { TierKind::Disk };
                 store.store_pages(BlockHash(s), tier, &self.bufs, REGION, &page)?;
@@ -299,10 +305,19 @@ impl SizeBench {
     fn paired(&mut self, base: Op, tier: Op) -> Result<(f64, f64), BenchError> {
         let (mut tb, mut tt) = (0f64, 0f64);
         let mut i = 0;
+        let mut turn = false;
         while i < self.ops {
             let n = self.burst.min(self.ops - i);
-            tb += self.run(base, i, n)?;
-            tt += self.run(tier, i, n)?;
+            // ABBA order, so that whatever the first of a pair leaves behind (dirty pages,
+            // cache state) falls on both sides alike.
+            if turn {
+                tt += self.run(tier, i, n)?;
+                tb += self.run(base, i, n)?;
+            } else {
+                tb += self.run(base, i, n)?;
+                tt += self.run(tier, i, n)?;
+            }
+            turn = !turn;
             i += n;
         }
         let bytes = (self.ops * self.shard as u64) as f64;

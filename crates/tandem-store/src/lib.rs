@@ -1,4 +1,34 @@
-//! Tandem's store engine (WIP)
+//! Tandem's store engine: the data path of every rank.
+//!
+//! Block shards move between the engine's KV pages (shared memory) and this rank's tiers (host
+//! DRAM in a shared-memory slab, then a preallocated file on local disk), with a checksum on
+//! every slot verified on every read. The leader keeps the [`index::GroupIndex`]: which blocks
+//! are complete on every rank, LRU eviction per tier, pins, and the moves every rank applies.
+//! Nothing here opens sockets, spawns threads or reads clocks (except [`bench`], which times
+//! copies); the agent's StoreActor drives a [`store::Store`], the leader's ProtocolActor a
+//! [`index::GroupIndex`].
+//!
+//! # Layout
+//! - [`tier`]: tier names ([`TierKind`], defined once, with latency and capacity) and the
+//!   [`tier::Tier`] trait: fixed-size slots written from and read into byte slices.
+//! - [`checksum`]: the per-shard checksum (three CRC-32C lanes), computed in the same pass as
+//!   the copy.
+//! - [`shm`]: file-backed shared memory (create, open, map).
+//! - [`buffer`]: engine regions registered by engines, and validated page views.
+//! - [`host`]: the host tier, a slab in shared memory that survives an agent restart.
+//! - [`disk`]: the disk tier, one preallocated file with positional I/O.
+//! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
+//! - [`manifest`]: a rank's record of its shards, persisted atomically.
+//! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
+//! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
+//! - [`rebuild`]: the index rebuilt after a restart from the intersection of verified manifests.
+//! - [`bench`]: the tier benchmark behind `tandem bench tiers`.
+//! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
+//!
+//! # Invariants
+//! The numbered invariants this crate keeps, and the tests that prove them, are in the
+//! crate's README.md.
+
 pub mod bench;
 pub mod block;
 pub mod buffer;
