@@ -22,12 +22,14 @@ pub struct GroupSpec {
     pub window_steps: u64,
     /// Extra TOML appended to the generated configuration.
     pub extra_toml: String,
+    /// The Redis URL (`""`: none; agents run one epoch and completions are not durable).
+    pub redis_url: String,
 }
 
 impl GroupSpec {
     /// `pp × tp` ranks with small tiers.
     pub fn new(pp: u32, tp: u32) -> Self {
-        Self { pp, tp, host_capacity_blocks: 64, disk_capacity_blocks: 64, window_steps: 8, extra_toml: String::new() }
+        Self { pp, tp, host_capacity_blocks: 64, disk_capacity_blocks: 64, window_steps: 8, extra_toml: String::new(), redis_url: String::new() }
     }
 
     /// Ranks in the group.
@@ -94,9 +96,13 @@ http_host = "127.0.0.1"
 http_base_port = {http_base_port}
 engine_socket_dir = "{d}/sock"
 
+[redis]
+url = "{redis}"
+
 [supervisor]
 heartbeat_interval_ms = 50
 heartbeat_timeout_ms = 1000
+http_addr = "127.0.0.1:{supervisor_port}"
 
 [log]
 level = "info"
@@ -108,6 +114,8 @@ level = "info"
             host = spec.host_capacity_blocks,
             disk = spec.disk_capacity_blocks,
             extra = spec.extra_toml,
+            redis = spec.redis_url,
+            supervisor_port = free_port(),
         );
         let config = dir.path().join("tandem.toml");
         std::fs::write(&config, text).expect("write config");

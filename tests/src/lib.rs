@@ -7,6 +7,7 @@
 //! `redis-server`.
 
 pub mod cluster;
+pub mod engines;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

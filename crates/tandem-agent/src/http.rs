@@ -7,14 +7,15 @@ use actix::Addr;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::json;
 
-use crate::protocol::{GetStatus, ProtocolActor};
+use crate::protocol::GetStatus;
+use crate::router::Router;
 use crate::store_actor::{GetStoreStats, StoreActor};
 
 /// What the handlers reach.
 #[derive(Clone)]
 pub struct HttpState {
     /// The current epoch's protocol actor.
-    pub protocol: Addr<ProtocolActor>,
+    pub router: Router,
     /// The store actor.
     pub store: Addr<StoreActor>,
 }
@@ -24,7 +25,10 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
-    match state.protocol.send(GetStatus).await {
+    let Some(protocol) = state.router.current() else {
+        return HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "reason": "between epochs" }));
+    };
+    match protocol.send(GetStatus).await {
         Ok(s) if s.ready => HttpResponse::Ok().json(json!({ "ready": true, "epoch": s.epoch })),
         Ok(s) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "epoch": s.epoch, "reason": s.reason })),
         Err(e) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "reason": format!("protocol actor unavailable: {e}") })),
@@ -32,7 +36,10 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
 }
 
 async fn status(state: web::Data<HttpState>) -> HttpResponse {
-    let protocol = state.protocol.send(GetStatus).await;
+    let Some(protocol) = state.router.current() else {
+        return HttpResponse::ServiceUnavailable().json(json!({ "error": "between epochs" }));
+    };
+    let protocol = protocol.send(GetStatus).await;
     let store = state.store.send(GetStoreStats).await;
     match (protocol, store) {
         (Ok(p), Ok(s)) => HttpResponse::Ok().json(json!({ "agent": p, "store": s })),

@@ -10,7 +10,7 @@
 use actix::{Actor, AsyncContext, Context, Handler, Message, Recipient};
 use tandem_client::api::AgentError;
 use tandem_proto::frame::{TaskStart, TierOp};
-use tandem_proto::ids::TaskId;
+use tandem_proto::ids::{Epoch, TaskId};
 use tandem_store::buffer::{EngineBuffers, RegionSpec};
 use tandem_store::rebuild::RankBlocks;
 use tandem_store::store::{Store, StoreError};
@@ -42,25 +42,35 @@ pub struct RegisterBuffer {
     pub page_size_bytes: u64,
 }
 
-/// Apply tier operations in order (a frame's `tier_ops`).
+/// Apply tier operations in order (a frame's `tier_ops`) of `epoch`.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ApplyTierOps(pub Vec<TierOp>);
+pub struct ApplyTierOps(pub Epoch, pub Vec<TierOp>);
 
-/// Copy the shards of store tasks from engine pages into the tiers, then report each.
+/// Copy the shards of store tasks of `epoch` from engine pages into the tiers, then report
+/// each.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct CopyStores(pub Vec<TaskStart>);
+pub struct CopyStores(pub Epoch, pub Vec<TaskStart>);
 
-/// Copy the shards of load tasks from the tiers into engine pages, then report each.
+/// Copy the shards of load tasks of `epoch` from the tiers into engine pages, then report each.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct CopyLoads(pub Vec<TaskStart>);
+pub struct CopyLoads(pub Epoch, pub Vec<TaskStart>);
 
-/// Where the shard reports go (the `ProtocolActor` of the current epoch).
+/// A new epoch begins: shard reports go to its `ProtocolActor`, and work of older epochs still
+/// in the mailbox is rejected and counted. With `wipe`, every shard is dropped (the group index
+/// of the new epoch starts empty, so shards it does not know would only hold slots).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ReportTo(pub Recipient<ShardDone>);
+pub struct BeginEpoch {
+    /// The epoch.
+    pub epoch: Epoch,
+    /// Its protocol actor.
+    pub report_to: Recipient<ShardDone>,
+    /// Drop every shard.
+    pub wipe: bool,
+}
 
 /// The blocks this rank holds (for the rebuild of the group index at a new epoch).
 #[derive(Message)]
@@ -91,10 +101,13 @@ pub struct StoreStats {
     pub tier_op_failures: u64,
     /// Shards dropped because their checksum did not match.
     pub checksum_failures: u64,
+    /// Work from an older epoch rejected (never applied).
+    pub stale_epoch_rejected: u64,
 }
 
 /// The actor. See the module docs.
 pub struct StoreActor {
+    epoch: Epoch,
     store: Store,
     buffers: EngineBuffers,
     shard_bytes: u64,
@@ -105,7 +118,7 @@ pub struct StoreActor {
 impl StoreActor {
     /// Wrap an opened store; `shard_bytes` is the page size engines must register.
     pub fn new(store: Store, shard_bytes: u64) -> Self {
-        Self { store, buffers: EngineBuffers::new(), shard_bytes, report_to: None, stats: StoreStats::default() }
+        Self { epoch: Epoch(0), store, buffers: EngineBuffers::new(), shard_bytes, report_to: None, stats: StoreStats::default() }
     }
 
     fn report(&self, task: TaskId, result: Result<(), String>) {
@@ -113,6 +126,16 @@ impl StoreActor {
             Some(r) => r.do_send(ShardDone { task, result }),
             None => tracing::error!(%task, "shard result with no protocol actor to report to"),
         }
+    }
+
+    /// Fence work by epoch: only the current epoch's is applied.
+    fn current(&mut self, epoch: Epoch) -> bool {
+        if epoch != self.epoch {
+            self.stats.stale_epoch_rejected += 1;
+            tracing::debug!(ours = self.epoch.0, theirs = epoch.0, "stale-epoch store work rejected");
+            return false;
+        }
+        true
     }
 
     fn registered(&self) -> bool {
@@ -189,11 +212,20 @@ impl Actor for StoreActor {
     }
 }
 
-impl Handler<ReportTo> for StoreActor {
+impl Handler<BeginEpoch> for StoreActor {
     type Result = ();
-    /// Send shard reports to a new protocol actor (a new epoch).
-    fn handle(&mut self, msg: ReportTo, _: &mut Self::Context) {
-        self.report_to = Some(msg.0);
+    /// Switch to a new epoch.
+    fn handle(&mut self, msg: BeginEpoch, _: &mut Self::Context) {
+        self.epoch = msg.epoch;
+        self.report_to = Some(msg.report_to);
+        if msg.wipe {
+            let blocks: Vec<_> = self.store.rank_blocks().blocks.iter().map(|(h, _)| *h).collect();
+            for h in &blocks {
+                self.store.evict(*h);
+            }
+            self.flush();
+            tracing::info!(epoch = msg.epoch.0, dropped = blocks.len(), "store wiped for the new epoch");
+        }
     }
 }
 
@@ -227,7 +259,10 @@ impl Handler<ApplyTierOps> for StoreActor {
     type Result = ();
     /// Apply the leader's tier operations in order.
     fn handle(&mut self, msg: ApplyTierOps, _: &mut Self::Context) {
-        for op in msg.0 {
+        if !self.current(msg.0) {
+            return;
+        }
+        for op in msg.1 {
             if let Err(e) = self.store.apply(store_move(op)) {
                 self.stats.tier_op_failures += 1;
                 tracing::error!(?op, error = %e, "tier operation failed: this rank diverged from the group index");
@@ -240,7 +275,10 @@ impl Handler<CopyStores> for StoreActor {
     type Result = ();
     /// Copy store shards and report each task.
     fn handle(&mut self, msg: CopyStores, _: &mut Self::Context) {
-        for t in &msg.0 {
+        if !self.current(msg.0) {
+            return;
+        }
+        for t in &msg.1 {
             let result = self.copy_store(t);
             if let Err(reason) = &result {
                 self.stats.copy_failures += 1;
@@ -255,7 +293,10 @@ impl Handler<CopyLoads> for StoreActor {
     type Result = ();
     /// Copy load shards and report each task.
     fn handle(&mut self, msg: CopyLoads, _: &mut Self::Context) {
-        for t in &msg.0 {
+        if !self.current(msg.0) {
+            return;
+        }
+        for t in &msg.1 {
             let result = self.copy_load(t);
             if let Err(reason) = &result {
                 self.stats.copy_failures += 1;

@@ -34,14 +34,29 @@ pub enum Command {
         /// The configuration file (environment variables TANDEM__SECTION__KEY override it).
         #[arg(long)]
         config: PathBuf,
-        /// The epoch to join. Under a supervisor the epoch comes from it; alone, 1.
-        #[arg(long, default_value_t = 1)]
-        epoch: u64,
+        /// Run this one epoch without a supervisor. Without it the agent follows the epoch
+        /// counter in Redis (or runs epoch 1 when `redis.url` is empty).
+        #[arg(long)]
+        epoch: Option<u64>,
         /// Log one JSON object per line.
         #[arg(long)]
         log_json: bool,
         /// Test only: present this protocol version in the handshake.
         #[arg(long, hide = true)]
         test_protocol_version: Option<u16>,
+    },
+    /// Run the group's supervisor: watch every rank (heartbeats and failure reports in Redis),
+    /// restart the whole group into a new epoch when any rank fails, and give up (exit 3)
+    /// past `supervisor.max_restarts` restarts within `supervisor.restart_window_s`.
+    Supervisor {
+        /// The configuration file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Also launch one agent process per rank and watch their exits.
+        #[arg(long)]
+        launch_agents: bool,
+        /// Log one JSON object per line.
+        #[arg(long)]
+        log_json: bool,
     },
 }

@@ -7,12 +7,25 @@ pub const FAILURE: i32 = 1;
 /// The configuration was refused (unknown key, wrong type, value out of range, bad layout).
 pub const BAD_CONFIG: i32 = 78; // EX_CONFIG from sysexits.h: systemd and supervisors know it.
 
+/// The group failed past the restart limit (`supervisor.max_restarts` within
+/// `supervisor.restart_window_s`): the outer supervisor (systemd, a docker restart policy)
+/// takes over.
+pub const GROUP_FAILED: i32 = 3;
+
+/// The error a supervisor returns when it gives up on the group.
+#[derive(Debug, thiserror::Error)]
+#[error("group failed: {0}")]
+pub struct GroupFailed(pub String);
+
 /// Map an error from a subcommand to its exit code.
 pub fn code_for(err: &anyhow::Error) -> i32 {
     let config_error = err.chain().any(|e| {
         e.downcast_ref::<tandem_config::ConfigError>().is_some()
             || matches!(e.downcast_ref::<tandem_agent::SettingsError>(), Some(_))
     });
+    if err.chain().any(|e| e.downcast_ref::<GroupFailed>().is_some()) {
+        return GROUP_FAILED;
+    }
     if config_error {
         BAD_CONFIG
     } else {

@@ -62,6 +62,7 @@ pub mod conn;
 pub mod error;
 pub mod id;
 pub mod keys;
+pub mod liveness;
 pub mod log;
 pub mod record;
 pub mod recovery;

@@ -12,7 +12,7 @@
 use crate::error::{DurableError, Result};
 use crate::id::StreamEntryId;
 use serde::{Deserialize, Serialize};
-use tandem_proto::{Epoch, Step, TaskKind, TaskOutcome, TaskStart};
+use tandem_proto::{Epoch, Step, TaskOutcome};
 
 /// The record format version this build writes and the only one it reads.
 pub const RECORD_VERSION: u32 = 1;
@@ -24,15 +24,8 @@ pub(crate) const FIELD_RECORD: &str = "rec";
 /// Name of the field that marks an epoch barrier and holds its epoch.
 pub(crate) const FIELD_BARRIER: &str = "barrier";
 
-/// A task the leader started, with its kind (a [`TaskStart`] alone does not say whether it
-/// is a store or a load).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct StartedTask {
-    /// Store or load.
-    pub kind: TaskKind,
-    /// The start as the frame carries it.
-    pub start: TaskStart,
-}
+/// A task the leader started, with its kind: the protocol core's type, logged as it is.
+pub use tandem_proto::StartedTask;
 
 /// Everything the leader wrote ahead for one step: the tasks it started and the outcomes it
 /// is about to reveal. One record is one stream entry.
@@ -151,7 +144,7 @@ pub(crate) fn decode(id: StreamEntryId, fields: RawFields<'_>) -> Result<StreamE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tandem_proto::{BlockHash, OutcomeResult, PageId, RequestId, TaskId};
+    use tandem_proto::{BlockHash, OutcomeResult, PageId, RequestId, TaskId, TaskKind, TaskStart};
 
     fn sample() -> (Vec<StartedTask>, Vec<TaskOutcome>) {
         let started = vec![StartedTask {

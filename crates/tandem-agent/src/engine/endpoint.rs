@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 
-use crate::protocol::{EngineCall, EngineDisconnected, ProtocolActor};
+use crate::protocol::{EngineCall, EngineDisconnected};
+use crate::router::Router;
 use crate::store_actor::{RegisterBuffer, StoreActor};
 
 /// Why the endpoint could not start.
@@ -47,17 +48,19 @@ pub fn bind(path: &Path) -> Result<UnixListener, EndpointError> {
 }
 
 /// Serve engine connections until the actor system stops.
-pub async fn serve(listener: UnixListener, socket: PathBuf, protocol: Addr<ProtocolActor>, store: Addr<StoreActor>) {
+pub async fn serve(listener: UnixListener, socket: PathBuf, router: Router, store: Addr<StoreActor>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let (protocol, store) = (protocol.clone(), store.clone());
+                let (router, store) = (router.clone(), store.clone());
                 actix_rt::spawn(async move {
-                    let reason = match serve_one(stream, &protocol, &store).await {
+                    let reason = match serve_one(stream, &router, &store).await {
                         Ok(()) => "engine closed the connection".to_string(),
                         Err(e) => e.to_string(),
                     };
-                    protocol.do_send(EngineDisconnected { reason });
+                    if let Some(p) = router.current() {
+                        p.do_send(EngineDisconnected { reason });
+                    }
                 });
             }
             Err(e) => {
@@ -68,7 +71,7 @@ pub async fn serve(listener: UnixListener, socket: PathBuf, protocol: Addr<Proto
     }
 }
 
-async fn serve_one(mut stream: UnixStream, protocol: &Addr<ProtocolActor>, store: &Addr<StoreActor>) -> Result<(), WireError> {
+async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreActor>) -> Result<(), WireError> {
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; 4];
@@ -93,12 +96,12 @@ async fn serve_one(mut stream: UnixStream, protocol: &Addr<ProtocolActor>, store
                 return Err(e);
             }
         };
-        let answer = route(req, protocol, store).await;
+        let answer = route(req, router, store).await;
         reply(&mut stream, &answer).await?;
     }
 }
 
-async fn route(req: EngineRequest, protocol: &Addr<ProtocolActor>, store: &Addr<StoreActor>) -> EngineReply {
+async fn route(req: EngineRequest, router: &Router, store: &Addr<StoreActor>) -> EngineReply {
     let unavailable = |e: actix::MailboxError| EngineReply::Error(AgentError::NotReady { reason: format!("agent is restarting: {e}") });
     match req {
         EngineRequest::RegisterBuffer { path, size_bytes, page_size_bytes } => {
@@ -109,6 +112,9 @@ async fn route(req: EngineRequest, protocol: &Addr<ProtocolActor>, store: &Addr<
             }
         }
         req => {
+            let Some(protocol) = router.current() else {
+                return EngineReply::Error(AgentError::NotReady { reason: "the agent is between epochs".into() });
+            };
             let (tx, rx) = oneshot::channel();
             protocol.do_send(EngineCall { req, reply: tx });
             rx.await.unwrap_or_else(|_| EngineReply::Error(AgentError::NotReady { reason: "agent is restarting".into() }))

@@ -16,12 +16,14 @@ use tokio::net::TcpListener;
 use crate::peer::io::{write_message, MessageReader};
 use crate::peer::link::PeerLink;
 use crate::protocol::{AdmitPeer, FromPeer, PeerLost, ProtocolActor};
+use crate::router::Router;
 
 /// Connection ids, unique within the process.
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
-/// Accept followers forever (until the actor system stops).
-pub async fn serve(listener: TcpListener, actor: Addr<ProtocolActor>, handshake_timeout_ms: u64, max_frame_bytes: usize) {
+/// Accept followers forever (until the actor system stops); each connection is handed to the
+/// protocol actor current when it arrives.
+pub async fn serve(listener: TcpListener, router: Router, handshake_timeout_ms: u64, max_frame_bytes: usize) {
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(s) => s,
@@ -32,7 +34,10 @@ pub async fn serve(listener: TcpListener, actor: Addr<ProtocolActor>, handshake_
             }
         };
         let _ = stream.set_nodelay(true);
-        let actor = actor.clone();
+        let Some(actor) = router.current() else {
+            tracing::debug!(peer = %addr, "connection between epochs closed");
+            continue;
+        };
         actix_rt::spawn(async move {
             if let Err(reason) = handshake(stream, actor, handshake_timeout_ms, max_frame_bytes).await {
                 tracing::warn!(peer = %addr, %reason, "peer not admitted");

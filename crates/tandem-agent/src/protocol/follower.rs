@@ -49,6 +49,11 @@ impl FollowerRole {
         }
     }
 
+    /// Admitted by the leader.
+    pub fn is_linked(&self) -> bool {
+        self.link.is_some()
+    }
+
     /// The next step this rank expects from the leader.
     pub fn next_step(&self) -> Step {
         self.follower.received_step().map_or(Step(0), Step::next)
@@ -107,7 +112,7 @@ impl FollowerRole {
         let later = self.held_stores.split_off(&acked.next());
         let ready: Vec<TaskStart> = std::mem::replace(&mut self.held_stores, later).into_values().flatten().collect();
         if !ready.is_empty() {
-            store.do_send(CopyStores(ready));
+            store.do_send(CopyStores(self.follower.epoch(), ready));
         }
     }
 
@@ -127,10 +132,10 @@ impl FollowerRole {
         }
         if let Some(f) = frame {
             if !f.tier_ops.is_empty() {
-                store.do_send(ApplyTierOps(f.tier_ops.clone()));
+                store.do_send(ApplyTierOps(f.epoch, f.tier_ops.clone()));
             }
             if !f.loads.is_empty() {
-                store.do_send(CopyLoads(f.loads.clone()));
+                store.do_send(CopyLoads(f.epoch, f.loads.clone()));
             }
             if !f.stores.is_empty() {
                 self.held_stores.entry(f.step).or_default().extend(f.stores.iter().cloned());

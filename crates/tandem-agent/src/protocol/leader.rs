@@ -33,6 +33,20 @@ struct EndWait {
     reply: oneshot::Sender<EngineReply>,
 }
 
+/// An append the actor must carry out (asynchronously, against Redis) before sealing `step`.
+pub struct AppendJob {
+    /// The leader's batch of starts and outcomes, if any.
+    pub batch: Option<tandem_proto::PersistBatch>,
+    /// The previous epoch's in-flight tasks, aborted, logged in the first record of this one.
+    pub aborted: Vec<TaskOutcome>,
+    /// The step to seal once the append is done.
+    pub step: Step,
+    /// The engine's deadline for `end_step`, ms on the agent's clock.
+    pub deadline_ms: u64,
+    /// Where the frame goes.
+    pub reply: oneshot::Sender<EngineReply>,
+}
+
 /// The pins a started task holds until its outcome.
 struct TaskPins {
     kind: TaskKind,
@@ -51,12 +65,24 @@ pub struct LeaderRole {
     end_waits: Vec<EndWait>,
     max_frame_bytes: usize,
     heartbeats_armed: bool,
+    /// Whether starts and outcomes go to a completion log before they are revealed.
+    durable: bool,
+    /// The previous epoch's in-flight tasks, aborted; appended with the first record.
+    aborted_pending: Vec<TaskOutcome>,
+    /// Why the completion log refused the last append, while it does.
+    log_error: Option<String>,
 }
 
 impl LeaderRole {
     /// The leader of `settings.epoch` with its group index.
-    pub fn new(leader: Leader, index: GroupIndex, settings: &AgentSettings) -> Self {
+    /// With `durable`, every start and outcome is appended to the completion log (by the
+    /// actor, through [`AppendJob`]) before a frame reveals it; `aborted` are the previous
+    /// epoch's in-flight tasks, logged with the first record.
+    pub fn new(leader: Leader, index: GroupIndex, settings: &AgentSettings, durable: bool, aborted: Vec<TaskOutcome>) -> Self {
         Self {
+            durable,
+            aborted_pending: aborted,
+            log_error: None,
             leader,
             membership: settings.membership.clone(),
             index,
@@ -67,6 +93,16 @@ impl LeaderRole {
             max_frame_bytes: settings.max_frame_bytes,
             heartbeats_armed: false,
         }
+    }
+
+    /// Every follower joined this epoch.
+    pub fn all_joined(&self) -> bool {
+        self.leader.all_joined()
+    }
+
+    /// The epoch.
+    pub fn epoch(&self) -> tandem_proto::ids::Epoch {
+        self.leader.epoch()
     }
 
     /// The next step the leader will seal.
@@ -164,13 +200,14 @@ impl LeaderRole {
     }
 
     /// An engine request on the leader.
-    pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+    /// Returns an append the actor must carry out before the step can be sealed.
+    pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) -> Option<AppendJob> {
         if !self.leader.all_joined() {
             let missing: Vec<u32> = (1..self.leader.config().world_size).filter(|r| !self.leader.joined().contains(&Rank(*r))).collect();
             let _ = reply.send(EngineReply::Error(AgentError::NotReady {
                 reason: format!("waiting for ranks {missing:?} to join epoch {}", self.leader.epoch()),
             }));
-            return;
+            return None;
         }
         let answer = match req {
             EngineRequest::Lookup { step, request, block_hashes, .. } => self.check_step(step).map(|()| self.lookup(request, block_hashes)),
@@ -181,10 +218,7 @@ impl LeaderRole {
                 self.check_step(step).and_then(|()| check_lists(&block_hashes, &page_ids)).map(|()| self.load(request, block_hashes, page_ids))
             }
             EngineRequest::EndStep { step, deadline_ms, .. } => match self.check_step(step) {
-                Ok(()) => {
-                    self.end_step(step, now.saturating_add(deadline_ms), reply, now, store);
-                    return;
-                }
+                Ok(()) => return self.end_step(step, now.saturating_add(deadline_ms), reply, now, store),
                 Err(e) => Err(e),
             },
             EngineRequest::Frame { step, .. } => match self.leader.frame(step) {
@@ -206,6 +240,7 @@ impl LeaderRole {
             }
         };
         let _ = reply.send(answer.unwrap_or_else(EngineReply::Error));
+        None
     }
 
     fn check_step(&self, step: Step) -> Result<(), AgentError> {
@@ -320,8 +355,8 @@ impl LeaderRole {
         self.leader.release_pins(request);
     }
 
-    /// Make pending starts and outcomes durable. Without a completion log this is immediate.
-    fn persist(&mut self) {
+    /// Without a completion log, starts and outcomes count as durable at once.
+    fn persist_volatile(&mut self) {
         while let Some(batch) = self.leader.poll_persist() {
             if let Err(e) = self.leader.handle_persisted(batch.id) {
                 tracing::error!(error = %e, "persist batch refused");
@@ -329,13 +364,67 @@ impl LeaderRole {
         }
     }
 
-    fn end_step(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+    fn end_step(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) -> Option<AppendJob> {
         // Lookup pins last for their step: whatever was not loaded goes back.
         let requests: Vec<RequestId> = self.lookup_pins.keys().copied().collect();
         for r in requests {
             self.release_lookup_pins(r);
         }
-        self.persist();
+        if self.durable {
+            let batch = self.leader.poll_persist();
+            let aborted = std::mem::take(&mut self.aborted_pending);
+            if batch.is_some() || !aborted.is_empty() {
+                return Some(AppendJob { batch, aborted, step, deadline_ms, reply });
+            }
+        } else {
+            self.persist_volatile();
+        }
+        self.seal_or_wait(step, deadline_ms, reply, now, store);
+        None
+    }
+
+    /// The actor finished an [`AppendJob`]: `result` is the append's outcome.
+    pub fn append_done(&mut self, job: AppendJob, result: Result<(), String>, now: u64, store: &Addr<StoreActor>) {
+        match result {
+            Ok(()) => {
+                self.log_error = None;
+                if let Some(b) = &job.batch {
+                    if let Err(e) = self.leader.handle_persisted(b.id) {
+                        tracing::error!(error = %e, "persist batch refused");
+                    }
+                }
+            }
+            Err(reason) => {
+                if self.log_error.is_none() {
+                    tracing::warn!(%reason, "completion log unavailable: sealing on, revealing nothing new");
+                }
+                self.log_error = Some(reason.clone());
+                if let Some(b) = &job.batch {
+                    let _ = self.leader.handle_persist_failed(b.id);
+                }
+                if !job.aborted.is_empty() {
+                    // The reconciliation cannot be revealed before its aborts are durable.
+                    self.aborted_pending = job.aborted;
+                    let _ = job.reply.send(EngineReply::Error(AgentError::NotReady {
+                        reason: format!("completion log unavailable, the reconciliation of epoch {} is not durable yet: {reason}", self.leader.epoch()),
+                    }));
+                    return;
+                }
+            }
+        }
+        self.seal_or_wait(job.step, job.deadline_ms, job.reply, now, store);
+    }
+
+    /// Why the completion log refuses appends, while it does.
+    pub fn log_error(&self) -> Option<&str> {
+        self.log_error.as_deref()
+    }
+
+    fn seal_or_wait(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+        if step != self.leader.open_step() {
+            let _ = reply.send(EngineReply::Error(AgentError::WrongStep { expected: self.leader.open_step(), got: step }));
+            return;
+        }
         match self.seal(step, now, store) {
             Ok(frame) => {
                 let _ = reply.send(EngineReply::Frame(Box::new(frame)));
@@ -386,7 +475,9 @@ impl LeaderRole {
                 let _ = w.reply.send(EngineReply::Error(err));
                 continue;
             }
-            self.persist();
+            if !self.durable {
+                self.persist_volatile();
+            }
             match self.seal(w.step, now, store) {
                 Ok(frame) => {
                     let _ = w.reply.send(EngineReply::Frame(Box::new(frame)));
@@ -441,7 +532,7 @@ impl LeaderRole {
     /// Status for `/status` and `/readyz`.
     pub fn status(&self, settings: &AgentSettings) -> AgentStatus {
         let joined: Vec<u32> = self.leader.joined().iter().map(|r| r.0).collect();
-        let ready = self.leader.all_joined();
+        let ready = self.leader.all_joined() && self.log_error.is_none();
         let stats = self.leader.stats();
         AgentStatus {
             group: settings.membership.group_id.0.clone(),
@@ -449,7 +540,10 @@ impl LeaderRole {
             role: "leader",
             epoch: settings.epoch.0,
             ready,
-            reason: (!ready).then(|| format!("waiting for followers: joined {joined:?} of {}", settings.world_size - 1)),
+            reason: match &self.log_error {
+                Some(e) => Some(format!("completion log unavailable: {e}")),
+                None => (!ready).then(|| format!("waiting for followers: joined {joined:?} of {}", settings.world_size - 1)),
+            },
             joined,
             sealed_step: self.leader.sealed_step().map(|s| s.0),
             acked_step: self.leader.slowest_ack().map(|s| s.0),
@@ -467,13 +561,13 @@ impl LeaderRole {
 /// The leader's engine wrote its store pages before asking, so they are copied at once.
 fn apply_own(frame: &Frame, store: &Addr<StoreActor>) {
     if !frame.tier_ops.is_empty() {
-        store.do_send(ApplyTierOps(frame.tier_ops.clone()));
+        store.do_send(ApplyTierOps(frame.epoch, frame.tier_ops.clone()));
     }
     if !frame.loads.is_empty() {
-        store.do_send(CopyLoads(frame.loads.clone()));
+        store.do_send(CopyLoads(frame.epoch, frame.loads.clone()));
     }
     if !frame.stores.is_empty() {
-        store.do_send(CopyStores(frame.stores.clone()));
+        store.do_send(CopyStores(frame.epoch, frame.stores.clone()));
     }
 }
 

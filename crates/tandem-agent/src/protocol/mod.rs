@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use crate::clock::Clock;
 use crate::peer::link::PeerLink;
 use crate::settings::AgentSettings;
-use crate::store_actor::{ReportTo, ShardDone, StoreActor};
+use crate::store_actor::{BeginEpoch, ShardDone, StoreActor};
 
 use follower::FollowerRole;
 use leader::LeaderRole;
@@ -132,6 +132,42 @@ pub struct StopEpoch {
     pub reason: String,
 }
 
+/// What the agent's runtime hears from the protocol actor of an epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentEvent {
+    /// This rank is ready in `epoch` (leader: every follower joined; follower: admitted).
+    Ready {
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// `epoch` cannot go on; the supervisor must restart the group.
+    Failed {
+        /// The epoch.
+        epoch: Epoch,
+        /// What happened.
+        reason: String,
+    },
+    /// This rank's engine applied every frame of `epoch` up to `step`.
+    EngineAcked {
+        /// The epoch.
+        epoch: Epoch,
+        /// The step.
+        step: tandem_proto::ids::Step,
+    },
+}
+
+/// What a protocol actor is wired to besides its store: the runtime's event channel, the
+/// completion log (leader appends) and the task ids this rank's engine already acknowledged
+/// (removed from the reconciliation's redeliveries before frame 0 reaches the engine).
+pub struct Wiring {
+    /// Events for the runtime.
+    pub events: Option<tokio::sync::mpsc::UnboundedSender<AgentEvent>>,
+    /// The completion log, on the leader when Redis is configured.
+    pub log: Option<tandem_durable::CompletionLog>,
+    /// Redelivered outcomes this rank's engine already acknowledged.
+    pub acknowledged: std::collections::BTreeSet<tandem_proto::ids::TaskId>,
+}
+
 /// The role this rank plays in the epoch.
 enum Role {
     Leader(Box<LeaderRole>),
@@ -146,16 +182,40 @@ pub struct ProtocolActor {
     role: Role,
     /// Why this epoch can no longer make progress (a lost or silent rank, a protocol error).
     failure: Option<String>,
+    wiring: Wiring,
+    ready_sent: bool,
+    append_in_flight: bool,
 }
 
 impl ProtocolActor {
     /// A protocol actor for `settings.epoch`; `leader_role` must be given on rank 0.
-    pub fn new(settings: Arc<AgentSettings>, clock: Clock, store: Addr<StoreActor>, leader_role: Option<LeaderRole>) -> Self {
+    pub fn new(settings: Arc<AgentSettings>, clock: Clock, store: Addr<StoreActor>, leader_role: Option<LeaderRole>, wiring: Wiring) -> Self {
         let role = match leader_role {
             Some(l) => Role::Leader(Box::new(l)),
             None => Role::Follower(Box::new(FollowerRole::new(&settings))),
         };
-        Self { settings, clock, store, role, failure: None }
+        Self { settings, clock, store, role, failure: None, wiring, ready_sent: false, append_in_flight: false }
+    }
+
+    fn emit(&self, ev: AgentEvent) {
+        if let Some(tx) = &self.wiring.events {
+            let _ = tx.send(ev);
+        }
+    }
+
+    /// Tell the runtime once when this rank becomes ready in the epoch.
+    fn check_ready(&mut self) {
+        if self.ready_sent || self.failure.is_some() {
+            return;
+        }
+        let ready = match &self.role {
+            Role::Leader(l) => l.all_joined(),
+            Role::Follower(f) => f.is_linked(),
+        };
+        if ready {
+            self.ready_sent = true;
+            self.emit(AgentEvent::Ready { epoch: self.settings.epoch });
+        }
     }
 
     /// The epoch fails: log it once, answer every waiting engine call, refuse new ones.
@@ -164,6 +224,7 @@ impl ProtocolActor {
             return;
         }
         tracing::error!(%reason, "epoch failed: the group must restart");
+        self.emit(AgentEvent::Failed { epoch: self.settings.epoch, reason: reason.clone() });
         let err = AgentError::NotReady { reason: format!("epoch {} failed: {reason}", self.settings.epoch) };
         match &mut self.role {
             Role::Leader(l) => l.fail_waits(&err),
@@ -188,8 +249,10 @@ impl Actor for ProtocolActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.store.do_send(ReportTo(ctx.address().recipient()));
+        let wipe = true;
+        self.store.do_send(BeginEpoch { epoch: self.settings.epoch, report_to: ctx.address().recipient(), wipe });
         ctx.run_interval(TICK, |actor, _| actor.tick());
+        self.check_ready();
         tracing::info!(rank = self.settings.rank.0, epoch = self.settings.epoch.0, "protocol actor started");
     }
 }
@@ -197,8 +260,8 @@ impl Actor for ProtocolActor {
 impl Handler<EngineCall> for ProtocolActor {
     type Result = ();
     /// Answer an engine request now, or keep its reply until its wait ends.
-    fn handle(&mut self, msg: EngineCall, _: &mut Self::Context) {
-        let settings = &self.settings;
+    fn handle(&mut self, msg: EngineCall, ctx: &mut Self::Context) {
+        let settings = self.settings.clone();
         let welcome = |next_step| EngineReply::Welcome {
             epoch: settings.epoch,
             rank: settings.rank.0,
@@ -234,10 +297,82 @@ impl Handler<EngineCall> for ProtocolActor {
             return;
         }
         let now = self.clock.now_ms();
-        match &mut self.role {
-            Role::Leader(l) => l.engine(msg.req, msg.reply, now, &self.store),
-            Role::Follower(f) => f.engine(msg.req, msg.reply, now, &self.store),
+        if let EngineRequest::Ack { epoch, step } = &msg.req {
+            self.emit(AgentEvent::EngineAcked { epoch: *epoch, step: *step });
         }
+        // Frame 0 replies pass through the per-rank redelivery filter on their way out.
+        let (tx, rx) = oneshot::channel();
+        let reply = msg.reply;
+        let step0 = matches!(&msg.req, EngineRequest::Frame { step, .. } | EngineRequest::EndStep { step, .. } if step.0 == 0);
+        if self.wiring.acknowledged.is_empty() || !step0 {
+            self.dispatch(msg.req, reply, now, ctx);
+        } else {
+            self.dispatch(msg.req, tx, now, ctx);
+            let filter = self.wiring.acknowledged.clone();
+            actix_rt::spawn(async move {
+                if let Ok(answer) = rx.await {
+                    let _ = reply.send(filter_redelivered(answer, &filter));
+                }
+            });
+        }
+    }
+}
+
+impl ProtocolActor {
+    fn dispatch(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, ctx: &mut Context<Self>) {
+        match &mut self.role {
+            Role::Leader(l) => {
+                if let EngineRequest::EndStep { .. } = &req {
+                    if self.append_in_flight {
+                        let _ = reply.send(EngineReply::Error(AgentError::BadRequest { reason: "an end_step is already in progress".into() }));
+                        return;
+                    }
+                }
+                if let Some(job) = l.engine(req, reply, now, &self.store) {
+                    self.start_append(job, ctx);
+                }
+            }
+            Role::Follower(f) => f.engine(req, reply, now, &self.store),
+        }
+    }
+
+    /// Append a step's starts and outcomes to the completion log, then seal.
+    fn start_append(&mut self, job: leader::AppendJob, ctx: &mut Context<Self>) {
+        use actix::{ActorFutureExt, WrapFuture};
+        let Some(log) = self.wiring.log.clone() else {
+            if let Role::Leader(l) = &mut self.role {
+                let now = self.clock.now_ms();
+                l.append_done(job, Ok(()), now, &self.store);
+            }
+            return;
+        };
+        self.append_in_flight = true;
+        let epoch = self.settings.epoch;
+        let started = job.batch.as_ref().map(|b| b.started.clone()).unwrap_or_default();
+        let mut finished = job.aborted.clone();
+        finished.extend(job.batch.as_ref().map(|b| b.outcomes.clone()).unwrap_or_default());
+        let step = job.step;
+        let fut = async move { log.append_step(epoch, step, &started, &finished).await.map(|_| ()).map_err(|e| e.to_string()) };
+        ctx.spawn(fut.into_actor(self).map(move |result, actor, _| {
+            actor.append_in_flight = false;
+            let now = actor.clock.now_ms();
+            if let Role::Leader(l) = &mut actor.role {
+                l.append_done(job, result, now, &actor.store);
+            }
+        }));
+    }
+}
+
+/// Remove redeliveries the engine already acknowledged from a frame reply.
+fn filter_redelivered(reply: EngineReply, acknowledged: &std::collections::BTreeSet<tandem_proto::ids::TaskId>) -> EngineReply {
+    match reply {
+        EngineReply::Frame(mut f) => {
+            if let Some(rec) = f.reconciliation.as_mut() {
+                rec.redelivered.retain(|o| !acknowledged.contains(&o.task));
+            }
+            EngineReply::Frame(f)
+        }
+        other => other,
     }
 }
 
@@ -267,14 +402,16 @@ impl Handler<AdmitPeer> for ProtocolActor {
     /// Admit or refuse a follower.
     fn handle(&mut self, msg: AdmitPeer, _: &mut Self::Context) -> Self::Result {
         let now = self.clock.now_ms();
-        match &mut self.role {
+        let admitted = match &mut self.role {
             Role::Leader(l) => l.admit(msg, now, &self.settings),
             Role::Follower(_) => {
                 let reason = HandshakeError::RankOutOfRange { rank: msg.hello.rank, world_size: self.settings.world_size };
                 let _ = msg.link.send(&WireMessage::Refused { reason: reason.clone() });
                 Err(reason)
             }
-        }
+        };
+        self.check_ready();
+        admitted
     }
 }
 
@@ -312,6 +449,7 @@ impl Handler<LeaderLinked> for ProtocolActor {
         if let Role::Follower(f) = &mut self.role {
             f.linked(msg.link, now);
         }
+        self.check_ready();
     }
 }
 

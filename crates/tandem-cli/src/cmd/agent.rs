@@ -10,7 +10,7 @@ use tandem_proto::ids::Epoch;
 pub struct AgentArgs<'a> {
     pub rank: u32,
     pub config: &'a Path,
-    pub epoch: u64,
+    pub epoch: Option<u64>,
     pub log_json: bool,
     pub test_protocol_version: Option<u16>,
 }
@@ -18,12 +18,13 @@ pub struct AgentArgs<'a> {
 pub fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
     let cfg = load(Some(args.config), &Overrides::default())?;
     crate::logging::init(&cfg.log, args.log_json);
-    let mut settings = AgentSettings::new(cfg, args.rank, Epoch(args.epoch))?;
+    let fixed_epoch = args.epoch.is_some() || cfg.redis.url.is_empty();
+    let mut settings = AgentSettings::new(cfg, args.rank, Epoch(args.epoch.unwrap_or(1)))?;
     if let Some(v) = args.test_protocol_version {
         settings.membership.protocol_version = v;
     }
-    let span = tracing::info_span!("agent", group = %settings.membership.group_id, rank = args.rank, epoch = args.epoch);
+    let span = tracing::info_span!("agent", group = %settings.membership.group_id, rank = args.rank);
     let _entered = span.enter();
-    tandem_agent::run(settings)?;
+    tandem_agent::run(settings, fixed_epoch)?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 mod agent;
 mod check_config;
+mod supervisor;
 
 use crate::cli::{Cli, Command};
 
@@ -12,5 +13,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent { rank, config, epoch, log_json, test_protocol_version } => {
             agent::run(agent::AgentArgs { rank, config: &config, epoch, log_json, test_protocol_version })
         }
+        Command::Supervisor { config, launch_agents, log_json } => supervisor::run(&config, launch_agents, log_json),
     }
 }

@@ -1,0 +1,302 @@
+//! The agent's runtime: everything that outlives an epoch, and the loop that moves from one
+//! epoch to the next.
+//!
+//! Owns the listeners (leader TCP, engine socket, HTTP), the `StoreActor`, and, when Redis is
+//! configured, the agent's side of the supervisor's protocol: a heartbeat key each interval,
+//! failure reports, membership of each epoch, delivery tracking of the completion stream (XACK
+//! once the engine acknowledged a frame), and a watch on the epoch counter. When the counter
+//! moves, the current `ProtocolActor` stops and a fresh one starts in the new epoch; nothing of
+//! the old epoch's protocol resumes. Without Redis (`redis.url = ""`) the agent runs one epoch,
+//! and completions are not durable.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix::{Actor, Addr, Arbiter};
+use tandem_durable::liveness::{FailureReport, Heartbeat};
+use tandem_durable::{AckTracker, CompletionLog, DurableConfig, StreamEntryId};
+use tandem_proto::ids::{Epoch, TaskId};
+use tandem_proto::wire::handshake::HandshakeError;
+use tandem_proto::{reconcile, Leader, LeaderConfig};
+use tandem_store::index::{GroupIndex, IndexConfig};
+use tandem_store::store::Store;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::clock::Clock;
+use crate::peer::connect::JoinError;
+use crate::protocol::leader::LeaderRole;
+use crate::protocol::{AgentEvent, ProtocolActor, StopEpoch, Wiring};
+use crate::router::Router;
+use crate::settings::AgentSettings;
+use crate::store_actor::StoreActor;
+use crate::{engine, http, peer, AgentRunError};
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// What a started epoch needs from the runtime afterwards.
+struct EpochRun {
+    protocol: Addr<ProtocolActor>,
+    /// Acknowledge every entry up to here once the engine acknowledged the reconciliation.
+    ack_through: Option<StreamEntryId>,
+}
+
+/// Run the agent (see the module docs).
+pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> Result<(), AgentRunError> {
+    let settings = Arc::new(settings);
+    let clock = Clock::new();
+    let shard_bytes = settings.shard_bytes;
+    let store_arbiter = Arbiter::new();
+    let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| StoreActor::new(store, shard_bytes));
+    let router = Router::default();
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
+    let mut term = signal(SignalKind::terminate()).map_err(AgentRunError::System)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(AgentRunError::System)?;
+
+    if settings.is_leader() {
+        let listener = tokio::net::TcpListener::bind(&settings.leader_addr).await.map_err(|source| AgentRunError::Bind {
+            what: "leader address",
+            addr: settings.leader_addr.clone(),
+            source,
+        })?;
+        actix_rt::spawn(peer::listen::serve(listener, router.clone(), settings.handshake_timeout_ms, settings.max_frame_bytes));
+        tracing::info!(addr = %settings.leader_addr, world_size = settings.world_size, "leader listening for followers");
+    }
+    let listener = engine::endpoint::bind(&settings.engine_socket)?;
+    actix_rt::spawn(engine::endpoint::serve(listener, settings.engine_socket.clone(), router.clone(), store_addr.clone()));
+    let server = http::start(settings.http_addr, http::HttpState { router: router.clone(), store: store_addr.clone() })
+        .map_err(|source| AgentRunError::Bind { what: "HTTP address", addr: settings.http_addr.to_string(), source })?;
+    let server_handle = server.handle();
+    actix_rt::spawn(server);
+    tracing::info!(http = %settings.http_addr, engine_socket = %settings.engine_socket.display(), "agent serving");
+
+    let log = if settings.config.redis.url.is_empty() {
+        tracing::warn!("redis.url is empty: completions are NOT durable and the group cannot be restarted by a supervisor");
+        None
+    } else {
+        let cfg = DurableConfig::new(settings.config.redis.url.clone(), settings.membership.group_id.0.clone(), settings.world_size);
+        let mut warned = false;
+        loop {
+            tokio::select! {
+                r = CompletionLog::connect(&cfg) => match r {
+                    Ok(l) => break Some(l),
+                    Err(tandem_durable::DurableError::InvalidGroup { group, reason }) => {
+                        return Err(tandem_durable::DurableError::InvalidGroup { group, reason }.into());
+                    }
+                    Err(e) => {
+                        if !warned { tracing::warn!(error = %e, "Redis unreachable; retrying"); warned = true; }
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                },
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+            }
+        }
+    };
+
+    let mut epoch = match (&log, fixed_epoch) {
+        (Some(log), false) => loop {
+            match log.current_epoch().await {
+                Ok(e) if e.0 > 0 => break e,
+                Ok(_) => tracing::info!("waiting for the supervisor to start the group's first epoch"),
+                Err(e) => tracing::warn!(error = %e, "cannot read the epoch; retrying"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+            }
+        },
+        _ => settings.epoch,
+    };
+
+    let rank = settings.rank;
+    let interval = Duration::from_millis(settings.heartbeat_interval_ms);
+    let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
+    let mut tracker = AckTracker::new();
+    let outcome = 'epochs: loop {
+        let run = start_epoch(&settings, epoch, log.as_ref(), &store_addr, &router, &events_tx, &fatal_tx, clock).await?;
+        let mut ack_through = run.ack_through;
+        let mut pending_reports: Vec<FailureReport> = Vec::new();
+        let mut join_pending = false;
+        let mut ticker = tokio::time::interval(interval);
+        let next = loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break 'epochs Ok(()); }
+                _ = int.recv() => { tracing::info!("SIGINT: stopping"); break 'epochs Ok(()); }
+                Some(e) = fatal_rx.recv() => break 'epochs Err(e),
+                Some(ev) = events_rx.recv() => match ev {
+                    AgentEvent::Ready { epoch: e } if e == epoch => join_pending = true,
+                    AgentEvent::Failed { epoch: e, reason } if e == epoch => pending_reports.push(FailureReport { epoch: e, rank, reason }),
+                    AgentEvent::EngineAcked { epoch: e, step } if e == epoch => {
+                        if let Some(log) = &log {
+                            let ids = tracker.on_engine_ack(e, step);
+                            if let Err(err) = log.ack(rank, &ids).await {
+                                tracing::warn!(error = %err, "cannot acknowledge delivered completions");
+                            }
+                            if let Some(through) = ack_through {
+                                match log.ack_through(rank, through).await {
+                                    Ok(_) => ack_through = None,
+                                    Err(err) => tracing::warn!(error = %err, "cannot acknowledge the reconciled completions"),
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                },
+                _ = ticker.tick() => {
+                    let Some(log) = &log else { continue };
+                    let _ = log.heartbeat(rank, Heartbeat { epoch, unix_ms: unix_ms() }, ttl_ms).await;
+                    if join_pending && log.join(epoch, rank).await.is_ok() {
+                        join_pending = false;
+                    }
+                    while let Some(r) = pending_reports.first() {
+                        if log.report_failure(r).await.is_err() { break; }
+                        pending_reports.remove(0);
+                    }
+                    if !fixed_epoch {
+                        if let Ok(current) = log.current_epoch().await {
+                            if current > epoch {
+                                break current;
+                            }
+                        }
+                    }
+                    match log.read_new(rank, 512).await {
+                        Ok(entries) => tracker.on_read(&entries),
+                        Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
+                    }
+                }
+            }
+        };
+        tracing::info!(from = epoch.0, to = next.0, "the group moved to a new epoch: restarting the protocol actor");
+        let _ = run.protocol.send(StopEpoch { reason: format!("the group moved to epoch {next}") }).await;
+        router.set(None);
+        epoch = next;
+    };
+    if let Some(p) = router.current() {
+        let _ = p.send(StopEpoch { reason: "agent stopping".into() }).await;
+    }
+    server_handle.stop(true).await;
+    let _ = std::fs::remove_file(&settings.engine_socket);
+    store_arbiter.stop();
+    outcome
+}
+
+/// The settings of `epoch`.
+fn for_epoch(settings: &AgentSettings, epoch: Epoch) -> Arc<AgentSettings> {
+    let mut s = settings.clone();
+    s.epoch = epoch;
+    s.membership.epoch = epoch;
+    Arc::new(s)
+}
+
+/// What the completion log says this epoch must reconcile; `None` without Redis.
+async fn recover(log: &CompletionLog) -> Result<tandem_durable::Recovery, AgentRunError> {
+    let mut attempts = 0;
+    loop {
+        match log.recover().await {
+            Ok(r) => return Ok(r),
+            Err(e) if attempts < 120 => {
+                attempts += 1;
+                tracing::warn!(error = %e, "cannot read the completion stream for recovery; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start_epoch(
+    settings: &AgentSettings,
+    epoch: Epoch,
+    log: Option<&CompletionLog>,
+    store: &Addr<StoreActor>,
+    router: &Router,
+    events: &mpsc::UnboundedSender<AgentEvent>,
+    fatal: &mpsc::UnboundedSender<AgentRunError>,
+    clock: Clock,
+) -> Result<EpochRun, AgentRunError> {
+    let s = for_epoch(settings, epoch);
+    let recovery = match log {
+        Some(log) => Some(recover(log).await?),
+        None => None,
+    };
+    let acknowledged: std::collections::BTreeSet<TaskId> =
+        recovery.as_ref().and_then(|r| r.acknowledged_by_rank.get(s.rank.0 as usize).cloned()).unwrap_or_default();
+    let ack_through = recovery.as_ref().and_then(|r| r.last_entry_id);
+    let wiring = Wiring { events: Some(events.clone()), log: log.cloned(), acknowledged };
+    let protocol = if s.is_leader() {
+        let (reconciliation, aborted) = match &recovery {
+            Some(r) => {
+                let rec = reconcile(&r.redelivered, &r.in_flight, &[]);
+                let empty = rec.redelivered.is_empty() && rec.aborted.is_empty() && rec.released_pins.is_empty();
+                tracing::info!(redelivered = rec.redelivered.len(), aborted = rec.aborted.len(), "reconciliation for the new epoch");
+                ((!empty).then_some(rec), r.aborted())
+            }
+            None => (None, Vec::new()),
+        };
+        let index = GroupIndex::new(IndexConfig {
+            world_size: s.world_size,
+            host_capacity_blocks: s.config.store.host_capacity_blocks,
+            disk_capacity_blocks: s.config.store.disk_capacity_blocks,
+        })?;
+        let leader = Leader::new(
+            LeaderConfig {
+                epoch,
+                world_size: s.world_size,
+                window_steps: s.window_steps,
+                retention_steps: s.retention_steps,
+                heartbeat_timeout_ms: s.heartbeat_timeout_ms,
+                start_ms: clock.now_ms(),
+            },
+            reconciliation,
+        )?;
+        let role = LeaderRole::new(leader, index, &s, log.is_some(), aborted);
+        ProtocolActor::new(s.clone(), clock, store.clone(), Some(role), wiring).start()
+    } else {
+        let addr = ProtocolActor::new(s.clone(), clock, store.clone(), None, wiring).start();
+        actix_rt::spawn(join_leader(s.clone(), addr.clone(), fatal.clone()));
+        addr
+    };
+    router.set(Some(protocol.clone()));
+    Ok(EpochRun { protocol, ack_through })
+}
+
+/// A follower joins its leader, retrying while the two are in different epochs (one of them
+/// has not noticed the restart yet). Refusals for configuration (version, group, fingerprint,
+/// secret) are fatal: restarting would not change them.
+async fn join_leader(s: Arc<AgentSettings>, actor: Addr<ProtocolActor>, fatal: mpsc::UnboundedSender<AgentRunError>) {
+    loop {
+        if !actor.connected() {
+            return;
+        }
+        let joined = peer::connect::join(
+            s.leader_addr.clone(),
+            s.membership.clone(),
+            s.rank,
+            actor.clone(),
+            s.connect_timeout_ms,
+            s.handshake_timeout_ms,
+            s.max_frame_bytes,
+        )
+        .await;
+        match joined {
+            Ok(()) => return,
+            Err(JoinError::Refused { reason: HandshakeError::StaleEpoch { .. }, .. }) | Err(JoinError::Io(_)) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(JoinError::Refused { reason: HandshakeError::DuplicateRank { .. }, .. }) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                let _ = fatal.send(e.into());
+                return;
+            }
+        }
+    }
+}
+

@@ -1,0 +1,48 @@
+//! The supervisor's HTTP endpoints: `/healthz`, `/readyz` (503 with the reason when the group
+//! is not ready), `/status` (JSON). Handlers only read the published snapshot.
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde_json::json;
+
+use crate::runner::SharedView;
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+async fn readyz(view: web::Data<SharedView>) -> HttpResponse {
+    let v = match view.lock() {
+        Ok(v) => v.clone(),
+        Err(_) => return HttpResponse::InternalServerError().json(json!({ "ready": false, "reason": "status lock poisoned" })),
+    };
+    if v.ready {
+        HttpResponse::Ok().json(json!({ "ready": true, "epoch": v.epoch }))
+    } else {
+        HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "epoch": v.epoch, "reason": v.reason }))
+    }
+}
+
+async fn status(view: web::Data<SharedView>) -> HttpResponse {
+    match view.lock() {
+        Ok(v) => HttpResponse::Ok().json(&*v),
+        Err(_) => HttpResponse::InternalServerError().json(json!({ "error": "status lock poisoned" })),
+    }
+}
+
+/// Bind and start the server on one worker.
+///
+/// # Errors
+/// The bind error.
+pub fn start(addr: &str, view: SharedView) -> std::io::Result<actix_web::dev::Server> {
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(view.clone()))
+            .route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz))
+            .route("/status", web::get().to(status))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(addr)?
+    .run())
+}

@@ -1,0 +1,73 @@
+//! Which ranks are silent, from their last heartbeats: a pure judgement.
+//!
+//! A rank is silent when its last heartbeat is older than the timeout, or when it has sent
+//! none at all for longer than the start-up grace since the supervisor began watching the
+//! epoch. Never reads a clock: `now_ms` and `watching_since_ms` are wall-clock ms inputs.
+
+use tandem_durable::liveness::Heartbeat;
+
+/// Why a rank counts as failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Silence {
+    /// The rank.
+    pub rank: u32,
+    /// Milliseconds since its last heartbeat, `None` when it never sent one.
+    pub age_ms: Option<u64>,
+}
+
+impl Silence {
+    /// A log- and report-friendly description.
+    pub fn describe(&self, timeout_ms: u64) -> String {
+        match self.age_ms {
+            Some(age) => format!("rank {} silent for {age} ms (heartbeat timeout {timeout_ms} ms)", self.rank),
+            None => format!("rank {} has sent no heartbeat", self.rank),
+        }
+    }
+}
+
+/// The ranks that are silent at `now_ms`.
+pub fn silent_ranks(beats: &[Option<Heartbeat>], now_ms: u64, watching_since_ms: u64, timeout_ms: u64, grace_ms: u64) -> Vec<Silence> {
+    beats
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, beat)| {
+            let rank = rank as u32;
+            match beat {
+                Some(b) => {
+                    let age = now_ms.saturating_sub(b.unix_ms);
+                    // A beat older than the watch itself is judged from when the watch began.
+                    let since = now_ms.saturating_sub(b.unix_ms.max(watching_since_ms));
+                    (age > timeout_ms && since > timeout_ms).then_some(Silence { rank, age_ms: Some(age) })
+                }
+                None => (now_ms.saturating_sub(watching_since_ms) > grace_ms).then_some(Silence { rank, age_ms: None }),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_proto::Epoch;
+
+    fn beat(ms: u64) -> Option<Heartbeat> {
+        Some(Heartbeat { epoch: Epoch(1), unix_ms: ms })
+    }
+
+    #[test]
+    fn stale_and_missing_ranks_are_silent_after_their_allowances() {
+        let beats = [beat(10_000), beat(9_000), None];
+        assert!(silent_ranks(&beats, 10_100, 0, 500, 5_000).iter().map(|s| s.rank).eq([1, 2]));
+        assert!(silent_ranks(&beats, 10_100, 8_000, 500, 5_000).iter().map(|s| s.rank).eq([1]));
+        let s = &silent_ranks(&beats, 10_100, 0, 500, 5_000)[0];
+        assert_eq!(s.describe(500), "rank 1 silent for 1100 ms (heartbeat timeout 500 ms)");
+        assert_eq!(Silence { rank: 2, age_ms: None }.describe(500), "rank 2 has sent no heartbeat");
+    }
+
+    #[test]
+    fn a_beat_from_before_the_watch_gets_a_full_timeout() {
+        // The supervisor just (re)started: an old beat is not judged before a timeout passes.
+        assert!(silent_ranks(&[beat(1_000)], 10_000, 9_800, 500, 5_000).is_empty());
+        assert_eq!(silent_ranks(&[beat(1_000)], 10_400, 9_800, 500, 5_000).len(), 1);
+    }
+}
