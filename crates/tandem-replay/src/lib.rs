@@ -11,7 +11,7 @@
 //! # Entry points
 //! - [`run_replay`]`(&ReplayParams, requests, progress) -> Result<ReplaySummary, ReplayError>`
 //! - [`ReplayParams::new`]`(sockets)` for defaults; [`Speed`], [`Deadlines`], [`ReadPattern`]
-//!   to adjust them.
+//!   to adjust them; [`pool_pages_needed`]`(&records)` for the smallest page pool.
 //! - [`ReplaySummary`]: `to_json()` (the `--json` object) and `Display` (the table).
 //! - [`fill_shard`] / [`verify_shard`]: the deterministic shard content, for tests that
 //!   check pages themselves.
@@ -72,7 +72,7 @@ mod source;
 pub use content::{fill_shard, verify_shard, VerifyError};
 pub use driver::run_replay;
 pub use error::{EngineError, Positions, RankPosition, ReplayError, SchedError};
-pub use params::{Deadlines, ReplayParams, Speed};
+pub use params::{pool_pages_needed, Deadlines, ReplayParams, Speed};
 pub use pressure::ReadPattern;
 pub use shared::ReplayProgress;
 pub use summary::{LatencySummary, MismatchDetail, ReplaySummary};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tandem_trace::Capacity;
+use tandem_trace::{Capacity, TraceRecord};
 
 use crate::error::ReplayError;
 use crate::pressure::ReadPattern;
@@ -60,7 +60,9 @@ pub struct ReplayParams {
     /// Request pacing.
     pub speed: Speed,
     /// Pages in each engine's page pool (the same on every rank; a page is one shard of
-    /// the agent's shard size). Must be at least the largest request's blocks.
+    /// the agent's shard size, so each rank maps `pool_pages × shard bytes` of
+    /// `pool_dir`). Must be at least the largest request's blocks (see
+    /// [`pool_pages_needed`]); more lets more requests run at once.
     pub pool_pages: u32,
     /// Directory of the page pools' files (a tmpfs such as `/dev/shm` keeps them in memory).
     pub pool_dir: PathBuf,
@@ -81,6 +83,17 @@ pub struct ReplayParams {
     pub deadlines: Deadlines,
     /// Draw an indicatif progress bar on stderr when stderr is a terminal.
     pub progress_bar: bool,
+}
+
+/// The fewest pool pages that can run every one of `records`: its largest request's blocks
+/// (at least 1).
+pub fn pool_pages_needed<'a>(records: impl IntoIterator<Item = &'a TraceRecord>) -> u32 {
+    let most = records
+        .into_iter()
+        .map(TraceRecord::blocks)
+        .max()
+        .unwrap_or(0);
+    u32::try_from(most).unwrap_or(u32::MAX).max(1)
 }
 
 impl ReplayParams {
@@ -216,6 +229,18 @@ mod tests {
             msg(q),
             "bad replay parameters: every deadline must be longer than zero"
         );
+    }
+
+    #[test]
+    fn pool_pages_needed_is_the_largest_request() {
+        let rec = |blocks: u64| TraceRecord {
+            timestamp: 0,
+            input_length: blocks * 512,
+            output_length: 0,
+            hash_ids: (0..blocks).collect(),
+        };
+        assert_eq!(pool_pages_needed(&[rec(3), rec(374), rec(20)]), 374);
+        assert_eq!(pool_pages_needed(&[]), 1);
     }
 
     #[test]
