@@ -1,0 +1,304 @@
+//! [`AgentMetrics`]: every Prometheus family one rank's agent exports.
+//!
+//! Owns the agent's [`Registry`] and a typed handle per series. Every series of the fixed
+//! label sets (kind, result, tier, direction) is created here, so the hot path is one
+//! relaxed atomic operation on a handle and every series is visible at 0 from the first
+//! scrape. It never reads a clock or a state machine: the agent's actors push values in
+//! (durations they measured, counters they keep).
+//!
+//! Every sample carries the constant labels `group` and `rank`.
+//!
+//! | family | type | labels | what |
+//! |---|---|---|---|
+//! | `tandem_steps_sealed_total` | counter | | frames sealed (leader) or received (follower) |
+//! | `tandem_frame_latency_seconds` | histogram | | leader seal → frame readable by this rank's engine |
+//! | `tandem_tasks_started_total` | counter | `kind` | tasks started |
+//! | `tandem_tasks_finished_total` | counter | `kind`, `result` | tasks finished: `ok`, `failed`, `aborted` |
+//! | `tandem_tier_moved_bytes_total` | counter | `tier`, `direction` | bytes copied between engine pages and a tier |
+//! | `tandem_tier_occupancy_blocks` | gauge | `tier` | block shards held in a tier |
+//! | `tandem_tier_capacity_blocks` | gauge | `tier` | block shard slots of a tier |
+//! | `tandem_evictions_total` | counter | | blocks evicted |
+//! | `tandem_stale_epoch_rejected_total` | counter | | messages from another epoch rejected |
+//! | `tandem_restarts_total` | counter | | group restarts this agent took part in |
+//! | `tandem_epoch` | gauge | | current epoch |
+//! | `tandem_ready` | gauge | | 1 when ready in the current epoch, else 0 |
+//! | `tandem_redis_append_latency_seconds` | histogram | | one write-ahead append to the completion stream |
+//! | `tandem_engine_frames_read_total` | counter | | frames read by this rank's engine |
+//! | `tandem_wait_timeouts_total` | counter | | bounded waits that ended at their deadline |
+//! | `tandem_peers_joined` | gauge | | peers admitted in the current epoch |
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::encode::{encode_or_comment, try_encode, Exposition, TextFormat};
+use crate::error::MetricsError;
+use crate::labels::{Direction, TaskKind, TaskResult, Tier};
+use crate::total::SyncedCounter;
+
+/// Histogram bucket upper bounds for latencies, in seconds: 50 µs to 5 s, 1-2.5-5 steps.
+pub const LATENCY_BUCKETS_SECONDS: [f64; 16] =
+    [0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+type Labels1 = [(&'static str, &'static str); 1];
+type Labels2 = [(&'static str, &'static str); 2];
+
+/// The metrics of one rank's agent. Share it behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct AgentMetrics {
+    registry: Registry,
+    steps_sealed: SyncedCounter,
+    frame_latency: Histogram,
+    tasks_started: [SyncedCounter; 2],
+    tasks_finished: [[SyncedCounter; 3]; 2],
+    moved_bytes: [[SyncedCounter; 2]; 2],
+    tier_occupancy: [Gauge; 2],
+    tier_capacity: [Gauge; 2],
+    evictions: SyncedCounter,
+    stale_epoch_rejected: SyncedCounter,
+    restarts: SyncedCounter,
+    epoch: Gauge,
+    ready: Gauge,
+    redis_append_latency: Histogram,
+    engine_frames_read: SyncedCounter,
+    wait_timeouts: SyncedCounter,
+    peers_joined: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS_SECONDS)
+}
+
+pub(crate) fn saturating_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl AgentMetrics {
+    /// Create every family for rank `rank` of group `group` (constant labels `group` and
+    /// `rank`). The group id is escaped in the exposition, so any string is safe.
+    pub fn new(group: &str, rank: u32) -> Self {
+        let labels: [(Cow<'static, str>, Cow<'static, str>); 2] =
+            [("group".into(), group.to_owned().into()), ("rank".into(), rank.to_string().into())];
+        let mut registry = Registry::with_prefix_and_labels("tandem", labels.into_iter());
+
+        let steps_sealed = SyncedCounter::default();
+        registry.register("steps_sealed", "Frames sealed (leader) or received (follower)", steps_sealed.clone());
+
+        let frame_latency = latency_histogram();
+        registry.register_with_unit(
+            "frame_latency",
+            "From the leader sealing a frame to the frame being readable by this rank's engine",
+            Unit::Seconds,
+            frame_latency.clone(),
+        );
+
+        let started = Family::<Labels1, SyncedCounter>::default();
+        let tasks_started = TaskKind::ALL.map(|k| started.get_or_create_owned(&[("kind", k.as_str())]));
+        registry.register("tasks_started", "Tasks started, by kind", started);
+
+        let finished = Family::<Labels2, SyncedCounter>::default();
+        let tasks_finished = TaskKind::ALL.map(|k| {
+            TaskResult::ALL.map(|r| finished.get_or_create_owned(&[("kind", k.as_str()), ("result", r.as_str())]))
+        });
+        registry.register("tasks_finished", "Tasks finished, by kind and result (ok, failed, aborted)", finished);
+
+        let moved = Family::<Labels2, SyncedCounter>::default();
+        let moved_bytes = Tier::ALL.map(|t| {
+            Direction::ALL.map(|d| moved.get_or_create_owned(&[("tier", t.as_str()), ("direction", d.as_str())]))
+        });
+        registry.register_with_unit(
+            "tier_moved",
+            "Bytes copied between engine pages and a tier, by tier and direction",
+            Unit::Bytes,
+            moved,
+        );
+
+        let occupancy = Family::<Labels1, Gauge>::default();
+        let tier_occupancy = Tier::ALL.map(|t| occupancy.get_or_create_owned(&[("tier", t.as_str())]));
+        registry.register_with_unit(
+            "tier_occupancy",
+            "Block shards held in a tier",
+            Unit::Other("blocks".into()),
+            occupancy,
+        );
+
+        let capacity = Family::<Labels1, Gauge>::default();
+        let tier_capacity = Tier::ALL.map(|t| capacity.get_or_create_owned(&[("tier", t.as_str())]));
+        registry.register_with_unit(
+            "tier_capacity",
+            "Block shard slots of a tier",
+            Unit::Other("blocks".into()),
+            capacity,
+        );
+
+        let evictions = SyncedCounter::default();
+        registry.register("evictions", "Blocks evicted", evictions.clone());
+
+        let stale_epoch_rejected = SyncedCounter::default();
+        registry.register(
+            "stale_epoch_rejected",
+            "Messages from another epoch rejected and never applied",
+            stale_epoch_rejected.clone(),
+        );
+
+        let restarts = SyncedCounter::default();
+        registry.register("restarts", "Group restarts (new epochs) this agent took part in", restarts.clone());
+
+        let epoch = Gauge::default();
+        registry.register("epoch", "The current epoch", epoch.clone());
+
+        let ready = Gauge::default();
+        registry.register("ready", "1 when this rank is ready in the current epoch, else 0", ready.clone());
+
+        let redis_append_latency = latency_histogram();
+        registry.register_with_unit(
+            "redis_append_latency",
+            "One write-ahead append of a step record to the Redis completion stream",
+            Unit::Seconds,
+            redis_append_latency.clone(),
+        );
+
+        let engine_frames_read = SyncedCounter::default();
+        registry.register("engine_frames_read", "Frames read by this rank's engine", engine_frames_read.clone());
+
+        let wait_timeouts = SyncedCounter::default();
+        registry.register("wait_timeouts", "Bounded waits that ended at their deadline", wait_timeouts.clone());
+
+        let peers_joined = Gauge::default();
+        registry.register("peers_joined", "Peers admitted in the current epoch", peers_joined.clone());
+
+        Self {
+            registry,
+            steps_sealed,
+            frame_latency,
+            tasks_started,
+            tasks_finished,
+            moved_bytes,
+            tier_occupancy,
+            tier_capacity,
+            evictions,
+            stale_epoch_rejected,
+            restarts,
+            epoch,
+            ready,
+            redis_append_latency,
+            engine_frames_read,
+            wait_timeouts,
+            peers_joined,
+        }
+    }
+
+    /// `tandem_steps_sealed_total`: frames sealed (leader) or received (follower).
+    pub fn steps_sealed(&self) -> &SyncedCounter {
+        &self.steps_sealed
+    }
+
+    /// `tandem_tasks_started_total{kind}`.
+    pub fn tasks_started(&self, kind: TaskKind) -> &SyncedCounter {
+        &self.tasks_started[kind.index()]
+    }
+
+    /// `tandem_tasks_finished_total{kind,result}`.
+    pub fn tasks_finished(&self, kind: TaskKind, result: TaskResult) -> &SyncedCounter {
+        &self.tasks_finished[kind.index()][result.index()]
+    }
+
+    /// `tandem_tier_moved_bytes_total{tier,direction}`, in bytes.
+    pub fn moved_bytes(&self, tier: Tier, direction: Direction) -> &SyncedCounter {
+        &self.moved_bytes[tier.index()][direction.index()]
+    }
+
+    /// `tandem_evictions_total`, in blocks.
+    pub fn evictions(&self) -> &SyncedCounter {
+        &self.evictions
+    }
+
+    /// `tandem_stale_epoch_rejected_total`, in messages.
+    pub fn stale_epoch_rejected(&self) -> &SyncedCounter {
+        &self.stale_epoch_rejected
+    }
+
+    /// `tandem_restarts_total`: new epochs this agent joined after its first.
+    pub fn restarts(&self) -> &SyncedCounter {
+        &self.restarts
+    }
+
+    /// `tandem_engine_frames_read_total`, in frames.
+    pub fn engine_frames_read(&self) -> &SyncedCounter {
+        &self.engine_frames_read
+    }
+
+    /// `tandem_wait_timeouts_total`, in waits.
+    pub fn wait_timeouts(&self) -> &SyncedCounter {
+        &self.wait_timeouts
+    }
+
+    /// Record one frame's latency in `tandem_frame_latency_seconds`.
+    pub fn observe_frame_latency(&self, latency: Duration) {
+        self.frame_latency.observe(latency.as_secs_f64());
+    }
+
+    /// Record one append's latency in `tandem_redis_append_latency_seconds`.
+    pub fn observe_redis_append_latency(&self, latency: Duration) {
+        self.redis_append_latency.observe(latency.as_secs_f64());
+    }
+
+    /// Set `tandem_tier_occupancy_blocks{tier}` to `blocks` (saturates at `i64::MAX`).
+    pub fn set_tier_occupancy(&self, tier: Tier, blocks: u64) {
+        self.tier_occupancy[tier.index()].set(saturating_i64(blocks));
+    }
+
+    /// Set `tandem_tier_capacity_blocks{tier}` to `blocks` (saturates at `i64::MAX`).
+    pub fn set_tier_capacity(&self, tier: Tier, blocks: u64) {
+        self.tier_capacity[tier.index()].set(saturating_i64(blocks));
+    }
+
+    /// Set `tandem_epoch` (saturates at `i64::MAX`).
+    pub fn set_epoch(&self, epoch: u64) {
+        self.epoch.set(saturating_i64(epoch));
+    }
+
+    /// Set `tandem_ready` to 1 or 0.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// Set `tandem_peers_joined`.
+    pub fn set_peers_joined(&self, peers: u64) {
+        self.peers_joined.set(saturating_i64(peers));
+    }
+
+    /// The registry, to add process-specific families next to these.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// The OpenMetrics text of every family, ending with `# EOF`. Never fails; see
+    /// [`crate::encode::encode_or_comment`].
+    pub fn encode_text(&self) -> String {
+        encode_or_comment(&self.registry, TextFormat::OpenMetrics)
+    }
+
+    /// The Prometheus text 0.0.4 of every family (what `promtool check metrics` reads).
+    pub fn encode_prometheus_text(&self) -> String {
+        encode_or_comment(&self.registry, TextFormat::Prometheus)
+    }
+
+    /// The body and content type for a `/metrics` request with this `Accept` header.
+    pub fn exposition(&self, accept: Option<&str>) -> Exposition {
+        let format = TextFormat::from_accept(accept);
+        Exposition { content_type: format.content_type(), body: encode_or_comment(&self.registry, format) }
+    }
+
+    /// As [`AgentMetrics::encode_text`] in `format`, with the error.
+    ///
+    /// # Errors
+    /// [`MetricsError::Encode`] when the library refuses.
+    pub fn try_encode(&self, format: TextFormat) -> Result<String, MetricsError> {
+        try_encode(&self.registry, format)
+    }
+}

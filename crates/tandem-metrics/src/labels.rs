@@ -1,0 +1,208 @@
+//! The label values of Tandem's metric families, defined once.
+//!
+//! Owns the closed sets of label values (task kind, task result, tier, direction, group
+//! state) and their exact spelling in the exposition. Every set is small and fixed, so the
+//! metric structs create every series up front: an update is then one atomic operation on a
+//! handle, never a map lookup, and every series is visible (at 0) from the first scrape.
+//! This module never touches a metric.
+
+/// The kind of a task (label `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskKind {
+    /// Copy blocks from the engine's pages into the tiers (`store`).
+    Store,
+    /// Copy blocks from the tiers into the engine's pages (`load`).
+    Load,
+}
+
+impl TaskKind {
+    /// Every kind, in exposition order.
+    pub const ALL: [TaskKind; 2] = [TaskKind::Store, TaskKind::Load];
+
+    /// The label value: `store` or `load`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Store => "store",
+            TaskKind::Load => "load",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a task ended (label `result` of `tandem_tasks_finished_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskResult {
+    /// Every rank finished its shard (`ok`).
+    Ok,
+    /// A rank reported a failure, or the leader failed the task (`failed`).
+    Failed,
+    /// The epoch ended while the task was in flight; the next epoch reported it aborted
+    /// (`aborted`).
+    Aborted,
+}
+
+impl TaskResult {
+    /// Every result, in exposition order.
+    pub const ALL: [TaskResult; 3] = [TaskResult::Ok, TaskResult::Failed, TaskResult::Aborted];
+
+    /// The label value: `ok`, `failed` or `aborted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskResult::Ok => "ok",
+            TaskResult::Failed => "failed",
+            TaskResult::Aborted => "aborted",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A storage tier of a rank (label `tier`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Host memory (`host`).
+    Host,
+    /// Local disk (`disk`).
+    Disk,
+}
+
+impl Tier {
+    /// Every tier, in exposition order.
+    pub const ALL: [Tier; 2] = [Tier::Host, Tier::Disk];
+
+    /// The label value: `host` or `disk`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Host => "host",
+            Tier::Disk => "disk",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Which way bytes moved between the engine's pages and a tier (label `direction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Engine pages into the tier (`store`).
+    Store,
+    /// The tier into engine pages (`load`).
+    Load,
+}
+
+impl Direction {
+    /// Every direction, in exposition order.
+    pub const ALL: [Direction; 2] = [Direction::Store, Direction::Load];
+
+    /// The label value: `store` or `load`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Store => "store",
+            Direction::Load => "load",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How the group stands as the supervisor sees it (label `state` of
+/// `tandem_supervisor_group_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupState {
+    /// Waiting for every rank of the first epoch to join (`starting`).
+    Starting,
+    /// Every rank alive in the current epoch (`healthy`).
+    Healthy,
+    /// A rank failed; the group is moving to a new epoch (`restarting`).
+    Restarting,
+    /// The restart limit was exceeded; the outer supervisor (systemd, compose) takes over
+    /// (`failed`).
+    Failed,
+    /// Draining after SIGTERM (`stopping`).
+    Stopping,
+}
+
+impl GroupState {
+    /// Every state, in exposition order.
+    pub const ALL: [GroupState; 5] =
+        [GroupState::Starting, GroupState::Healthy, GroupState::Restarting, GroupState::Failed, GroupState::Stopping];
+
+    /// The label value: `starting`, `healthy`, `restarting`, `failed` or `stopping`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Starting => "starting",
+            GroupState::Healthy => "healthy",
+            GroupState::Restarting => "restarting",
+            GroupState::Failed => "failed",
+            GroupState::Stopping => "stopping",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_follow_all_order() {
+        for (i, k) in TaskKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+        }
+        for (i, r) in TaskResult::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        for (i, t) in Tier::ALL.iter().enumerate() {
+            assert_eq!(t.index(), i);
+        }
+        for (i, d) in Direction::ALL.iter().enumerate() {
+            assert_eq!(d.index(), i);
+        }
+        for (i, s) in GroupState::ALL.iter().enumerate() {
+            assert_eq!(s.index(), i);
+        }
+    }
+
+    #[test]
+    fn label_values_are_lowercase_words() {
+        let all: Vec<&str> = TaskKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .chain(TaskResult::ALL.iter().map(|r| r.as_str()))
+            .chain(Tier::ALL.iter().map(|t| t.as_str()))
+            .chain(Direction::ALL.iter().map(|d| d.as_str()))
+            .chain(GroupState::ALL.iter().map(|s| s.as_str()))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                "store",
+                "load",
+                "ok",
+                "failed",
+                "aborted",
+                "host",
+                "disk",
+                "store",
+                "load",
+                "starting",
+                "healthy",
+                "restarting",
+                "failed",
+                "stopping"
+            ]
+        );
+    }
+}
