@@ -45,6 +45,29 @@ pub enum Command {
         #[arg(long, hide = true)]
         test_protocol_version: Option<u16>,
     },
+    /// Start a local cluster (redis-server unless REDIS_URL is set, the supervisor, one agent
+    /// per rank), print where its status pages are, and stop it on Ctrl-C or SIGTERM.
+    Up {
+        /// Ranks (pp 1 × tp N); or use --pp and --tp.
+        #[arg(long, conflicts_with_all = ["pp", "tp"])]
+        ranks: Option<u32>,
+        /// Pipeline-parallel degree.
+        #[arg(long)]
+        pp: Option<u32>,
+        /// Tensor-parallel degree.
+        #[arg(long)]
+        tp: Option<u32>,
+        /// Host tier capacity per rank, blocks.
+        #[arg(long, default_value_t = 4096)]
+        host_capacity: u64,
+        /// Disk tier capacity per rank, blocks.
+        #[arg(long, default_value_t = 0)]
+        disk_capacity: u64,
+    },
+    /// Replay a request trace (Mooncake FAST'25 format) through a local cluster with one
+    /// simulated engine per rank, verify every byte, and report hit ratios, latencies and
+    /// any lost, duplicated or mismatched completion.
+    Replay(ReplayArgs),
     /// Run the group's supervisor: watch every rank (heartbeats and failure reports in Redis),
     /// restart the whole group into a new epoch when any rank fails, and give up (exit 3)
     /// past `supervisor.max_restarts` restarts within `supervisor.restart_window_s`.
@@ -59,4 +82,64 @@ pub enum Command {
         #[arg(long)]
         log_json: bool,
     },
+}
+
+/// Options of `tandem replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The trace (JSON lines: timestamp, input_length, output_length, hash_ids). Without it,
+    /// a small synthetic multi-turn workload.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Replay at most this many requests (default: all of the trace; 300 synthetic ones).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Ranks (pp 1 × tp N); or use --pp and --tp.
+    #[arg(long, conflicts_with_all = ["pp", "tp"])]
+    pub ranks: Option<u32>,
+    /// Pipeline-parallel degree.
+    #[arg(long)]
+    pub pp: Option<u32>,
+    /// Tensor-parallel degree.
+    #[arg(long)]
+    pub tp: Option<u32>,
+    /// Follow the trace's timestamps X times faster than recorded.
+    #[arg(long, conflicts_with = "max_rate")]
+    pub speed: Option<f64>,
+    /// Admit requests as fast as the cluster takes them (the default).
+    #[arg(long)]
+    pub max_rate: bool,
+    /// Host tier capacity per rank, blocks (default: every distinct block of the requests,
+    /// i.e. unlimited).
+    #[arg(long)]
+    pub host_capacity: Option<u64>,
+    /// Disk tier capacity per rank, blocks.
+    #[arg(long, default_value_t = 0)]
+    pub disk_capacity: u64,
+    /// Fault injection: `kill-agent:SECONDS` sends SIGKILL to a random agent every SECONDS.
+    #[arg(long)]
+    pub chaos: Option<String>,
+    /// What to do with a malformed trace line: report it and skip it, or stop.
+    #[arg(long, value_enum, default_value_t = Malformed::Skip)]
+    pub on_malformed: Malformed,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Policy for malformed trace lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Malformed {
+    /// Report the line (with its number) and go on.
+    Skip,
+    /// Stop at the first malformed line.
+    Fail,
+}
+
+/// `pp × tp` from `--ranks` or `--pp/--tp` (default 1 × 2).
+pub fn layout(ranks: Option<u32>, pp: Option<u32>, tp: Option<u32>) -> (u32, u32) {
+    match ranks {
+        Some(n) => (1, n.max(1)),
+        None => (pp.unwrap_or(1).max(1), tp.unwrap_or(2).max(1)),
+    }
 }

@@ -11,6 +11,7 @@
 mod cli;
 mod cmd;
 mod exit;
+mod local;
 mod logging;
 
 use clap::Parser;

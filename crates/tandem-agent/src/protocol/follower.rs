@@ -2,9 +2,12 @@
 //! position, and this rank's shard copies.
 //!
 //! Owns the sans-IO `Follower`, the link to the leader, the engine's waiting `frame` calls and
-//! the store copies held back until the engine has acknowledged the step that started them (a
-//! follower's engine computes a step's KV pages before it acknowledges the step, so copying
-//! earlier could store pages not yet written). It never decides anything for the group.
+//! the copies held back until the engine has acknowledged the step that started them. A
+//! follower's engine applies frames at its own pace: it computes a store's pages when it
+//! applies the frame that starts the store, and it still reads the pages of an earlier load
+//! until it applies the frame that reports that load finished. Copying a store earlier could
+//! store pages not yet written; copying a load earlier could overwrite pages the engine is
+//! still verifying. It never decides anything for the group.
 
 use std::collections::BTreeMap;
 
@@ -27,8 +30,8 @@ pub struct FollowerRole {
     rank: u32,
     link: Option<PeerLink>,
     waits: BTreeMap<WaitId, oneshot::Sender<EngineReply>>,
-    /// Store copies started by frames the engine has not acknowledged yet, by step.
-    held_stores: BTreeMap<Step, Vec<TaskStart>>,
+    /// Copies (loads, stores) started by frames the engine has not acknowledged yet, by step.
+    held: BTreeMap<Step, (Vec<TaskStart>, Vec<TaskStart>)>,
     engine_acked: Option<Step>,
     heartbeat_interval_ms: u64,
     next_heartbeat_ms: u64,
@@ -42,7 +45,7 @@ impl FollowerRole {
             rank: settings.rank.0,
             link: None,
             waits: BTreeMap::new(),
-            held_stores: BTreeMap::new(),
+            held: BTreeMap::new(),
             engine_acked: None,
             heartbeat_interval_ms: settings.heartbeat_interval_ms,
             next_heartbeat_ms: 0,
@@ -91,7 +94,7 @@ impl FollowerRole {
                 Ok(msg) => {
                     self.send(&msg);
                     self.engine_acked = Some(self.engine_acked.map_or(step, |a| a.max(step)));
-                    self.release_stores(store);
+                    self.release_copies(store);
                     EngineReply::Acked
                 }
                 Err(e) => EngineReply::Error(AgentError::BadRequest { reason: e.to_string() }),
@@ -106,13 +109,21 @@ impl FollowerRole {
         let _ = reply.send(answer);
     }
 
-    /// Copy the stores of every acknowledged step.
-    fn release_stores(&mut self, store: &Addr<StoreActor>) {
+    /// Copy the loads and stores of every acknowledged step.
+    fn release_copies(&mut self, store: &Addr<StoreActor>) {
         let Some(acked) = self.engine_acked else { return };
-        let later = self.held_stores.split_off(&acked.next());
-        let ready: Vec<TaskStart> = std::mem::replace(&mut self.held_stores, later).into_values().flatten().collect();
-        if !ready.is_empty() {
-            store.do_send(CopyStores(self.follower.epoch(), ready));
+        let later = self.held.split_off(&acked.next());
+        let (mut loads, mut stores) = (Vec::new(), Vec::new());
+        for (l, s) in std::mem::replace(&mut self.held, later).into_values() {
+            loads.extend(l);
+            stores.extend(s);
+        }
+        let epoch = self.follower.epoch();
+        if !loads.is_empty() {
+            store.do_send(CopyLoads(epoch, loads));
+        }
+        if !stores.is_empty() {
+            store.do_send(CopyStores(epoch, stores));
         }
     }
 
@@ -134,12 +145,11 @@ impl FollowerRole {
             if !f.tier_ops.is_empty() {
                 store.do_send(ApplyTierOps(f.epoch, f.tier_ops.clone()));
             }
-            if !f.loads.is_empty() {
-                store.do_send(CopyLoads(f.epoch, f.loads.clone()));
-            }
-            if !f.stores.is_empty() {
-                self.held_stores.entry(f.step).or_default().extend(f.stores.iter().cloned());
-                self.release_stores(store);
+            if !f.loads.is_empty() || !f.stores.is_empty() {
+                let held = self.held.entry(f.step).or_default();
+                held.0.extend(f.loads.iter().cloned());
+                held.1.extend(f.stores.iter().cloned());
+                self.release_copies(store);
             }
         }
         self.drain_events();
@@ -192,6 +202,7 @@ impl FollowerRole {
         AgentStatus {
             group: settings.membership.group_id.0.clone(),
             rank: settings.rank.0,
+            pid: std::process::id(),
             role: "follower",
             epoch: settings.epoch.0,
             ready,

@@ -537,6 +537,7 @@ impl LeaderRole {
         AgentStatus {
             group: settings.membership.group_id.0.clone(),
             rank: settings.rank.0,
+            pid: std::process::id(),
             role: "leader",
             epoch: settings.epoch.0,
             ready,

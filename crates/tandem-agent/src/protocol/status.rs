@@ -9,6 +9,8 @@ pub struct AgentStatus {
     pub group: String,
     /// This rank.
     pub rank: u32,
+    /// The agent's process id (for operators and fault-injection tools).
+    pub pid: u32,
     /// `leader` or `follower`.
     pub role: &'static str,
     /// The epoch.

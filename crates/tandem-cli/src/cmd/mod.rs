@@ -2,6 +2,8 @@
 
 mod agent;
 mod check_config;
+mod replay;
+pub mod up;
 mod supervisor;
 
 use crate::cli::{Cli, Command};
@@ -13,6 +15,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent { rank, config, epoch, log_json, test_protocol_version } => {
             agent::run(agent::AgentArgs { rank, config: &config, epoch, log_json, test_protocol_version })
         }
+        Command::Up { ranks, pp, tp, host_capacity, disk_capacity } => {
+            let (pp, tp) = crate::cli::layout(ranks, pp, tp);
+            up::run(pp, tp, host_capacity, disk_capacity)
+        }
+        Command::Replay(args) => replay::run(args),
         Command::Supervisor { config, launch_agents, log_json } => supervisor::run(&config, launch_agents, log_json),
     }
 }

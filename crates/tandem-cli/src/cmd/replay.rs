@@ -1,0 +1,165 @@
+//! `tandem replay`: replay a request trace through a local cluster and verify everything.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rand::Rng;
+use tandem_replay::{pool_pages_needed, run_replay, Capacity, ReplayParams, Speed};
+use tandem_trace::{MalformedPolicy, SynthWorkload, TraceReader, TraceRecord};
+
+use crate::cli::{layout, Malformed, ReplayArgs};
+use crate::cmd::up::small_model;
+use crate::local::{LocalCluster, LocalSpec};
+
+/// Read the requests: the trace file (reporting malformed lines) or the synthetic workload.
+fn requests(args: &ReplayArgs) -> anyhow::Result<Vec<TraceRecord>> {
+    let Some(path) = &args.trace else {
+        return Ok(SynthWorkload::new(args.limit.unwrap_or(SynthWorkload::DEFAULT_REQUESTS), 0).collect());
+    };
+    let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
+    let policy = match args.on_malformed {
+        Malformed::Skip => MalformedPolicy::Skip,
+        Malformed::Fail => MalformedPolicy::Fail,
+    };
+    let mut reader = TraceReader::new(BufReader::new(file), policy);
+    let mut out = Vec::new();
+    for record in reader.by_ref() {
+        let record = record.with_context(|| format!("trace {}", path.display()))?;
+        out.push(record);
+        if args.limit.is_some_and(|n| out.len() >= n) {
+            break;
+        }
+    }
+    let report = reader.report();
+    for e in &report.malformed {
+        eprintln!("tandem: skipped malformed trace line: {e}");
+    }
+    if report.out_of_order_timestamps > 0 || report.missing_output_length > 0 {
+        eprintln!(
+            "tandem: trace notes: {} timestamps out of order, {} lines without output_length, {} blank lines",
+            report.out_of_order_timestamps, report.missing_output_length, report.blank_lines
+        );
+    }
+    Ok(out)
+}
+
+/// `kill-agent:SECONDS` → the interval.
+fn parse_chaos(spec: &str) -> anyhow::Result<Duration> {
+    match spec.split_once(':') {
+        Some(("kill-agent", secs)) => {
+            let s: f64 = secs.parse().with_context(|| format!("--chaos {spec}: {secs:?} is not a number of seconds"))?;
+            if !(s > 0.0 && s.is_finite()) {
+                bail!("--chaos {spec}: the interval must be a positive number of seconds");
+            }
+            Ok(Duration::from_secs_f64(s))
+        }
+        _ => bail!("--chaos {spec}: expected kill-agent:SECONDS"),
+    }
+}
+
+pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    let chaos = args.chaos.as_deref().map(parse_chaos).transpose()?;
+    let (pp, tp) = layout(args.ranks, args.pp, args.tp);
+    let records = requests(&args)?;
+    if records.is_empty() {
+        bail!("no requests to replay");
+    }
+    let distinct: std::collections::BTreeSet<u64> = records.iter().flat_map(|r| r.hash_ids.iter().copied()).collect();
+    let host_capacity = args.host_capacity.unwrap_or(distinct.len() as u64 + 16);
+    let unlimited = args.host_capacity.is_none() && args.disk_capacity == 0;
+    let spec = LocalSpec {
+        pp,
+        tp,
+        host_capacity_blocks: host_capacity,
+        disk_capacity_blocks: args.disk_capacity,
+        tokens_per_block: tandem_trace::TOKENS_PER_BLOCK as u32,
+        // 2 KiB shards: the trace's block count, not the model, is what a replay exercises.
+        model_toml: small_model(pp, tp, 1),
+        heartbeat_ms: (100, 500),
+        dir: None,
+    };
+    if !args.json {
+        eprintln!("tandem replay: {} requests, {} distinct blocks, {} ranks (pp {pp} × tp {tp}), host capacity {host_capacity} blocks", records.len(), distinct.len(), pp * tp);
+    }
+    let cluster = LocalCluster::start(&spec)?;
+    let mut params = ReplayParams::new((0..cluster.world_size()).map(|r| cluster.socket(r)).collect());
+    params.speed = match args.speed {
+        Some(x) if !args.max_rate => Speed::Factor(x),
+        _ => Speed::MaxRate,
+    };
+    params.pool_pages = pool_pages_needed(&records);
+    params.pool_dir = cluster.dir().join("pools");
+    params.expected_capacity = if unlimited { Capacity::Unlimited } else { Capacity::Blocks(host_capacity + args.disk_capacity) };
+    params.progress_bar = !args.json;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let kills = Arc::new(AtomicU64::new(0));
+    let cluster = Arc::new(std::sync::Mutex::new(cluster));
+    let chaos_thread = chaos.map(|every| {
+        let (done, kills, cluster) = (done.clone(), kills.clone(), cluster.clone());
+        std::thread::spawn(move || chaos_loop(every, &done, &kills, &cluster))
+    });
+    let summary = run_replay(&params, records, None);
+    done.store(true, Ordering::SeqCst);
+    if let Some(t) = chaos_thread {
+        let _ = t.join();
+    }
+    let mut cluster = match Arc::try_unwrap(cluster) {
+        Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()),
+        Err(_) => bail!("chaos thread still holds the cluster"),
+    };
+    let summary = match summary {
+        Ok(s) => s,
+        Err(e) => bail!("replay failed: {e}\n--- cluster log (last lines) ---\n{}", cluster.log_tail(40)),
+    };
+    let restarts = cluster.supervisor_status().and_then(|s| s["restarts_total"].as_u64());
+    cluster.stop();
+    if args.json {
+        let mut v: serde_json::Value = serde_json::from_str(&summary.to_json())?;
+        v["agents_killed"] = kills.load(Ordering::SeqCst).into();
+        v["supervisor_restarts"] = restarts.into();
+        println!("{v}");
+    } else {
+        println!("{summary}");
+        if chaos.is_some() {
+            println!("agents killed by chaos: {}, group restarts: {}", kills.load(Ordering::SeqCst), restarts.map_or("?".into(), |r| r.to_string()));
+        }
+    }
+    let bad = summary.verify_failures + summary.lost_completions + summary.duplicate_completions + summary.mismatches;
+    if bad > 0 {
+        bail!(
+            "the replay found errors: {} verify failures, {} lost, {} duplicate completions, {} mismatches",
+            summary.verify_failures,
+            summary.lost_completions,
+            summary.duplicate_completions,
+            summary.mismatches
+        );
+    }
+    Ok(())
+}
+
+/// Every `every`, SIGKILL a random agent (once the group is ready again).
+fn chaos_loop(every: Duration, done: &AtomicBool, kills: &AtomicU64, cluster: &std::sync::Mutex<LocalCluster>) {
+    let mut rng = rand::thread_rng();
+    loop {
+        let start = std::time::Instant::now();
+        while start.elapsed() < every {
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let Ok(c) = cluster.lock() else { return };
+        let rank = rng.gen_range(0..c.world_size());
+        if let Some(pid) = c.agent_pid(rank) {
+            // SAFETY: kill(2) on an agent of our own cluster.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            kills.fetch_add(1, Ordering::SeqCst);
+            tracing::info!(rank, pid, "chaos: agent killed");
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! `tandem up`: a local cluster in the foreground until Ctrl-C or SIGTERM.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::local::{LocalCluster, LocalSpec};
+
+/// The model of a local cluster: one layer and one KV head per rank, so that a shard is
+/// `2 × head_dim × dtype_bytes × tokens_per_block` bytes (64 KiB here).
+pub fn small_model(pp: u32, tp: u32, head_dim: u32) -> String {
+    format!("num_layers = {pp}\nnum_kv_heads = {tp}\nhead_dim = {head_dim}\ndtype_bytes = 2")
+}
+
+pub fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::Result<()> {
+    let spec = LocalSpec {
+        pp,
+        tp,
+        host_capacity_blocks: host_capacity,
+        disk_capacity_blocks: disk_capacity,
+        tokens_per_block: 512,
+        model_toml: small_model(pp, tp, 32),
+        heartbeat_ms: (100, 500),
+        dir: None,
+    };
+    eprintln!("starting a local cluster: {} ranks (pp {pp} × tp {tp}) ...", pp * tp);
+    let cluster = LocalCluster::start(&spec)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    println!("tandem is up: {} ranks, epoch {}", cluster.world_size(), cluster.supervisor_status().map(|s| s["epoch"].clone()).unwrap_or_default());
+    println!("  supervisor status: http://{}/status  (ready: /readyz)", cluster.supervisor_http());
+    for r in 0..cluster.world_size() {
+        println!("  rank {r}: http://{}/status   engine socket {}", cluster.agent_http(r), cluster.socket(r).display());
+    }
+    println!("  redis: {}", tandem_config::redact_url(&cluster.redis_url));
+    println!("  files and logs: {}", cluster.dir().display());
+    println!("Ctrl-C stops everything.");
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("stopping ...");
+    drop(cluster);
+    Ok(())
+}
+

@@ -1,0 +1,310 @@
+//! A local cluster on this machine: a `redis-server` child (unless `REDIS_URL` names one), the
+//! supervisor, and one agent per rank that the supervisor launches. `tandem up` and
+//! `tandem replay` start one; everything lives in a temporary directory (configuration, tiers,
+//! engine sockets, logs) and is stopped and removed when the cluster is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rand::Rng;
+
+/// The shape of a local cluster.
+#[derive(Clone, Debug)]
+pub struct LocalSpec {
+    /// Pipeline-parallel degree.
+    pub pp: u32,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Host tier capacity per rank, in blocks.
+    pub host_capacity_blocks: u64,
+    /// Disk tier capacity per rank, in blocks.
+    pub disk_capacity_blocks: u64,
+    /// Tokens per block.
+    pub tokens_per_block: u32,
+    /// `[model]` as TOML lines (layers, heads, head_dim, dtype_bytes).
+    pub model_toml: String,
+    /// Heartbeat interval and timeout, ms.
+    pub heartbeat_ms: (u64, u64),
+    /// Where to put the cluster's files (`None`: a new temporary directory).
+    pub dir: Option<PathBuf>,
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    _tmp: Option<tempfile::TempDir>,
+    dir: PathBuf,
+    config: PathBuf,
+    world_size: u32,
+    http_base_port: u16,
+    supervisor_http: String,
+    redis: Option<Child>,
+    supervisor: Option<Child>,
+    /// The Redis URL in use (masked when printed).
+    pub redis_url: String,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn free_port_range(n: u16) -> anyhow::Result<u16> {
+    'search: for _ in 0..200 {
+        let base = free_port()?;
+        if base.checked_add(n).is_none() {
+            continue;
+        }
+        let mut held = Vec::new();
+        for p in base..base + n {
+            match std::net::TcpListener::bind(("127.0.0.1", p)) {
+                Ok(l) => held.push(l),
+                Err(_) => continue 'search,
+            }
+        }
+        return Ok(base);
+    }
+    bail!("no range of {n} free loopback ports")
+}
+
+/// GET `url` with a short deadline: `(status, body)`.
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(2)).build();
+    match agent.get(url).call() {
+        Ok(r) => {
+            let status = r.status();
+            Some((status, r.into_string().unwrap_or_default()))
+        }
+        Err(ureq::Error::Status(code, r)) => Some((code, r.into_string().unwrap_or_default())),
+        Err(_) => None,
+    }
+}
+
+impl LocalCluster {
+    /// Start Redis (if needed), then the supervisor with its agents; wait until the group is
+    /// ready.
+    ///
+    /// # Errors
+    /// When `redis-server` is neither reachable through `REDIS_URL` nor installed, when a
+    /// process cannot start, or when the group is not ready within 60 s (with the log tail).
+    pub fn start(spec: &LocalSpec) -> anyhow::Result<Self> {
+        let (tmp, dir) = match &spec.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (None, d.clone())
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("tandem-local-").tempdir()?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let mut cluster = Self {
+            _tmp: tmp,
+            dir: dir.clone(),
+            config: dir.join("tandem.toml"),
+            world_size: spec.pp * spec.tp,
+            http_base_port: 0,
+            supervisor_http: String::new(),
+            redis: None,
+            supervisor: None,
+            redis_url: String::new(),
+        };
+        cluster.redis_url = match std::env::var("REDIS_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => cluster.start_redis()?,
+        };
+        cluster.write_config(spec)?;
+        let log = std::fs::File::create(dir.join("cluster.log"))?;
+        let exe = std::env::current_exe().context("cannot find the tandem binary")?;
+        let child = Command::new(exe)
+            .arg("supervisor")
+            .arg("--config")
+            .arg(&cluster.config)
+            .arg("--launch-agents")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot start the supervisor")?;
+        cluster.supervisor = Some(child);
+        cluster.wait_ready(Duration::from_secs(60))?;
+        Ok(cluster)
+    }
+
+    fn start_redis(&mut self) -> anyhow::Result<String> {
+        let port = free_port()?;
+        let dir = self.dir.join("redis");
+        std::fs::create_dir_all(&dir)?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("redis-server is not installed and REDIS_URL is not set: install it (apt-get install redis-server) or point REDIS_URL at a server")?;
+        self.redis = Some(child);
+        let url = format!("redis://127.0.0.1:{port}");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("redis-server did not start on port {port} within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(url)
+    }
+
+    fn write_config(&mut self, spec: &LocalSpec) -> anyhow::Result<()> {
+        let leader_port = free_port()?;
+        self.http_base_port = free_port_range(self.world_size as u16)?;
+        let sup_port = free_port()?;
+        self.supervisor_http = format!("127.0.0.1:{sup_port}");
+        let secret: String = rand::thread_rng().sample_iter(rand::distributions::Alphanumeric).take(32).map(char::from).collect();
+        let d = self.dir.display();
+        let text = format!(
+            r#"# Generated by tandem for a local cluster.
+[group]
+id = "local-{pid}"
+secret = "{secret}"
+pp_size = {pp}
+tp_size = {tp}
+tokens_per_block = {tpb}
+
+[model]
+{model}
+
+[store]
+host_capacity_blocks = {host}
+disk_capacity_blocks = {disk}
+host_dir = "{d}/rank{{rank}}/host"
+disk_dir = "{d}/rank{{rank}}/disk"
+
+[network]
+leader_addr = "127.0.0.1:{leader_port}"
+http_host = "127.0.0.1"
+http_base_port = {http}
+engine_socket_dir = "{d}/sock"
+
+[redis]
+url = "{redis}"
+
+[supervisor]
+heartbeat_interval_ms = {hb_int}
+heartbeat_timeout_ms = {hb_to}
+http_addr = "{sup}"
+"#,
+            pid = std::process::id(),
+            pp = spec.pp,
+            tp = spec.tp,
+            tpb = spec.tokens_per_block,
+            model = spec.model_toml,
+            host = spec.host_capacity_blocks,
+            disk = spec.disk_capacity_blocks,
+            http = self.http_base_port,
+            redis = self.redis_url,
+            hb_int = spec.heartbeat_ms.0,
+            hb_to = spec.heartbeat_ms.1,
+            sup = self.supervisor_http,
+        );
+        std::fs::write(&self.config, text)?;
+        Ok(())
+    }
+
+    /// Wait until the supervisor reports the group ready.
+    ///
+    /// # Errors
+    /// After `timeout`, with the last answer and the log tail.
+    pub fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let answer = http_get(&format!("http://{}/readyz", self.supervisor_http));
+            if matches!(answer, Some((200, _))) {
+                return Ok(());
+            }
+            if let Some(child) = self.supervisor.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!("the supervisor exited ({status}):\n{}", self.log_tail(40));
+                }
+            }
+            if start.elapsed() > timeout {
+                bail!("the group was not ready within {timeout:?} (last answer {answer:?}):\n{}", self.log_tail(40));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The last `n` lines of the cluster's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(self.dir.join("cluster.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Ranks in the group.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// The directory of the cluster's files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `rank`'s engine socket.
+    pub fn socket(&self, rank: u32) -> PathBuf {
+        self.dir.join("sock").join(format!("rank{rank}.sock"))
+    }
+
+    /// The supervisor's HTTP address.
+    pub fn supervisor_http(&self) -> &str {
+        &self.supervisor_http
+    }
+
+    /// `rank`'s HTTP address.
+    pub fn agent_http(&self, rank: u32) -> String {
+        format!("127.0.0.1:{}", self.http_base_port as u32 + rank)
+    }
+
+    /// `rank`'s agent process id, from its `/status`.
+    pub fn agent_pid(&self, rank: u32) -> Option<u32> {
+        let (_, body) = http_get(&format!("http://{}/status", self.agent_http(rank)))?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["agent"]["pid"].as_u64().map(|p| p as u32)
+    }
+
+    /// The supervisor's `/status`.
+    pub fn supervisor_status(&self) -> Option<serde_json::Value> {
+        let (_, body) = http_get(&format!("http://{}/status", self.supervisor_http))?;
+        serde_json::from_str(&body).ok()
+    }
+
+    /// Stop everything: SIGTERM to the supervisor (which stops its agents), then Redis.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.supervisor.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(15) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(mut child) = self.redis.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
