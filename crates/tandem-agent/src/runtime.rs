@@ -133,6 +133,11 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
                     AgentEvent::Failed { epoch: e, reason } if e == epoch => pending_reports.push(FailureReport { epoch: e, rank, reason }),
                     AgentEvent::EngineAcked { epoch: e, step } if e == epoch => {
                         if let Some(log) = &log {
+                            // Read what was appended since the last tick, so that the ack
+                            // covers every entry the engine has now applied.
+                            if let Ok(entries) = log.read_new(rank, 512).await {
+                                tracker.on_read(&entries);
+                            }
                             let ids = tracker.on_engine_ack(e, step);
                             if let Err(err) = log.ack(rank, &ids).await {
                                 tracing::warn!(error = %err, "cannot acknowledge delivered completions");

@@ -61,10 +61,22 @@ pub struct Welcome {
     pub next_step: Step,
 }
 
+/// Epochs of task ids kept for duplicate suppression, counting back from the newest seen.
+const DEDUP_EPOCHS: u64 = 16;
+
 /// A connection to one agent. Not thread-safe: one engine thread drives it.
+///
+/// Besides carrying requests, it suppresses duplicate outcomes: an outcome the agent delivers
+/// again in a reconciliation (`redelivered`) is removed when this engine has already received
+/// it (the agent's own filter relies on acknowledgements that a crash can lose). The filtered
+/// frame 0 of an epoch is kept, so re-reading it returns the same frame.
 pub struct EngineClient {
     stream: UnixStream,
     welcome: Welcome,
+    /// Task ids whose outcome this engine received, of the last [`DEDUP_EPOCHS`] epochs.
+    seen: std::collections::BTreeSet<tandem_proto::ids::TaskId>,
+    /// Frame 0 of the current epoch as first returned (after filtering).
+    frame0: Option<Frame>,
 }
 
 impl EngineClient {
@@ -92,6 +104,8 @@ impl EngineClient {
         let mut client = Self {
             stream,
             welcome: Welcome { epoch: Epoch(0), rank, world_size: 0, shard_bytes: 0, next_step: Step(0) },
+            seen: std::collections::BTreeSet::new(),
+            frame0: None,
         };
         client.hello()?;
         Ok(client)
@@ -214,9 +228,33 @@ impl EngineClient {
 
     fn frame_reply(&mut self, what: &'static str, req: EngineRequest, deadline_ms: u64) -> Result<Frame, ClientError> {
         match self.call(req, deadline_ms)? {
-            EngineReply::Frame(f) => Ok(*f),
+            EngineReply::Frame(f) => Ok(self.deduplicate(*f)),
             other => Err(unexpected(what, other)),
         }
+    }
+
+    /// Remove redeliveries this engine already received (see the type's docs) and remember
+    /// every outcome the frame carries.
+    fn deduplicate(&mut self, mut frame: Frame) -> Frame {
+        if frame.step.0 == 0 {
+            if let Some(f) = self.frame0.as_ref().filter(|f| f.epoch == frame.epoch) {
+                return f.clone();
+            }
+            if let Some(rec) = frame.reconciliation.as_mut() {
+                rec.redelivered.retain(|o| !self.seen.contains(&o.task));
+            }
+        }
+        for o in frame.outcomes() {
+            self.seen.insert(o.task);
+        }
+        let floor = frame.epoch.0.saturating_sub(DEDUP_EPOCHS);
+        if self.seen.first().is_some_and(|t| t.epoch < floor) {
+            self.seen = self.seen.split_off(&tandem_proto::ids::TaskId { epoch: floor, seq: 0 });
+        }
+        if frame.step.0 == 0 {
+            self.frame0 = Some(frame.clone());
+        }
+        frame
     }
 
     fn call(&mut self, req: EngineRequest, deadline_ms: u64) -> Result<EngineReply, ClientError> {

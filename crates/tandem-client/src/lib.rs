@@ -26,7 +26,13 @@
 //!   Call [`EngineClient::hello`], then read the new epoch's frames from step 0. Frame 0 carries
 //!   the reconciliation: outcomes that were durable but not yet acknowledged (delivered once
 //!   more, never twice once acknowledged), tasks that were in flight (reported aborted: treat as
-//!   failed) and pins that were released. Every task's outcome reaches the engine exactly once.
+//!   failed) and pins that were released. Every task's outcome reaches the engine exactly once:
+//!   the agent leaves out redeliveries its engine acknowledged, and [`EngineClient`] removes any
+//!   it already received (an acknowledgement can be lost in a crash).
+//! - **Tasks that never started.** `store` and `load` return a task id at once, but the task
+//!   starts only when a frame lists it in `stores` or `loads` (its start is logged first). A task
+//!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come
+//!   for it; its pages are the engine's again.
 
 pub mod api;
 pub mod client;
