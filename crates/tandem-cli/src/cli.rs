@@ -68,6 +68,9 @@ pub enum Command {
     /// simulated engine per rank, verify every byte, and report hit ratios, latencies and
     /// any lost, duplicated or mismatched completion.
     Replay(ReplayArgs),
+    /// Benchmarks: frame latency, write-ahead cost, tiers, recovery, replay; each against a
+    /// baseline measured in the same run.
+    Bench(crate::cmd::bench::BenchArgs),
     /// Run the group's supervisor: watch every rank (heartbeats and failure reports in Redis),
     /// restart the whole group into a new epoch when any rank fails, and give up (exit 3)
     /// past `supervisor.max_restarts` restarts within `supervisor.restart_window_s`.

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod agent;
+pub mod bench;
 mod check_config;
 mod replay;
 pub mod up;
@@ -20,6 +21,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             up::run(pp, tp, host_capacity, disk_capacity)
         }
         Command::Replay(args) => replay::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Supervisor { config, launch_agents, log_json } => supervisor::run(&config, launch_agents, log_json),
     }
 }
