@@ -4,7 +4,7 @@
 //! DRAM in a shared-memory slab, then a preallocated file on local disk), with a checksum on
 //! every slot verified on every read. The leader keeps the [`index::GroupIndex`]: which blocks
 //! are complete on every rank, LRU eviction per tier, pins, and the moves every rank applies.
-//! Nothing here opens sockets, spawns threads or reads clocks (except [`bench`], which times
+//! Nothing here opens sockets, spawns threads or reads clocks (except [`mod@bench`], which times
 //! copies); the agent's StoreActor drives a [`store::Store`], the leader's ProtocolActor a
 //! [`index::GroupIndex`].
 //!
@@ -20,14 +20,17 @@
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
 //! - [`manifest`]: a rank's record of its shards, persisted atomically.
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
+//! - `recover`: [`store::Store::open`], which verifies every manifest entry on (re)start.
 //! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
 //! - [`rebuild`]: the index rebuilt after a restart from the intersection of verified manifests.
-//! - [`bench`]: the tier benchmark behind `tandem bench tiers`.
+//! - [`mod@bench`]: the tier benchmark behind `tandem bench tiers`.
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
 //!
 //! # Invariants
 //! The numbered invariants this crate keeps, and the tests that prove them, are in the
 //! crate's README.md.
+
+#![warn(missing_docs)]
 
 pub mod bench;
 pub mod block;
@@ -40,6 +43,7 @@ pub mod host;
 pub mod index;
 pub mod manifest;
 pub mod rebuild;
+mod recover;
 pub mod shm;
 pub mod store;
 pub mod tier;
