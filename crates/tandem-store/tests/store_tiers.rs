@@ -234,3 +234,34 @@ fn full_and_disabled_tiers_are_typed_refusals() {
     assert!(matches!(e, StoreError::TierDisabled { tier: TierKind::Disk }), "{e}");
     assert_eq!(store.len(), 1);
 }
+
+#[test]
+fn reopening_keeps_verified_shards_and_discards_another_geometry() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let host = shm_dir();
+    let disk = tempfile::tempdir().unwrap();
+    let cfg = config(host.path(), disk.path(), SHARD);
+    let (mut store, _) = Store::open(cfg.clone()).unwrap();
+    let a = random(&mut rng, SHARD);
+    let b = random(&mut rng, SHARD);
+    store.store_shard(BlockHash(1), TierKind::Host, &a).unwrap();
+    store.store_shard(BlockHash(2), TierKind::Disk, &b).unwrap();
+    assert!(store.flush_manifest().unwrap());
+    assert!(!store.flush_manifest().unwrap(), "nothing changed since");
+    drop(store);
+
+    let (mut store, report) = Store::open(cfg.clone()).unwrap();
+    assert_eq!((report.verified, report.corrupt.len(), report.invalid), (2, 0, 0));
+    let mut out = vec![0u8; SHARD];
+    store.load_shard(BlockHash(1), &mut out).unwrap();
+    assert!(out == a, "the host slab survived the restart");
+    store.load_shard(BlockHash(2), &mut out).unwrap();
+    assert!(out == b);
+    drop(store);
+
+    let mut bigger = cfg;
+    bigger.host_capacity_blocks = 8;
+    let (store, report) = Store::open(bigger).unwrap();
+    assert!(report.discarded_manifest.as_deref().unwrap_or("").starts_with("written for geometry"), "{report:?}");
+    assert!(store.is_empty());
+}
