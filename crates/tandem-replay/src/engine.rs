@@ -5,14 +5,15 @@
 //! seals steps) and [`crate::follower`] (reads frames under simulated memory pressure). This
 //! module owns the accounting they share and the page checks; it never talks to an agent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use tandem_client::PagePool;
-use tandem_proto::ids::{BlockHash, PageId};
+use tandem_proto::ids::{BlockHash, PageId, TaskId, TaskKind};
 
 use crate::content::{fill_shard, verify_shard};
 use crate::ledger::{Ledger, LedgerReport};
+use crate::view::StartView;
 
 /// Verify failures described in full per engine; the rest are only counted.
 pub(crate) const MAX_FAILURE_SAMPLES: usize = 8;
@@ -75,12 +76,15 @@ impl EngineBook {
     }
 
     /// Check every `(hashes[i], pages[i])` shard against the content of `rank`.
+    /// `previous[i]`, when known, is the block page `i` held before the load: a failure
+    /// then says whether the page still holds it (the load's copy never reached the page).
     pub(crate) fn verify(
         &mut self,
         pool: &PagePool,
         rank: u32,
         hashes: &[BlockHash],
         pages: &[PageId],
+        previous: &[Option<BlockHash>],
     ) {
         if hashes.len() != pages.len() {
             self.fail(format!(
@@ -89,12 +93,16 @@ impl EngineBook {
                 pages.len()
             ));
         }
-        for (hash, page) in hashes.iter().zip(pages) {
+        for (i, (hash, page)) in hashes.iter().zip(pages).enumerate() {
             self.report.blocks_verified += 1;
             match pool.page(*page) {
                 Ok(bytes) => {
                     if let Err(e) = verify_shard(bytes, hash.0, rank) {
-                        self.fail(format!("page {page}: {e}"));
+                        let before = previous.get(i).copied().flatten();
+                        self.fail(format!(
+                            "page {page}: {e} ({})",
+                            what_page_holds(bytes, rank, before)
+                        ));
                     }
                 }
                 Err(e) => self.fail(e.to_string()),
@@ -114,6 +122,50 @@ impl EngineBook {
     pub(crate) fn finish(mut self) -> EngineReport {
         self.report.ledger = self.ledger.finish();
         self.report
+    }
+}
+
+/// Which block each page should hold, as of the frames an engine applied, so that a failed
+/// check can say what the page held before the load.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PageHistory {
+    block: HashMap<PageId, BlockHash>,
+    before_load: HashMap<TaskId, Vec<Option<BlockHash>>>,
+}
+
+impl PageHistory {
+    /// A task started: its pages will hold its blocks.
+    pub(crate) fn started(&mut self, start: &StartView) {
+        if start.kind == TaskKind::Load {
+            let before = start
+                .pages
+                .iter()
+                .map(|p| self.block.get(p).copied())
+                .collect();
+            self.before_load.insert(start.task, before);
+        }
+        for (page, hash) in start.pages.iter().zip(&start.hashes) {
+            self.block.insert(*page, *hash);
+        }
+    }
+
+    /// What the pages of load `task` held before it (empty when unknown); forgets the task.
+    pub(crate) fn take_before(&mut self, task: TaskId) -> Vec<Option<BlockHash>> {
+        self.before_load.remove(&task).unwrap_or_default()
+    }
+}
+
+/// A hint for a page that failed verification: zeros, its previous block, or other data.
+fn what_page_holds(bytes: &[u8], rank: u32, previous: Option<BlockHash>) -> String {
+    if bytes.iter().all(|&b| b == 0) {
+        return "the page holds zeros".into();
+    }
+    match previous {
+        Some(h) if verify_shard(bytes, h.0, rank).is_ok() => {
+            format!("the page still holds block {h}, its content before the load")
+        }
+        Some(h) => format!("the page holds neither this block nor its previous block {h}"),
+        None => "the page holds other data".into(),
     }
 }
 
@@ -145,21 +197,62 @@ mod tests {
         let pages = [PageId(2), PageId(0)];
         compute_pages(&mut pool, 1, &hashes, &pages).unwrap();
         let mut book = EngineBook::new(1);
-        book.verify(&pool, 1, &hashes, &pages);
+        book.verify(&pool, 1, &hashes, &pages, &[]);
         pool.page_mut(PageId(0)).unwrap()[5] ^= 1;
-        book.verify(&pool, 1, &hashes, &pages);
-        book.verify(&pool, 1, &[BlockHash(1)], &[PageId(9)]);
+        book.verify(&pool, 1, &hashes, &pages, &[]);
+        book.verify(&pool, 1, &[BlockHash(1)], &[PageId(9)], &[]);
+        // A load whose copy never reached its pages: one still holds its previous block,
+        // one holds zeros.
+        book.verify(
+            &pool,
+            1,
+            &[BlockHash(7), BlockHash(8)],
+            &[PageId(2), PageId(1)],
+            &[Some(BlockHash(10)), None],
+        );
+        book.verify(
+            &pool,
+            1,
+            &[BlockHash(7)],
+            &[PageId(2)],
+            &[Some(BlockHash(3))],
+        );
         let report = book.finish();
-        assert_eq!(report.blocks_verified, 5);
-        assert_eq!(report.verify_failures, 2);
+        assert_eq!(report.blocks_verified, 8);
+        assert_eq!(report.verify_failures, 5);
         assert_eq!(
             report.verify_samples,
             vec![
-                "rank 1: page 0: shard of block 000000000000000b on rank 1 differs from its content at byte 5 of 64".to_string(),
+                "rank 1: page 0: shard of block 000000000000000b on rank 1 differs from its content at byte 5 of 64 (the page holds other data)".to_string(),
                 "rank 1: page 9 is out of range: the pool has 4 pages".to_string(),
+                "rank 1: page 2: shard of block 0000000000000007 on rank 1 differs from its content at byte 0 of 64 (the page still holds block 000000000000000a, its content before the load)".to_string(),
+                "rank 1: page 1: shard of block 0000000000000008 on rank 1 differs from its content at byte 0 of 64 (the page holds zeros)".to_string(),
+                "rank 1: page 2: shard of block 0000000000000007 on rank 1 differs from its content at byte 0 of 64 (the page holds neither this block nor its previous block 0000000000000003)".to_string(),
             ]
         );
         assert!(compute_pages(&mut pool, 1, &hashes, &[PageId(4), PageId(0)]).is_err());
+    }
+
+    #[test]
+    fn page_history_remembers_what_a_load_replaced() {
+        let start = |seq, kind, hashes: &[u64], pages: &[u32]| StartView {
+            task: TaskId { epoch: 1, seq },
+            kind,
+            request: tandem_proto::ids::RequestId(0),
+            hashes: hashes.iter().map(|&h| BlockHash(h)).collect(),
+            pages: pages.iter().map(|&p| PageId(p)).collect(),
+        };
+        let mut h = PageHistory::default();
+        h.started(&start(0, TaskKind::Store, &[5, 6], &[0, 1]));
+        h.started(&start(1, TaskKind::Load, &[7, 8], &[1, 2]));
+        assert_eq!(
+            h.take_before(TaskId { epoch: 1, seq: 1 }),
+            vec![Some(BlockHash(6)), None]
+        );
+        assert!(
+            h.take_before(TaskId { epoch: 1, seq: 1 }).is_empty(),
+            "forgotten once taken"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use tandem_client::{AgentError, ClientError};
 use tandem_proto::frame::{Frame, OutcomeResult};
 use tandem_proto::ids::{Step, TaskKind};
 
-use crate::engine::{compute_pages, EngineBook, EngineReport};
+use crate::engine::{compute_pages, EngineBook, EngineReport, PageHistory};
 use crate::error::EngineError;
 use crate::params::ReplayParams;
 use crate::pressure::{PressureClock, ReadPlan};
@@ -61,6 +61,7 @@ pub(crate) fn run_follower(
         plan: None,
         pending_ack: None,
         fault_since: None,
+        history: PageHistory::default(),
     };
     shared.set_position(rank, follower.session.epoch(), None, "starting");
     match follower.run() {
@@ -81,6 +82,7 @@ struct Follower<'a> {
     plan: Option<ReadPlan>,
     pending_ack: Option<u64>,
     fault_since: Option<Instant>,
+    history: PageHistory,
 }
 
 enum Interrupt {
@@ -200,12 +202,17 @@ impl Follower<'_> {
         let view = FrameView::of(frame);
         let observed = self.book.ledger.observe(&view);
         for (outcome, start) in &observed.fresh {
+            let before = self.history.take_before(outcome.task);
             if let (TaskKind::Load, OutcomeResult::Ok, Some(start)) =
                 (outcome.kind, &outcome.result, start)
             {
+                let pool = self.session.pool();
                 self.book
-                    .verify(self.session.pool(), self.rank, &start.hashes, &start.pages);
+                    .verify(pool, self.rank, &start.hashes, &start.pages, &before);
             }
+        }
+        for start in &view.starts {
+            self.history.started(start);
         }
         for start in view.starts.iter().filter(|s| s.kind == TaskKind::Store) {
             compute_pages(

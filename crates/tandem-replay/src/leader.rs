@@ -30,6 +30,9 @@ use crate::source::{Head, RequestSource};
 use crate::view::{FrameView, StartView};
 use tandem_client::AgentError;
 
+/// Frame-content differences described in full; the rest are only counted.
+pub(crate) const MAX_MISMATCH_SAMPLES: usize = 8;
+
 /// Longest idle wait between checks while no request is due, and the drain step interval.
 const IDLE_TICK: Duration = Duration::from_millis(20);
 
@@ -50,6 +53,8 @@ pub(crate) struct LeaderReport {
     pub step_latency_us: Vec<u64>,
     /// Frames whose lookups or started tasks differ from what the leader did in that step.
     pub content_mismatches: u64,
+    /// The first of those differences, described.
+    pub mismatch_samples: Vec<String>,
     /// Bytes of one block shard.
     pub shard_bytes: u64,
 }
@@ -102,6 +107,7 @@ struct Leader<'a, I> {
     started: BTreeSet<TaskId>,
     latencies: Vec<u64>,
     content_mismatches: u64,
+    mismatch_samples: Vec<String>,
     steps: u64,
     last_step_at: Instant,
     fault_since: Option<Instant>,
@@ -127,6 +133,7 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
             started: BTreeSet::new(),
             latencies: Vec::new(),
             content_mismatches: 0,
+            mismatch_samples: Vec::new(),
             steps: 0,
             last_step_at: Instant::now()
                 .checked_sub(params.min_step_interval)
@@ -421,7 +428,7 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
         for (outcome, _) in &observed.fresh {
             let (book, pool) = (&mut self.book, self.session.pool());
             let result = self.sched.on_outcome(outcome, &mut |hashes, pages| {
-                book.verify(pool, 0, hashes, pages)
+                book.verify(pool, 0, hashes, pages, &[])
             });
             result.map_err(|e| self.sched_error(e))?;
         }
@@ -440,14 +447,31 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
     /// Count every lookup or started task of this step missing from its frame, and every
     /// task in the frame this step did not start.
     fn check_content(&mut self, view: &FrameView) {
-        let missing_lookups = self
-            .lookups
-            .iter()
-            .filter(|l| !view.lookups.contains(l))
-            .count();
+        let mut found = Vec::new();
+        for l in self.lookups.iter().filter(|l| !view.lookups.contains(l)) {
+            found.push(format!(
+                "its lookup for request {} is missing or differs",
+                l.request
+            ));
+        }
         let in_frame: BTreeSet<TaskId> = view.starts.iter().map(|s| s.task).collect();
-        let differing = in_frame.symmetric_difference(&self.started).count();
-        self.content_mismatches += (missing_lookups + differing) as u64;
+        for task in in_frame.difference(&self.started) {
+            found.push(format!(
+                "it lists task {task}, which the leader did not start in this step"
+            ));
+        }
+        for task in self.started.difference(&in_frame) {
+            found.push(format!("task {task}, started in this step, is missing"));
+        }
+        self.content_mismatches += found.len() as u64;
+        for what in found {
+            if self.mismatch_samples.len() < MAX_MISMATCH_SAMPLES {
+                self.mismatch_samples.push(format!(
+                    "frame {} of epoch {}: {what}",
+                    view.step, view.epoch
+                ));
+            }
+        }
     }
 
     fn recover(&mut self, fault: Fault, failed: FailedCall) -> Result<(), EngineError> {
@@ -549,6 +573,7 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
             steps: self.steps,
             step_latency_us: self.latencies,
             content_mismatches: self.content_mismatches,
+            mismatch_samples: self.mismatch_samples,
             shard_bytes: self.session.welcome().shard_bytes,
             engine: self.book.finish(),
         }

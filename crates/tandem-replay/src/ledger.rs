@@ -60,6 +60,7 @@ pub struct Ledger {
     frames: BTreeMap<(u64, u64), u64>,
     current_epoch: Option<u64>,
     tally: LedgerTally,
+    lost_samples: Vec<String>,
 }
 
 /// A finished ledger: the frame digests, for comparison across ranks, and the counters.
@@ -69,7 +70,12 @@ pub struct LedgerReport {
     pub frames: BTreeMap<(u64, u64), u64>,
     /// The counters, with tasks still open at the end counted lost.
     pub tally: LedgerTally,
+    /// The first lost tasks, described.
+    pub lost_samples: Vec<String>,
 }
+
+/// Lost tasks described in full per ledger; the rest are only counted.
+pub const MAX_LOST_SAMPLES: usize = 8;
 
 impl Ledger {
     /// An empty ledger.
@@ -157,11 +163,36 @@ impl Ledger {
 
     /// End the ledger: tasks still open are lost.
     pub fn finish(mut self) -> LedgerReport {
-        self.tally.lost_completions += self.open.len() as u64;
+        let open: Vec<TaskId> = self.open.iter().copied().collect();
+        for task in open {
+            self.lose(task, "by the end of the run");
+        }
         LedgerReport {
             frames: self.frames,
             tally: self.tally,
+            lost_samples: self.lost_samples,
         }
+    }
+
+    /// Count `task` lost; returns its start if known.
+    fn lose(&mut self, task: TaskId, when: &str) -> Option<StartView> {
+        self.open.remove(&task);
+        self.tally.lost_completions += 1;
+        let start = self.started.remove(&task);
+        if self.lost_samples.len() < MAX_LOST_SAMPLES {
+            let what = match &start {
+                Some(s) => format!(
+                    "{} of request {}, {} blocks",
+                    s.kind,
+                    s.request,
+                    s.hashes.len()
+                ),
+                None => "unknown task".to_string(),
+            };
+            self.lost_samples
+                .push(format!("task {task} ({what}): no outcome {when}"));
+        }
+        start
     }
 
     fn close_before(&mut self, epoch: u64) -> Vec<StartView> {
@@ -171,15 +202,10 @@ impl Ledger {
             .copied()
             .filter(|t| t.epoch < epoch)
             .collect();
-        let mut out = Vec::with_capacity(lost.len());
-        for task in lost {
-            self.open.remove(&task);
-            self.tally.lost_completions += 1;
-            if let Some(start) = self.started.remove(&task) {
-                out.push(start);
-            }
-        }
-        out
+        let when = format!("by the first frame of epoch {epoch}");
+        lost.into_iter()
+            .filter_map(|task| self.lose(task, &when))
+            .collect()
     }
 }
 

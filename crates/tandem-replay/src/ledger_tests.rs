@@ -96,7 +96,16 @@ fn tasks_not_settled_by_a_later_epoch_are_lost() {
     assert_eq!(o.lost, vec![start(1, 1)]);
     assert_eq!(l.tally().lost_completions, 1);
     // Task 2.0 stays open to the end: lost too.
-    assert_eq!(l.finish().tally.lost_completions, 2);
+    let report = l.finish();
+    assert_eq!(report.tally.lost_completions, 2);
+    assert_eq!(
+        report.lost_samples,
+        vec![
+            "task 1.1 (store of request 1, 1 blocks): no outcome by the first frame of epoch 2"
+                .to_string(),
+            "task 2.0 (store of request 0, 1 blocks): no outcome by the end of the run".to_string(),
+        ]
+    );
 }
 
 #[test]

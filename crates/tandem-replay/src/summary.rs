@@ -28,7 +28,10 @@ use serde::Serialize;
 use tandem_trace::Capacity;
 
 use crate::engine::EngineReport;
-use crate::leader::LeaderReport;
+use crate::leader::{LeaderReport, MAX_MISMATCH_SAMPLES};
+
+/// Frame digests of one engine, by `(epoch, step)`.
+type FrameDigests = BTreeMap<(u64, u64), u64>;
 
 /// Percentiles of a latency, µs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -135,6 +138,10 @@ pub struct ReplaySummary {
     pub mismatch_detail: MismatchDetail,
     /// The first verify failures, described.
     pub verify_failure_samples: Vec<String>,
+    /// The first lost completions, described.
+    pub lost_completion_samples: Vec<String>,
+    /// The first mismatches, described.
+    pub mismatch_samples: Vec<String>,
 }
 
 impl ReplaySummary {
@@ -164,10 +171,18 @@ impl ReplaySummary {
             .iter()
             .flat_map(|e| e.recoveries_ms.iter().copied())
             .collect();
+        let by_rank: Vec<(u32, &FrameDigests)> =
+            engines.iter().map(|e| (e.rank, &e.ledger.frames)).collect();
+        let (cross_rank, cross_samples) = cross_rank_mismatches(&by_rank);
+        let mut mismatch_samples: Vec<String> = leader
+            .mismatch_samples
+            .iter()
+            .cloned()
+            .chain(cross_samples)
+            .collect();
+        mismatch_samples.truncate(MAX_MISMATCH_SAMPLES);
         let detail = MismatchDetail {
-            cross_rank: cross_rank_mismatches(
-                &engines.iter().map(|e| &e.ledger.frames).collect::<Vec<_>>(),
-            ),
+            cross_rank,
             reread: sum(&|e| e.ledger.tally.reread_mismatches),
             content: leader.content_mismatches,
         };
@@ -181,6 +196,16 @@ impl ReplaySummary {
             .flat_map(|e| e.verify_samples.iter().cloned())
             .collect();
         samples.truncate(crate::engine::MAX_FAILURE_SAMPLES);
+        let mut lost_samples: Vec<String> = engines
+            .iter()
+            .flat_map(|e| {
+                e.ledger
+                    .lost_samples
+                    .iter()
+                    .map(move |s| format!("rank {}: {s}", e.rank))
+            })
+            .collect();
+        lost_samples.truncate(crate::ledger::MAX_LOST_SAMPLES);
         ReplaySummary {
             requests: leader.observed.requests,
             steps: leader.steps,
@@ -219,27 +244,36 @@ impl ReplaySummary {
             blocks_verified: sum(&|e| e.blocks_verified),
             mismatch_detail: detail,
             verify_failure_samples: samples,
+            lost_completion_samples: lost_samples,
+            mismatch_samples,
         }
     }
 }
 
 /// Frames, by `(epoch, step)`, whose digest on some rank differs from the first rank (in
-/// rank order) that read the same frame; counted once per differing rank.
-pub(crate) fn cross_rank_mismatches(frames_by_rank: &[&BTreeMap<(u64, u64), u64>]) -> u64 {
-    let mut reference: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+/// rank order) that read the same frame; counted once per differing rank. Returns the count
+/// and the first few, described.
+pub(crate) fn cross_rank_mismatches(frames_by_rank: &[(u32, &FrameDigests)]) -> (u64, Vec<String>) {
+    let mut reference: BTreeMap<(u64, u64), (u32, u64)> = BTreeMap::new();
     let mut differing = 0;
-    for frames in frames_by_rank {
+    let mut samples = Vec::new();
+    for (rank, frames) in frames_by_rank {
         for (key, digest) in frames.iter() {
             match reference.get(key) {
-                Some(first) if first != digest => differing += 1,
+                Some(&(first_rank, first)) if first != *digest => {
+                    differing += 1;
+                    if samples.len() < MAX_MISMATCH_SAMPLES {
+                        samples.push(format!("frame {} of epoch {}: rank {rank} read a different frame than rank {first_rank}", key.1, key.0));
+                    }
+                }
                 Some(_) => {}
                 None => {
-                    reference.insert(*key, *digest);
+                    reference.insert(*key, (*rank, *digest));
                 }
             }
         }
     }
-    differing
+    (differing, samples)
 }
 
 fn ratio_line(f: &mut fmt::Formatter<'_>, name: &str, got: f64, expected: f64) -> fmt::Result {
@@ -343,6 +377,12 @@ impl fmt::Display for ReplaySummary {
         )?;
         for sample in &self.verify_failure_samples {
             writeln!(f, "  ! {sample}")?;
+        }
+        for sample in &self.lost_completion_samples {
+            writeln!(f, "  ? {sample}")?;
+        }
+        for sample in &self.mismatch_samples {
+            writeln!(f, "  ~ {sample}")?;
         }
         Ok(())
     }

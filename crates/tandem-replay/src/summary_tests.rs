@@ -19,6 +19,9 @@ fn engine(
                 reread_mismatches: 1,
                 ..LedgerTally::default()
             },
+            lost_samples: vec![
+                "task 1.4 (store of request 2, 1 blocks): no outcome by the end of the run".into(),
+            ],
         },
         verify_failures: u64::from(rank),
         verify_samples: vec![format!("rank {rank}: bad")],
@@ -56,6 +59,9 @@ fn leader() -> LeaderReport {
         steps: 2,
         step_latency_us: vec![10, 30, 20],
         content_mismatches: 1,
+        mismatch_samples: vec![
+            "frame 1 of epoch 1: task 1.9, started in this step, is missing".into(),
+        ],
         shard_bytes: 1024,
     }
 }
@@ -158,6 +164,20 @@ fn figures_are_summed_over_ranks_and_defined_as_documented() {
         "{table}"
     );
     assert!(table.contains("  ! rank 1: bad\n"), "{table}");
+    assert_eq!(s.lost_completion_samples.len(), 3);
+    assert_eq!(
+        s.mismatch_samples,
+        vec![
+            "frame 1 of epoch 1: task 1.9, started in this step, is missing".to_string(),
+            "frame 1 of epoch 1: rank 1 read a different frame than rank 0".to_string(),
+            "frame 1 of epoch 1: rank 2 read a different frame than rank 0".to_string(),
+        ]
+    );
+    assert!(
+        table.contains("  ~ frame 1 of epoch 1: rank 2 read a different frame than rank 0\n"),
+        "{table}"
+    );
+    assert!(table.contains("  ? rank 2: task 1.4 (store of request 2, 1 blocks): no outcome by the end of the run\n"), "{table}");
 }
 
 #[test]
