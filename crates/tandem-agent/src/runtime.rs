@@ -49,7 +49,9 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     let clock = Clock::new();
     let shard_bytes = settings.shard_bytes;
     let store_arbiter = Arbiter::new();
-    let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| StoreActor::new(store, shard_bytes));
+    let metrics = Arc::new(tandem_metrics::AgentMetrics::new(&settings.membership.group_id.0, settings.rank.0));
+    let store_metrics = metrics.clone();
+    let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| StoreActor::new(store, shard_bytes, store_metrics));
     let router = Router::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
@@ -67,7 +69,7 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     }
     let listener = engine::endpoint::bind(&settings.engine_socket)?;
     actix_rt::spawn(engine::endpoint::serve(listener, settings.engine_socket.clone(), router.clone(), store_addr.clone()));
-    let server = http::start(settings.http_addr, http::HttpState { router: router.clone(), store: store_addr.clone() })
+    let server = http::start(settings.http_addr, http::HttpState { router: router.clone(), store: store_addr.clone(), metrics: metrics.clone() })
         .map_err(|source| AgentRunError::Bind { what: "HTTP address", addr: settings.http_addr.to_string(), source })?;
     let server_handle = server.handle();
     actix_rt::spawn(server);
@@ -118,7 +120,7 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
     let mut tracker = AckTracker::new();
     let outcome = 'epochs: loop {
-        let run = start_epoch(&settings, epoch, log.as_ref(), &store_addr, &router, &events_tx, &fatal_tx, clock).await?;
+        let run = start_epoch(&settings, epoch, log.as_ref(), &store_addr, &router, &events_tx, &fatal_tx, clock, &metrics).await?;
         let mut ack_through = run.ack_through;
         let mut pending_reports: Vec<FailureReport> = Vec::new();
         let mut join_pending = false;
@@ -179,6 +181,7 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
         tracing::info!(from = epoch.0, to = next.0, "the group moved to a new epoch: restarting the protocol actor");
         let _ = run.protocol.send(StopEpoch { reason: format!("the group moved to epoch {next}") }).await;
         router.set(None);
+        metrics.restarts().inc();
         epoch = next;
     };
     if let Some(p) = router.current() {
@@ -224,6 +227,7 @@ async fn start_epoch(
     events: &mpsc::UnboundedSender<AgentEvent>,
     fatal: &mpsc::UnboundedSender<AgentRunError>,
     clock: Clock,
+    metrics: &Arc<tandem_metrics::AgentMetrics>,
 ) -> Result<EpochRun, AgentRunError> {
     let s = for_epoch(settings, epoch);
     let recovery = match log {
@@ -233,7 +237,10 @@ async fn start_epoch(
     let acknowledged: std::collections::BTreeSet<TaskId> =
         recovery.as_ref().and_then(|r| r.acknowledged_by_rank.get(s.rank.0 as usize).cloned()).unwrap_or_default();
     let ack_through = recovery.as_ref().and_then(|r| r.last_entry_id);
-    let wiring = Wiring { events: Some(events.clone()), log: log.cloned(), acknowledged };
+    if let Some(log) = log {
+        publish_manifest(log, &s, store).await;
+    }
+    let wiring = Wiring { events: Some(events.clone()), log: log.cloned(), acknowledged, metrics: metrics.clone() };
     let protocol = if s.is_leader() {
         let (reconciliation, aborted) = match &recovery {
             Some(r) => {
@@ -269,6 +276,33 @@ async fn start_epoch(
     };
     router.set(Some(protocol.clone()));
     Ok(EpochRun { protocol, ack_through })
+}
+
+/// Publish this rank's shards for the leader's rebuild of the group index.
+async fn publish_manifest(log: &CompletionLog, s: &AgentSettings, store: &Addr<StoreActor>) {
+    let blocks = match store.send(crate::store_actor::ListBlocks).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list this rank's shards");
+            return;
+        }
+    };
+    let bytes = match postcard::to_allocvec(&blocks) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot encode this rank's manifest");
+            return;
+        }
+    };
+    for _ in 0..20 {
+        match log.put_manifest(s.epoch, s.rank, &bytes, 3_600_000).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot publish this rank's manifest; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
 }
 
 /// A follower joins its leader, retrying while the two are in different epochs (one of them

@@ -107,6 +107,10 @@ pub struct StoreStats {
 
 /// The actor. See the module docs.
 pub struct StoreActor {
+    metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
+    /// Set by every change of the shards held; cleared when a snapshot goes to the writer.
+    manifest_changed: bool,
+    writer: std::sync::mpsc::Sender<(tandem_store::manifest::Manifest, std::path::PathBuf)>,
     epoch: Epoch,
     store: Store,
     buffers: EngineBuffers,
@@ -117,8 +121,23 @@ pub struct StoreActor {
 
 impl StoreActor {
     /// Wrap an opened store; `shard_bytes` is the page size engines must register.
-    pub fn new(store: Store, shard_bytes: u64) -> Self {
-        Self { epoch: Epoch(0), store, buffers: EngineBuffers::new(), shard_bytes, report_to: None, stats: StoreStats::default() }
+    pub fn new(store: Store, shard_bytes: u64, metrics: std::sync::Arc<tandem_metrics::AgentMetrics>) -> Self {
+        let (writer, snapshots) = std::sync::mpsc::channel::<(tandem_store::manifest::Manifest, std::path::PathBuf)>();
+        std::thread::Builder::new()
+            .name("manifest-writer".into())
+            .spawn(move || {
+                // Only the newest snapshot matters: skip the ones queued behind it.
+                while let Ok(mut latest) = snapshots.recv() {
+                    while let Ok(newer) = snapshots.try_recv() {
+                        latest = newer;
+                    }
+                    if let Err(e) = latest.0.save(&latest.1) {
+                        tracing::error!(error = %e, "cannot write the shard manifest");
+                    }
+                }
+            })
+            .ok();
+        Self { metrics, manifest_changed: false, writer, epoch: Epoch(0), store, buffers: EngineBuffers::new(), shard_bytes, report_to: None, stats: StoreStats::default() }
     }
 
     fn report(&self, task: TaskId, result: Result<(), String>) {
@@ -157,7 +176,11 @@ impl StoreActor {
         }
         for ((hash, page), tier) in t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers) {
             match self.store.store_pages(*hash, store_tier(*tier), &self.buffers, ENGINE_REGION, &[*page]) {
-                Ok(_) => self.stats.bytes_stored += self.shard_bytes,
+                Ok(loc) => {
+                    self.manifest_changed = true;
+                    self.stats.bytes_stored += self.shard_bytes;
+                    self.moved(loc.tier, tandem_metrics::Direction::Store);
+                }
                 // A retried copy of the same block: the shard is already here.
                 Err(StoreError::AlreadyStored { .. }) => {}
                 Err(e) => return Err(format!("block {hash} from page {page}: {e}")),
@@ -175,9 +198,13 @@ impl StoreActor {
         }
         for (hash, page) in t.block_hashes.iter().zip(&t.page_ids) {
             match self.store.load_pages(*hash, &mut self.buffers, ENGINE_REGION, &[*page]) {
-                Ok(_) => self.stats.bytes_loaded += self.shard_bytes,
+                Ok(loc) => {
+                    self.stats.bytes_loaded += self.shard_bytes;
+                    self.moved(loc.tier, tandem_metrics::Direction::Load);
+                }
                 Err(e) => {
                     if matches!(e, StoreError::ChecksumMismatch { .. }) {
+                        self.manifest_changed = true;
                         self.stats.checksum_failures += 1;
                     }
                     return Err(format!("block {hash} into page {page}: {e}"));
@@ -187,9 +214,38 @@ impl StoreActor {
         Ok(())
     }
 
+    fn moved(&self, tier: tandem_store::tier::TierKind, direction: tandem_metrics::Direction) {
+        let tier = match tier {
+            tandem_store::tier::TierKind::Disk => tandem_metrics::Tier::Disk,
+            _ => tandem_metrics::Tier::Host,
+        };
+        self.metrics.moved_bytes(tier, direction).add(self.shard_bytes);
+    }
+
+    /// Occupancy gauges, from the store's free slots.
+    fn publish_occupancy(&self) {
+        use tandem_store::tier::TierKind;
+        let cfg = self.store.config();
+        for (kind, tier, capacity) in [
+            (TierKind::Host, tandem_metrics::Tier::Host, cfg.host_capacity_blocks),
+            (TierKind::Disk, tandem_metrics::Tier::Disk, cfg.disk_capacity_blocks),
+        ] {
+            self.metrics.set_tier_capacity(tier, capacity);
+            self.metrics.set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(kind)));
+        }
+    }
+
+    /// Hand a snapshot of the manifest to the writer thread when it changed: the write syncs
+    /// the file and its directory, which can take hundreds of milliseconds on a busy disk, and
+    /// copies must not wait for it.
     fn flush(&mut self) {
-        if let Err(e) = self.store.flush_manifest() {
-            tracing::error!(error = %e, "cannot write the shard manifest");
+        if !self.manifest_changed {
+            return;
+        }
+        self.manifest_changed = false;
+        let snapshot = (self.store.manifest().clone(), self.store.manifest_path().to_path_buf());
+        if self.writer.send(snapshot).is_err() {
+            tracing::error!("the manifest writer thread is gone");
         }
     }
 }
@@ -203,11 +259,17 @@ impl Actor for StoreActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(MANIFEST_FLUSH, |actor, _| actor.flush());
+        ctx.run_interval(MANIFEST_FLUSH, |actor, _| {
+            actor.flush();
+            actor.publish_occupancy();
+        });
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
-        self.flush();
+        // On the way out, write synchronously: nothing waits for copies any more.
+        if let Err(e) = self.store.flush_manifest() {
+            tracing::error!(error = %e, "cannot write the shard manifest");
+        }
         actix::Running::Stop
     }
 }
@@ -223,6 +285,7 @@ impl Handler<BeginEpoch> for StoreActor {
             for h in &blocks {
                 self.store.evict(*h);
             }
+            self.manifest_changed = true;
             self.flush();
             tracing::info!(epoch = msg.epoch.0, dropped = blocks.len(), "store wiped for the new epoch");
         }
@@ -262,6 +325,7 @@ impl Handler<ApplyTierOps> for StoreActor {
         if !self.current(msg.0) {
             return;
         }
+        self.manifest_changed = true;
         for op in msg.1 {
             if let Err(e) = self.store.apply(store_move(op)) {
                 self.stats.tier_op_failures += 1;

@@ -1,4 +1,5 @@
-//! Liveness and failure reports between the agents and the supervisor, through Redis.
+//! Liveness, failure reports and shard manifests between the agents, their leader and the
+//! supervisor, through Redis.
 //!
 //! Every agent writes a heartbeat key `tandem:{g}:heartbeat:{rank}` (value `epoch:unix_ms`,
 //! expiring after a TTL) each interval, and pushes a [`FailureReport`] onto the list
@@ -45,6 +46,33 @@ impl CompletionLog {
 
     fn failures_key(&self) -> String {
         format!("tandem:{{{}}}:failures", self.keys.group)
+    }
+
+    fn manifest_key(&self, epoch: Epoch, rank: Rank) -> String {
+        format!("tandem:{{{}}}:manifest:{}:{}", self.keys.group, epoch.0, rank.0)
+    }
+
+    /// Publish the shard manifest (opaque bytes) `rank` holds at the start of `epoch`; the
+    /// leader of `epoch` rebuilds the group index from every rank's. Expires after `ttl_ms`.
+    ///
+    /// # Errors
+    /// As [`Self::heartbeat`].
+    pub async fn put_manifest(&self, epoch: Epoch, rank: Rank, bytes: &[u8], ttl_ms: u64) -> Result<()> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.manifest_key(epoch, rank)).arg(bytes).arg("PX").arg(ttl_ms.max(1));
+        self.conn.query::<()>("put_manifest", &cmd).await
+    }
+
+    /// The manifests of every rank `0..world_size` published for `epoch` (`None`: not yet).
+    ///
+    /// # Errors
+    /// As [`Self::heartbeat`].
+    pub async fn manifests(&self, epoch: Epoch) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut cmd = redis::cmd("MGET");
+        for r in 0..self.world_size {
+            cmd.arg(self.manifest_key(epoch, Rank(r)));
+        }
+        self.conn.query("manifests", &cmd).await
     }
 
     /// Write `rank`'s heartbeat; the key expires after `ttl_ms` milliseconds.

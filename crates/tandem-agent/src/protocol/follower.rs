@@ -35,6 +35,8 @@ pub struct FollowerRole {
     engine_acked: Option<Step>,
     heartbeat_interval_ms: u64,
     next_heartbeat_ms: u64,
+    /// Frame requests from the engine.
+    frames_read: u64,
 }
 
 impl FollowerRole {
@@ -49,7 +51,13 @@ impl FollowerRole {
             engine_acked: None,
             heartbeat_interval_ms: settings.heartbeat_interval_ms,
             next_heartbeat_ms: 0,
+            frames_read: 0,
         }
+    }
+
+    /// Counters of the sans-IO follower, and frame requests from the engine.
+    pub fn stats(&self) -> (&tandem_proto::FollowerStats, u64) {
+        (self.follower.stats(), self.frames_read)
     }
 
     /// Admitted by the leader.
@@ -80,6 +88,9 @@ impl FollowerRole {
 
     /// An engine request on a follower.
     pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+        if matches!(req, EngineRequest::Frame { .. }) {
+            self.frames_read += 1;
+        }
         let answer = match req {
             EngineRequest::Frame { step, deadline_ms, .. } => match self.follower.read(step) {
                 Ok(Some(f)) => EngineReply::Frame(Box::new(f.clone())),
@@ -142,6 +153,16 @@ impl FollowerRole {
             Err(e) => return Some(format!("frame from the leader refused: {e}")),
         }
         if let Some(f) = frame {
+            // A block evicted now must not be written later by a copy still held back (its
+            // store failed on some rank and the group dropped it).
+            let evicted: std::collections::BTreeSet<_> = f.evictions().collect();
+            if !evicted.is_empty() {
+                for (_, stores) in self.held.values_mut() {
+                    for t in stores.iter_mut() {
+                        drop_blocks(t, &evicted);
+                    }
+                }
+            }
             if !f.tier_ops.is_empty() {
                 store.do_send(ApplyTierOps(f.epoch, f.tier_ops.clone()));
             }
@@ -218,6 +239,26 @@ impl FollowerRole {
             index_blocks: 0,
         }
     }
+}
+
+/// Remove `evicted` blocks from a held store task (with their pages and tiers).
+fn drop_blocks(t: &mut TaskStart, evicted: &std::collections::BTreeSet<tandem_proto::ids::BlockHash>) {
+    let keep: Vec<bool> = t.block_hashes.iter().map(|h| !evicted.contains(h)).collect();
+    if keep.iter().all(|k| *k) {
+        return;
+    }
+    retain_mask(&mut t.block_hashes, &keep);
+    retain_mask(&mut t.page_ids, &keep);
+    retain_mask(&mut t.tiers, &keep);
+}
+
+fn retain_mask<T>(v: &mut Vec<T>, keep: &[bool]) {
+    let mut i = 0;
+    v.retain(|_| {
+        let k = keep.get(i).copied().unwrap_or(true);
+        i += 1;
+        k
+    });
 }
 
 /// The engine's view of a follower refusal.

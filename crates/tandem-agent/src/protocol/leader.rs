@@ -47,6 +47,22 @@ pub struct AppendJob {
     pub reply: oneshot::Sender<EngineReply>,
 }
 
+/// Task counts by kind, for metrics: started, and finished by result (ok, failed, aborted).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskCounts {
+    /// Started stores and loads.
+    pub started: [u64; 2],
+    /// Finished `[kind][result]`, result 0 ok, 1 failed, 2 aborted.
+    pub finished: [[u64; 3]; 2],
+}
+
+fn kind_index(kind: TaskKind) -> usize {
+    match kind {
+        TaskKind::Store => 0,
+        TaskKind::Load => 1,
+    }
+}
+
 /// The pins a started task holds until its outcome.
 struct TaskPins {
     kind: TaskKind,
@@ -71,6 +87,14 @@ pub struct LeaderRole {
     aborted_pending: Vec<TaskOutcome>,
     /// Why the completion log refused the last append, while it does.
     log_error: Option<String>,
+    /// False until the group index is rebuilt from every rank's manifest (a new epoch with
+    /// Redis); engine requests wait for it.
+    index_ready: bool,
+    counts: TaskCounts,
+    /// When the engine's pending `end_step` arrived (for the frame latency histogram).
+    end_started: Option<std::time::Instant>,
+    /// Latencies of sealed steps not yet handed to the metrics, seconds.
+    latencies: Vec<std::time::Duration>,
 }
 
 impl LeaderRole {
@@ -83,6 +107,10 @@ impl LeaderRole {
             durable,
             aborted_pending: aborted,
             log_error: None,
+            index_ready: !durable,
+            counts: TaskCounts::default(),
+            end_started: None,
+            latencies: Vec::new(),
             leader,
             membership: settings.membership.clone(),
             index,
@@ -98,6 +126,27 @@ impl LeaderRole {
     /// Every follower joined this epoch.
     pub fn all_joined(&self) -> bool {
         self.leader.all_joined()
+    }
+
+    /// Ready for engine requests: every follower joined and the index is rebuilt.
+    pub fn ready(&self) -> bool {
+        self.leader.all_joined() && self.index_ready
+    }
+
+    /// The group index's configuration.
+    pub fn index_config(&self) -> tandem_store::index::IndexConfig {
+        self.index.config()
+    }
+
+    /// Install the index rebuilt from the ranks' manifests; its moves (drops of blocks some
+    /// rank lacks, demotions) go into the open step, before any engine request of the epoch.
+    pub fn install_index(&mut self, rebuild: tandem_store::rebuild::Rebuild) {
+        tracing::info!(kept = rebuild.kept, dropped = rebuild.dropped.len(), "group index rebuilt from the ranks' manifests");
+        self.index = rebuild.index;
+        for m in rebuild.moves {
+            self.leader.record_tier_op(tier_op(m));
+        }
+        self.index_ready = true;
     }
 
     /// The epoch.
@@ -170,6 +219,12 @@ impl LeaderRole {
 
     /// A task reached quorum: return its pins to the index (and evict what failed).
     fn finished(&mut self, outcome: &TaskOutcome) {
+        let result = match outcome.result {
+            OutcomeResult::Ok => 0,
+            OutcomeResult::Failed { .. } => 1,
+            OutcomeResult::Aborted => 2,
+        };
+        self.counts.finished[kind_index(outcome.kind)][result] += 1;
         let Some(t) = self.tasks.remove(&outcome.task) else { return };
         let ok = outcome.result == OutcomeResult::Ok;
         for pin in t.pins {
@@ -206,6 +261,12 @@ impl LeaderRole {
             let missing: Vec<u32> = (1..self.leader.config().world_size).filter(|r| !self.leader.joined().contains(&Rank(*r))).collect();
             let _ = reply.send(EngineReply::Error(AgentError::NotReady {
                 reason: format!("waiting for ranks {missing:?} to join epoch {}", self.leader.epoch()),
+            }));
+            return None;
+        }
+        if !self.index_ready {
+            let _ = reply.send(EngineReply::Error(AgentError::NotReady {
+                reason: format!("rebuilding the group index of epoch {} from the ranks' manifests", self.leader.epoch()),
             }));
             return None;
         }
@@ -304,6 +365,7 @@ impl LeaderRole {
             }
         }
         let task = self.leader.start_store(request, hashes, pages, tiers);
+        self.counts.started[0] += 1;
         self.tasks.insert(task, TaskPins { kind: TaskKind::Store, pins });
         EngineReply::Started { task }
     }
@@ -316,6 +378,7 @@ impl LeaderRole {
             }
         }
         let task = self.leader.reject_task(TaskKind::Store, request, reason);
+        self.counts.finished[0][1] += 1;
         EngineReply::Started { task }
     }
 
@@ -330,12 +393,14 @@ impl LeaderRole {
                 block_hashes.len()
             );
             let task = self.leader.reject_task(TaskKind::Load, request, reason);
+            self.counts.finished[1][1] += 1;
             return EngineReply::Started { task };
         }
         // Pins beyond what is loaded go back now.
         let extra = pinned.split_off(block_hashes.len());
         self.give_back_load_pins(extra);
         let task = self.leader.start_load(request, block_hashes, page_ids);
+        self.counts.started[1] += 1;
         self.tasks.insert(task, TaskPins { kind: TaskKind::Load, pins: pinned });
         EngineReply::Started { task }
     }
@@ -365,6 +430,7 @@ impl LeaderRole {
     }
 
     fn end_step(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) -> Option<AppendJob> {
+        self.end_started = Some(std::time::Instant::now());
         // Lookup pins last for their step: whatever was not loaded goes back.
         let requests: Vec<RequestId> = self.lookup_pins.keys().copied().collect();
         for r in requests {
@@ -415,6 +481,26 @@ impl LeaderRole {
         self.seal_or_wait(job.step, job.deadline_ms, job.reply, now, store);
     }
 
+    /// Task counts so far, for metrics.
+    pub fn task_counts(&self) -> TaskCounts {
+        self.counts
+    }
+
+    /// Seal latencies measured since the last call (engine's `end_step` → frame sealed).
+    pub fn take_latencies(&mut self) -> Vec<std::time::Duration> {
+        std::mem::take(&mut self.latencies)
+    }
+
+    /// Counters of the sans-IO leader.
+    pub fn stats(&self) -> &tandem_proto::LeaderStats {
+        self.leader.stats()
+    }
+
+    /// Blocks in the group index by tier: (host, disk).
+    pub fn index_occupancy(&self) -> (u64, u64) {
+        (self.index.occupancy(tandem_store::tier::TierKind::Host), self.index.occupancy(tandem_store::tier::TierKind::Disk))
+    }
+
     /// Why the completion log refuses appends, while it does.
     pub fn log_error(&self) -> Option<&str> {
         self.log_error.as_deref()
@@ -439,6 +525,9 @@ impl LeaderRole {
     /// Seal `step`, send the frame to every follower and start this rank's copies.
     fn seal(&mut self, step: Step, now: u64, store: &Addr<StoreActor>) -> Result<Frame, LeaderError> {
         let frame = self.leader.seal(step, now)?;
+        if let Some(t) = self.end_started.take() {
+            self.latencies.push(t.elapsed());
+        }
         let mut encoded: Option<Arc<Vec<u8>>> = None;
         while let Some((rank, msg)) = self.leader.poll_transmit() {
             let Some((_, link)) = self.links.get(&rank) else { continue };
@@ -532,7 +621,7 @@ impl LeaderRole {
     /// Status for `/status` and `/readyz`.
     pub fn status(&self, settings: &AgentSettings) -> AgentStatus {
         let joined: Vec<u32> = self.leader.joined().iter().map(|r| r.0).collect();
-        let ready = self.leader.all_joined() && self.log_error.is_none();
+        let ready = self.ready() && self.log_error.is_none();
         let stats = self.leader.stats();
         AgentStatus {
             group: settings.membership.group_id.0.clone(),
@@ -543,6 +632,7 @@ impl LeaderRole {
             ready,
             reason: match &self.log_error {
                 Some(e) => Some(format!("completion log unavailable: {e}")),
+                None if !self.index_ready && self.leader.all_joined() => Some("rebuilding the group index from the ranks' manifests".into()),
                 None => (!ready).then(|| format!("waiting for followers: joined {joined:?} of {}", settings.world_size - 1)),
             },
             joined,

@@ -166,6 +166,8 @@ pub struct Wiring {
     pub log: Option<tandem_durable::CompletionLog>,
     /// Redelivered outcomes this rank's engine already acknowledged.
     pub acknowledged: std::collections::BTreeSet<tandem_proto::ids::TaskId>,
+    /// The agent's metrics.
+    pub metrics: Arc<tandem_metrics::AgentMetrics>,
 }
 
 /// The role this rank plays in the epoch.
@@ -185,6 +187,9 @@ pub struct ProtocolActor {
     wiring: Wiring,
     ready_sent: bool,
     append_in_flight: bool,
+    rebuild_started: bool,
+    /// Engine requests of another epoch, rejected.
+    engine_stale_rejected: u64,
 }
 
 impl ProtocolActor {
@@ -194,7 +199,7 @@ impl ProtocolActor {
             Some(l) => Role::Leader(Box::new(l)),
             None => Role::Follower(Box::new(FollowerRole::new(&settings))),
         };
-        Self { settings, clock, store, role, failure: None, wiring, ready_sent: false, append_in_flight: false }
+        Self { settings, clock, store, role, failure: None, wiring, ready_sent: false, append_in_flight: false, rebuild_started: false, engine_stale_rejected: 0 }
     }
 
     fn emit(&self, ev: AgentEvent) {
@@ -203,13 +208,40 @@ impl ProtocolActor {
         }
     }
 
+    /// Leader with a completion log: once every follower joined, rebuild the group index from
+    /// the manifests every rank published for this epoch.
+    fn maybe_rebuild(&mut self, ctx: &mut Context<Self>) {
+        use actix::{ActorFutureExt, WrapFuture};
+        let Role::Leader(l) = &self.role else { return };
+        if self.rebuild_started || l.ready() || !l.all_joined() {
+            return;
+        }
+        let Some(log) = self.wiring.log.clone() else { return };
+        self.rebuild_started = true;
+        let (epoch, config) = (self.settings.epoch, l.index_config());
+        let fut = async move { fetch_manifests(&log, epoch, config.world_size).await };
+        ctx.spawn(fut.into_actor(self).map(move |ranks, actor, ctx| {
+            let rebuilt = tandem_store::index::GroupIndex::rebuild(config, &ranks);
+            match rebuilt {
+                Ok(r) => {
+                    if let Role::Leader(l) = &mut actor.role {
+                        l.install_index(r);
+                    }
+                    actor.check_ready(ctx);
+                }
+                Err(e) => actor.fail(format!("cannot rebuild the group index: {e}")),
+            }
+        }));
+    }
+
     /// Tell the runtime once when this rank becomes ready in the epoch.
-    fn check_ready(&mut self) {
+    fn check_ready(&mut self, ctx: &mut Context<Self>) {
+        self.maybe_rebuild(ctx);
         if self.ready_sent || self.failure.is_some() {
             return;
         }
         let ready = match &self.role {
-            Role::Leader(l) => l.all_joined(),
+            Role::Leader(l) => l.ready(),
             Role::Follower(f) => f.is_linked(),
         };
         if ready {
@@ -233,6 +265,44 @@ impl ProtocolActor {
         self.failure = Some(reason);
     }
 
+    /// Copy the state machines' counters into the metrics (counters grow by the difference).
+    fn sync_metrics(&mut self) {
+        use tandem_metrics::{TaskKind as K, TaskResult as R};
+        let m = &self.wiring.metrics;
+        m.set_epoch(self.settings.epoch.0);
+        let ready = self.failure.is_none()
+            && match &self.role {
+                Role::Leader(l) => l.ready() && l.log_error().is_none(),
+                Role::Follower(f) => f.is_linked(),
+            };
+        m.set_ready(ready);
+        match &mut self.role {
+            Role::Leader(l) => {
+                let stats = l.stats().clone();
+                m.steps_sealed().set_total(stats.steps_sealed);
+                m.stale_epoch_rejected().set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
+                m.set_peers_joined(stats.handshakes_admitted);
+                let c = l.task_counts();
+                for (i, kind) in [K::Store, K::Load].into_iter().enumerate() {
+                    m.tasks_started(kind).set_total(c.started[i]);
+                    for (j, result) in [R::Ok, R::Failed, R::Aborted].into_iter().enumerate() {
+                        m.tasks_finished(kind, result).set_total(c.finished[i][j]);
+                    }
+                }
+                for d in l.take_latencies() {
+                    m.observe_frame_latency(d);
+                }
+            }
+            Role::Follower(f) => {
+                let (stats, frames_read) = f.stats();
+                m.steps_sealed().set_total(stats.frames_received);
+                m.stale_epoch_rejected().set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
+                m.wait_timeouts().set_total(stats.waits_timed_out);
+                m.engine_frames_read().set_total(frames_read);
+            }
+        }
+    }
+
     fn tick(&mut self) {
         let now = self.clock.now_ms();
         let failed = match &mut self.role {
@@ -249,10 +319,12 @@ impl Actor for ProtocolActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let wipe = true;
+        // Without a completion log there is no manifest exchange: a new epoch starts empty.
+        let wipe = self.wiring.log.is_none();
         self.store.do_send(BeginEpoch { epoch: self.settings.epoch, report_to: ctx.address().recipient(), wipe });
         ctx.run_interval(TICK, |actor, _| actor.tick());
-        self.check_ready();
+        ctx.run_interval(Duration::from_millis(250), |actor, _| actor.sync_metrics());
+        self.check_ready(ctx);
         tracing::info!(rank = self.settings.rank.0, epoch = self.settings.epoch.0, "protocol actor started");
     }
 }
@@ -286,6 +358,8 @@ impl Handler<EngineCall> for ProtocolActor {
         }
         if let Some(epoch) = request_epoch(&msg.req) {
             if epoch != settings.epoch {
+                // Fenced: counted, never applied (DESIGN.md invariant 4).
+                self.engine_stale_rejected += 1;
                 let _ = msg.reply.send(EngineReply::Error(AgentError::StaleEpoch { ours: settings.epoch, theirs: epoch }));
                 return;
             }
@@ -352,7 +426,13 @@ impl ProtocolActor {
         let mut finished = job.aborted.clone();
         finished.extend(job.batch.as_ref().map(|b| b.outcomes.clone()).unwrap_or_default());
         let step = job.step;
-        let fut = async move { log.append_step(epoch, step, &started, &finished).await.map(|_| ()).map_err(|e| e.to_string()) };
+        let metrics = self.wiring.metrics.clone();
+        let fut = async move {
+            let t = std::time::Instant::now();
+            let r = log.append_step(epoch, step, &started, &finished).await.map(|_| ()).map_err(|e| e.to_string());
+            metrics.observe_redis_append_latency(t.elapsed());
+            r
+        };
         ctx.spawn(fut.into_actor(self).map(move |result, actor, _| {
             actor.append_in_flight = false;
             let now = actor.clock.now_ms();
@@ -360,6 +440,29 @@ impl ProtocolActor {
                 l.append_done(job, result, now, &actor.store);
             }
         }));
+    }
+}
+
+/// Every rank's manifest for `epoch`, waiting up to 10 s for ranks that have not published
+/// theirs; a missing one counts as empty (its blocks are then dropped by the rebuild).
+async fn fetch_manifests(log: &tandem_durable::CompletionLog, epoch: Epoch, world_size: u32) -> Vec<tandem_store::rebuild::RankBlocks> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let got = log.manifests(epoch).await.unwrap_or_default();
+        let complete = got.len() == world_size as usize && got.iter().all(Option::is_some);
+        if complete || std::time::Instant::now() > deadline {
+            return (0..world_size)
+                .map(|r| {
+                    let bytes = got.get(r as usize).cloned().flatten();
+                    let decoded = bytes.and_then(|b| postcard::from_bytes::<tandem_store::rebuild::RankBlocks>(&b).ok());
+                    if decoded.is_none() {
+                        tracing::warn!(rank = r, "no manifest from this rank: the rebuild treats it as empty");
+                    }
+                    decoded.unwrap_or(tandem_store::rebuild::RankBlocks { rank: Rank(r), blocks: Vec::new() })
+                })
+                .collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
@@ -400,7 +503,7 @@ impl Handler<EngineDisconnected> for ProtocolActor {
 impl Handler<AdmitPeer> for ProtocolActor {
     type Result = Result<Rank, HandshakeError>;
     /// Admit or refuse a follower.
-    fn handle(&mut self, msg: AdmitPeer, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: AdmitPeer, ctx: &mut Self::Context) -> Self::Result {
         let now = self.clock.now_ms();
         let admitted = match &mut self.role {
             Role::Leader(l) => l.admit(msg, now, &self.settings),
@@ -410,7 +513,7 @@ impl Handler<AdmitPeer> for ProtocolActor {
                 Err(reason)
             }
         };
-        self.check_ready();
+        self.check_ready(ctx);
         admitted
     }
 }
@@ -444,12 +547,12 @@ impl Handler<PeerLost> for ProtocolActor {
 impl Handler<LeaderLinked> for ProtocolActor {
     type Result = ();
     /// Admitted: start talking to the leader.
-    fn handle(&mut self, msg: LeaderLinked, _: &mut Self::Context) {
+    fn handle(&mut self, msg: LeaderLinked, ctx: &mut Self::Context) {
         let now = self.clock.now_ms();
         if let Role::Follower(f) = &mut self.role {
             f.linked(msg.link, now);
         }
-        self.check_ready();
+        self.check_ready(ctx);
     }
 }
 
@@ -496,6 +599,7 @@ impl Handler<GetStatus> for ProtocolActor {
             Role::Leader(l) => l.status(&self.settings),
             Role::Follower(f) => f.status(&self.settings),
         };
+        s.stale_epoch_rejected += self.engine_stale_rejected;
         if let Some(reason) = &self.failure {
             s.ready = false;
             s.reason = Some(format!("epoch {} failed: {reason}", self.settings.epoch));
@@ -509,6 +613,7 @@ impl Handler<StopEpoch> for ProtocolActor {
     /// End this epoch's protocol.
     fn handle(&mut self, msg: StopEpoch, ctx: &mut Self::Context) {
         let err = AgentError::NotReady { reason: msg.reason.clone() };
+        self.sync_metrics();
         match &mut self.role {
             Role::Leader(l) => l.fail_waits(&err),
             Role::Follower(f) => f.fail_waits(&err),
