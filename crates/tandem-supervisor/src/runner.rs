@@ -92,6 +92,15 @@ pub struct SupervisorView {
 /// Shared, read-only snapshot for the HTTP handlers.
 pub type SharedView = Arc<Mutex<SupervisorView>>;
 
+/// What the HTTP handlers read: the snapshot and the metrics.
+#[derive(Clone)]
+pub struct Published {
+    /// The status snapshot.
+    pub view: SharedView,
+    /// The supervisor's metrics.
+    pub metrics: Arc<tandem_metrics::SupervisorMetrics>,
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -102,6 +111,7 @@ pub struct Supervisor {
     policy: RestartPolicy,
     world_size: u32,
     view: SharedView,
+    metrics: Arc<tandem_metrics::SupervisorMetrics>,
     launcher: Option<Launcher>,
     launch: Option<LaunchSpec>,
 }
@@ -129,12 +139,14 @@ impl Supervisor {
             ranks: Vec::new(),
             redis: "connecting".into(),
         }));
-        Self { config, policy, world_size, view, launcher: None, launch }
+        let metrics = Arc::new(tandem_metrics::SupervisorMetrics::new(&config.group.id));
+        metrics.set_ranks_expected(world_size);
+        Self { config, policy, world_size, view, metrics, launcher: None, launch }
     }
 
-    /// The snapshot the HTTP handlers read.
-    pub fn view(&self) -> SharedView {
-        self.view.clone()
+    /// What the HTTP handlers read.
+    pub fn published(&self) -> Published {
+        Published { view: self.view.clone(), metrics: self.metrics.clone() }
     }
 
     /// Process ids of launched agents (for `tandem up` and chaos).
@@ -282,6 +294,8 @@ impl Supervisor {
                         return Ok(Exit::GroupFailed(reason));
                     }
                     Decision::Restart { delay_ms } => {
+                        self.metrics.set_restart_backoff(Duration::from_millis(delay_ms));
+                        self.metrics.set_group_state(tandem_metrics::GroupState::Restarting);
                         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                         // Drain reports the failing epoch produced meanwhile: they are about it.
                         let _ = log.take_failures(1024).await;
@@ -294,6 +308,7 @@ impl Supervisor {
                                     state: GroupState::Restarting { reason: first.clone() },
                                 };
                                 restarts_total += 1;
+                                self.metrics.restarts().inc();
                                 let _ = log.save_supervisor_state(&state).await;
                                 tracing::info!(epoch = epoch.0, backoff_ms = delay_ms, reason = %first, "group restarting into a new epoch");
                                 if let Some(l) = self.launcher.as_mut() {
@@ -338,6 +353,19 @@ impl Supervisor {
             Some(format!("waiting for ranks {missing:?} to join epoch {}", state.epoch.0))
         };
         let restarts_in_window = state.restarts_ms.iter().filter(|t| now.saturating_sub(**t) < self.policy.window_ms).count();
+        let m = &self.metrics;
+        m.set_epoch(state.epoch.0);
+        m.set_group_state(match &state.state {
+            GroupState::Healthy => tandem_metrics::GroupState::Healthy,
+            GroupState::Restarting { .. } => tandem_metrics::GroupState::Restarting,
+            GroupState::Failed { .. } => tandem_metrics::GroupState::Failed,
+        });
+        m.set_ranks_alive(ranks.iter().filter(|r| r.heartbeat_age_ms.is_some_and(|a| a <= timeout)).count() as u32);
+        for r in &ranks {
+            if let Some(age) = r.heartbeat_age_ms {
+                m.set_heartbeat_age(r.rank, Duration::from_millis(age));
+            }
+        }
         self.set_view(|v| {
             v.epoch = state.epoch.0;
             v.state = state.state.name().to_string();

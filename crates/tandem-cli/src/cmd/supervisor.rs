@@ -18,7 +18,7 @@ pub fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow::Result
     let system = actix_rt::System::new();
     let exit = system.block_on(async move {
         let supervisor = Supervisor::new(cfg, launch);
-        let server = tandem_supervisor::http::start(&http_addr, supervisor.view())?;
+        let server = tandem_supervisor::http::start(&http_addr, supervisor.published())?;
         let handle = server.handle();
         actix_rt::spawn(server);
         tracing::info!(group = %group, http = %http_addr, "supervisor serving");
