@@ -51,6 +51,11 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     let store_arbiter = Arbiter::new();
     let metrics = Arc::new(tandem_metrics::AgentMetrics::new(&settings.membership.group_id.0, settings.rank.0));
     let store_metrics = metrics.clone();
+    // The store's thread logs inside the agent's span too (group, rank, epoch).
+    let span = tracing::Span::current();
+    store_arbiter.spawn_fn(move || {
+        std::mem::forget(span.entered());
+    });
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| StoreActor::new(store, shard_bytes, store_metrics));
     let router = Router::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
@@ -120,6 +125,8 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
     let mut tracker = AckTracker::new();
     let outcome = 'epochs: loop {
+        tracing::Span::current().record("epoch", epoch.0);
+        metrics.set_epoch(epoch.0);
         let run = start_epoch(&settings, epoch, log.as_ref(), &store_addr, &router, &events_tx, &fatal_tx, clock, &metrics).await?;
         let mut ack_through = run.ack_through;
         let mut pending_reports: Vec<FailureReport> = Vec::new();
@@ -185,6 +192,12 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
         epoch = next;
     };
     if let Some(p) = router.current() {
+        if outcome.is_ok() {
+            let drain = Duration::from_millis(settings.config.protocol.drain_timeout_ms);
+            if tokio::time::timeout(drain, p.send(crate::protocol::Drain)).await.is_err() {
+                tracing::warn!(timeout_ms = drain.as_millis() as u64, "drain did not finish in time");
+            }
+        }
         let _ = p.send(StopEpoch { reason: "agent stopping".into() }).await;
     }
     server_handle.stop(true).await;

@@ -103,6 +103,9 @@ pub struct ProtocolConfig {
     pub max_frame_bytes: u32,
     /// Deadline of a peer handshake, in milliseconds.
     pub handshake_timeout_ms: u64,
+    /// On SIGTERM, how long an agent may take to seal its open step and flush its outcomes to
+    /// Redis before it exits, in milliseconds.
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for ProtocolConfig {
@@ -113,6 +116,7 @@ impl Default for ProtocolConfig {
             frame_retention_steps: 1_024,
             max_frame_bytes: 16 * 1024 * 1024,
             handshake_timeout_ms: 2_000,
+            drain_timeout_ms: 5_000,
         }
     }
 }

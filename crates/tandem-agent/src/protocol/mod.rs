@@ -170,6 +170,13 @@ pub struct Wiring {
     pub metrics: Arc<tandem_metrics::AgentMetrics>,
 }
 
+/// SIGTERM: the leader seals its open step, with every start and outcome made durable first,
+/// so that followers hold everything decided; then the caller stops the epoch. Followers have
+/// nothing to drain. Completes when the frame is sealed (or could not be).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
 /// The role this rank plays in the epoch.
 enum Role {
     Leader(Box<LeaderRole>),
@@ -605,6 +612,35 @@ impl Handler<GetStatus> for ProtocolActor {
             s.reason = Some(format!("epoch {} failed: {reason}", self.settings.epoch));
         }
         actix::MessageResult(s)
+    }
+}
+
+impl Handler<Drain> for ProtocolActor {
+    type Result = actix::ResponseFuture<()>;
+    /// Seal the open step (leader) before a shutdown.
+    fn handle(&mut self, _: Drain, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        let step = match &self.role {
+            Role::Leader(l) if self.failure.is_none() && l.ready() && !self.append_in_flight => Some(l.next_step()),
+            _ => None,
+        };
+        match step {
+            Some(step) => {
+                let now = self.clock.now_ms();
+                let req = EngineRequest::EndStep { epoch: self.settings.epoch, step, deadline_ms: 0 };
+                self.dispatch(req, tx, now, ctx);
+            }
+            None => {
+                let _ = tx.send(EngineReply::Acked);
+            }
+        }
+        Box::pin(async move {
+            match rx.await {
+                Ok(EngineReply::Frame(f)) => tracing::info!(step = f.step.0, outcomes = f.finished.len(), "drained: open step sealed"),
+                Ok(EngineReply::Error(e)) => tracing::warn!(error = %e, "drain could not seal the open step"),
+                _ => {}
+            }
+        })
     }
 }
 
