@@ -142,7 +142,11 @@ pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchE
     let mut rows = Vec::new();
     let mut direct_unsupported = None;
     for &shard in &SHARD_SIZES {
-        let mut bench = SizeBench::new(shard, pool_bytes, bytes_per_figure, burst_bytes, work.path(), shm.path())?;
+        // Per-size directories, removed after the size is measured (declared before the bench
+        // so that they outlive it): /dev/shm never holds more than one size's files.
+        let size_work = tempfile::tempdir_in(work.path()).map_err(io("disk dir"))?;
+        let size_shm = tempfile::tempdir_in(shm.path()).map_err(io("shm dir"))?;
+        let mut bench = SizeBench::new(shard, pool_bytes, bytes_per_figure, burst_bytes, size_work.path(), size_shm.path())?;
         let best = bench.measure(&mut direct_unsupported)?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         rows.push(TierBenchRow {

@@ -38,7 +38,7 @@ pub enum ShmError {
     Io {
         /// The file.
         path: PathBuf,
-        /// What was being done (`create`, `open`, `resize`, `map`, `stat`).
+        /// What was being done (`create`, `open`, `resize`, `allocate`, `map`, `stat`).
         op: &'static str,
         /// The underlying error.
         source: std::io::Error,
@@ -64,8 +64,9 @@ pub enum FileOrigin {
 }
 
 impl ShmFile {
-    /// Creates (or truncates) `path` to `size` zero bytes and maps it; parent directories are
-    /// created. Used by engines publishing a page pool.
+    /// Creates (or truncates) `path` to `size` zero bytes, reserves them (`posix_fallocate`)
+    /// and maps it; parent directories are created. Used by engines publishing a page pool and
+    /// by the host tier for its slab.
     ///
     /// Errors: [`ShmError::ZeroSize`], [`ShmError::Io`].
     pub fn create(path: &Path, size: u64) -> Result<ShmFile, ShmError> {
@@ -153,7 +154,20 @@ fn create_file(path: &Path, size: u64, truncate: bool) -> Result<File, ShmError>
         .open(path)
         .map_err(io(path, "create"))?;
     file.set_len(size).map_err(io(path, "resize"))?;
+    reserve(&file, size).map_err(io(path, "allocate"))?;
     Ok(file)
+}
+
+/// Reserves the file's pages now, so that a full tmpfs is a typed error here rather than a
+/// SIGBUS on the first write through the mapping. File systems that cannot preallocate are
+/// left sparse.
+fn reserve(file: &File, size: u64) -> std::io::Result<()> {
+    let len = libc::off_t::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: plain syscall on an open descriptor.
+    match unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(file), 0, len) } {
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        err => Err(std::io::Error::from_raw_os_error(err)),
+    }
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> ShmError + 'a {
