@@ -7,6 +7,7 @@
 //! every rank's position. A watchdog ends the run when the leader made no progress for
 //! [`crate::Deadlines::stall`].
 
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,7 +36,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// # Errors
 /// [`ReplayError::Params`] before anything starts; [`ReplayError::Engine`] with the first
 /// failing engine's error and every rank's position; [`ReplayError::Stalled`];
-/// [`ReplayError::Spawn`]; [`ReplayError::Panicked`].
+/// [`ReplayError::Cancelled`]; [`ReplayError::Spawn`]; [`ReplayError::Panicked`].
 pub fn run_replay<I>(
     params: &ReplayParams,
     requests: I,
@@ -98,6 +99,16 @@ where
             if stalled.is_none() && idle > params.deadlines.stall {
                 stalled = Some(ReplayError::Stalled {
                     waited_ms: idle.as_millis() as u64,
+                    positions: shared.positions(),
+                });
+                shared.stop();
+            }
+            let cancelled = params
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst));
+            if stalled.is_none() && cancelled {
+                stalled = Some(ReplayError::Cancelled {
                     positions: shared.positions(),
                 });
                 shared.stop();

@@ -229,6 +229,12 @@ pub enum ReplayError {
         /// Where each rank stood.
         positions: Positions,
     },
+    /// The caller set [`crate::ReplayParams::cancel`].
+    #[error("the replay was cancelled\nwhere each rank stood:\n{positions}")]
+    Cancelled {
+        /// Where each rank stood.
+        positions: Positions,
+    },
     /// An engine thread could not be started.
     #[error("cannot start the engine thread of rank {rank}: {source}")]
     Spawn {

@@ -192,6 +192,13 @@ fn replay_error_messages_list_every_rank() {
         ReplayError::Params("no sockets".into()).to_string(),
         "bad replay parameters: no sockets"
     );
+    let e = ReplayError::Cancelled {
+        positions: Positions(vec![RankPosition::default()]),
+    };
+    assert_eq!(
+        e.to_string(),
+        "the replay was cancelled\nwhere each rank stood:\n  rank 0 (leader): not joined"
+    );
     let e = ReplayError::Spawn {
         rank: 1,
         source: std::io::Error::other("no threads"),

@@ -2,6 +2,8 @@
 //! read patterns, with defaults that suit a local cluster. Owns validation only.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tandem_trace::{Capacity, TraceRecord};
@@ -53,7 +55,7 @@ impl Default for Deadlines {
 }
 
 /// Parameters of [`crate::run_replay`]. Build with [`ReplayParams::new`] and adjust fields.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct ReplayParams {
     /// The engine socket of each rank's agent; index = rank, rank 0 is the leader.
     pub sockets: Vec<PathBuf>,
@@ -83,6 +85,11 @@ pub struct ReplayParams {
     pub deadlines: Deadlines,
     /// Draw an indicatif progress bar on stderr when stderr is a terminal.
     pub progress_bar: bool,
+    /// Set it to `true` (from any thread) to end the run early: the engines stop within
+    /// about one deadline slice and [`crate::run_replay`] returns
+    /// [`ReplayError::Cancelled`] (for example when the supervisor marked the group
+    /// failed, so that no engine waits out its recovery deadline).
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// The fewest pool pages that can run every one of `records`: its largest request's blocks
@@ -99,7 +106,8 @@ pub fn pool_pages_needed<'a>(records: impl IntoIterator<Item = &'a TraceRecord>)
 impl ReplayParams {
     /// Defaults for the group behind `sockets`: max rate, 512 pages per pool under
     /// `/dev/shm/tandem-replay`, 16 requests in flight, 4 admitted per step, 1 ms per step,
-    /// unlimited expected capacity, a mix of follower patterns, no progress bar.
+    /// unlimited expected capacity, a mix of follower patterns, no progress bar, no cancel
+    /// flag.
     pub fn new(sockets: Vec<PathBuf>) -> Self {
         let shm = PathBuf::from("/dev/shm");
         let base = if shm.is_dir() {
@@ -129,6 +137,7 @@ impl ReplayParams {
             ],
             deadlines: Deadlines::default(),
             progress_bar: false,
+            cancel: None,
         }
     }
 

@@ -121,3 +121,30 @@ fn paced_requests_follow_the_trace_timestamps() {
     assert_clean(&s, 40);
     assert_eq!(s.token_prefix_hit_ratio, s.expected_token_prefix_hit_ratio);
 }
+
+#[test]
+fn a_cancelled_run_stops_promptly_with_every_position() {
+    // A group that stops answering frames after a restart that never completes would make
+    // every engine wait out its recovery deadline; the caller's cancel flag ends it first.
+    let g = FakeGroup::start(spec(2));
+    let mut p = ReplayParams::new(g.sockets.clone());
+    p.pool_dir = g.pool_dir().join("pools");
+    p.speed = Speed::Factor(0.001);
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    p.cancel = Some(cancel.clone());
+    let records: Vec<TraceRecord> = SynthWorkload::new(50, 3).collect();
+    let flag = cancel.clone();
+    let progress = move |pr: &tandem_replay::ReplayProgress| {
+        if pr.requests_done >= 1 {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
+    let err = run_replay(&p, records, Some(&progress)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "the replay was cancelled\nwhere each rank stood:\n  rank 0 (leader): epoch 1"
+        ),
+        "{text}"
+    );
+}
