@@ -1,5 +1,36 @@
 //! `tandem bench`: benchmarks that print figures, each against a baseline measured in the same
-//! run (being written: see issue 8).
+//! run (issue 8). The machines are shared and noisy, so every raw figure sits next to a `ratio`
+//! against its baseline; nothing here asserts a time, and targets are printed with pass/fail
+//! marks only.
+//!
+//! # Layout
+//! - [`frame`]: leader seals → last follower holds the frame, real agents per rank count.
+//! - [`engines`]: the engine threads that drive empty steps through a local cluster (used by
+//!   `frame` and by `replay` for its empty-step baseline).
+//! - [`fanout`]: the TCP fan-out ping-pong baseline and its echo peer processes.
+//! - [`redis`]: the write-ahead append cost (wraps `tandem_durable::bench_append`).
+//! - [`tiers`]: the store engine's tier table (wraps `tandem_store::bench`).
+//! - [`recovery`]: SIGKILL one agent → group ready in a new epoch.
+//! - [`replay`]: the conversation trace through a 4-rank local cluster.
+//! - [`stats`]: percentiles and ratios.
+//! - [`plot`]: the SVG of frame latency against rank count.
+//! - [`report`]: table helpers, pass/fail marks and the JSON object.
+//!
+//! Owns measurement and printing only: every cluster comes from [`crate::local::LocalCluster`],
+//! every protocol call goes through `tandem_client`. It must never be called from a test.
+
+mod engines;
+mod fanout;
+mod frame;
+mod plot;
+mod recovery;
+mod redis;
+mod replay;
+mod report;
+mod stats;
+mod tiers;
+
+use std::path::PathBuf;
 
 /// Options of `tandem bench`.
 #[derive(Debug, clap::Args)]
@@ -13,6 +44,21 @@ pub struct BenchArgs {
     /// Print one JSON object with one key per part.
     #[arg(long)]
     pub json: bool,
+    /// Also draw frame latency against rank count (baseline beside it) as an SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Directory for the disk-tier files of `tiers` (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub disk_dir: Option<PathBuf>,
+    /// The trace `replay` uses.
+    #[arg(long, value_name = "FILE", default_value = replay::DEFAULT_TRACE)]
+    pub trace: PathBuf,
+    /// Internal: run one echo peer of the fan-out baseline, connected to ADDR.
+    #[arg(long, hide = true, value_name = "ADDR")]
+    pub echo_peer: Option<String>,
+    /// Internal: payload bytes of the echo peer.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub payload_bytes: usize,
 }
 
 /// The benchmark parts.
@@ -32,6 +78,80 @@ pub enum Part {
     All,
 }
 
+impl Part {
+    /// The JSON key and table title of a part.
+    fn key(self) -> &'static str {
+        match self {
+            Part::Frame => "frame",
+            Part::Redis => "redis",
+            Part::Tiers => "tiers",
+            Part::Recovery => "recovery",
+            Part::Replay => "replay",
+            Part::All => "all",
+        }
+    }
+}
+
+/// One part's result: its table and its JSON value.
+pub(crate) struct PartOutput {
+    /// The table printed on stdout.
+    pub table: String,
+    /// The part's JSON object.
+    pub json: serde_json::Value,
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("tandem bench {:?} is not built yet", args.part)
+    if let Some(addr) = &args.echo_peer {
+        return fanout::echo_peer(addr, args.payload_bytes);
+    }
+    let parts = match args.part {
+        Part::All => vec![Part::Frame, Part::Redis, Part::Tiers, Part::Recovery, Part::Replay],
+        p => vec![p],
+    };
+    let started = std::time::Instant::now();
+    let mut object = serde_json::Map::new();
+    object.insert("machine".into(), report::machine_json(args.quick));
+    let mut failed = Vec::new();
+    for part in parts {
+        eprintln!("tandem bench: {} ...", part.key());
+        let t = std::time::Instant::now();
+        let out = match part {
+            Part::Frame => frame::run(&args),
+            Part::Redis => redis::run(&args),
+            Part::Tiers => tiers::run(&args),
+            Part::Recovery => recovery::run(&args),
+            Part::Replay => replay::run(&args),
+            Part::All => unreachable_all(),
+        };
+        eprintln!("tandem bench: {} took {:.1} s", part.key(), t.elapsed().as_secs_f64());
+        match out {
+            Ok(out) => {
+                if !args.json {
+                    println!("== {} ==\n{}", part.key(), out.table);
+                }
+                object.insert(part.key().into(), out.json);
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                if !args.json {
+                    println!("== {} ==\nnot measured: {msg}\n", part.key());
+                }
+                object.insert(part.key().into(), serde_json::json!({ "error": msg }));
+                failed.push(part.key());
+            }
+        }
+    }
+    object.insert("wall_seconds".into(), started.elapsed().as_secs_f64().into());
+    if args.json {
+        println!("{}", serde_json::Value::Object(object));
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("these parts could not run: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// `Part::All` is expanded before the loop; this keeps the match total without a panic.
+fn unreachable_all() -> anyhow::Result<PartOutput> {
+    anyhow::bail!("`all` is not a single part")
 }

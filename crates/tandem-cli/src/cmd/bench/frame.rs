@@ -1,0 +1,187 @@
+//! `tandem bench frame`: leader seals → last follower holds the frame, with 2, 4, 8 and 16
+//! agent processes on loopback, against the TCP fan-out ping-pong of [`super::fanout`].
+//!
+//! Per rank count: a local cluster (redis, supervisor, one agent per rank, pp 1 × tp N, the
+//! smallest model), empty steps driven by [`super::engines`], then the cluster is stopped and
+//! the baseline runs with the frame's payload size between the same number of processes.
+//! Owns the sweep and its table; targets are printed, never asserted.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::engines::{drive_empty_steps, StepOptions};
+use super::fanout::fanout_baseline;
+use super::report::{mark, Table};
+use super::stats::{ratio, Summary};
+use super::{BenchArgs, PartOutput};
+use crate::cmd::up::small_model;
+use crate::local::{LocalCluster, LocalSpec};
+
+/// Rank counts measured.
+pub const RANKS: [u32; 4] = [2, 4, 8, 16];
+/// Target: frame p50 ≤ this × baseline p50.
+const P50_TARGET: f64 = 2.0;
+/// Target: frame p99 ≤ this × baseline p99.
+const P99_TARGET: f64 = 3.0;
+/// Target: frame p50 at 16 ranks ≤ this × frame p50 at 2 ranks.
+const SCALE_TARGET: f64 = 3.0;
+/// The leader's pause before each step (the followers' requests are waiting by then).
+const GAP: Duration = Duration::from_millis(2);
+
+/// Figures for one rank count, µs.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrameRow {
+    /// Agent processes (pp 1 × tp N).
+    pub ranks: u32,
+    /// Timed steps (after the warm-up).
+    pub steps: usize,
+    /// Bytes of the frame as a peer message; the baseline sends the same.
+    pub payload_bytes: usize,
+    /// `t0` (just before `end_step`) → the last follower's `frame(s)` returned.
+    pub frame_us: Summary,
+    /// `t0` → the first follower's `frame(s)` returned.
+    pub first_follower_us: Summary,
+    /// `t0` → the leader's `end_step(s)` returned (its Unix-socket round trip and the seal).
+    pub end_step_us: Summary,
+    /// The TCP fan-out ping-pong, `t0` → the last reply.
+    pub baseline_us: Summary,
+    /// `frame_us.p50 / baseline_us.p50` (target ≤ 2).
+    pub p50_ratio: f64,
+    /// `frame_us.p99 / baseline_us.p99` (target ≤ 3).
+    pub p99_ratio: f64,
+}
+
+/// The whole sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrameReport {
+    /// One row per rank count that ran.
+    pub rows: Vec<FrameRow>,
+    /// Rank counts that could not run, with why.
+    pub not_measured: Vec<(u32, String)>,
+    /// `p50(16) / p50(2)` of the frame (target ≤ 3), when both ran.
+    pub scale_ratio_p50: Option<f64>,
+    /// The same ratio for the baseline, for comparison.
+    pub baseline_scale_ratio_p50: Option<f64>,
+    /// The leader's pause before each step, µs.
+    pub gap_us: u64,
+}
+
+/// Run the sweep.
+///
+/// # Errors
+/// Only when nothing at all could be measured; a rank count that fails is reported in
+/// `not_measured`.
+pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+    let (warmup, steps) = if args.quick { (30, 300) } else { (100, 2000) };
+    let mut rows = Vec::new();
+    let mut not_measured = Vec::new();
+    for &n in &RANKS {
+        eprintln!("  frame: {n} ranks ...");
+        match one(n, warmup, steps) {
+            Ok(row) => rows.push(row),
+            Err(e) => {
+                eprintln!("  frame: {n} ranks not measured: {e:#}");
+                not_measured.push((n, format!("{e:#}")));
+            }
+        }
+    }
+    if rows.is_empty() {
+        anyhow::bail!("no rank count could be measured: {not_measured:?}");
+    }
+    let at = |n: u32, f: fn(&FrameRow) -> f64| rows.iter().find(|r| r.ranks == n).map(f);
+    let scale = |f: fn(&FrameRow) -> f64| match (at(16, f), at(2, f)) {
+        (Some(a), Some(b)) => Some(ratio(a, b)),
+        _ => None,
+    };
+    let report = FrameReport {
+        scale_ratio_p50: scale(|r| r.frame_us.p50),
+        baseline_scale_ratio_p50: scale(|r| r.baseline_us.p50),
+        rows,
+        not_measured,
+        gap_us: GAP.as_micros() as u64,
+    };
+    if let Some(path) = &args.plot {
+        super::plot::frame_svg(&report, path)?;
+        eprintln!("  frame: plot written to {}", path.display());
+    }
+    Ok(PartOutput { table: table(&report), json: serde_json::to_value(&report)? })
+}
+
+fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
+    let heartbeat = tandem_config::SupervisorConfig::default();
+    let spec = LocalSpec {
+        pp: 1,
+        tp: n,
+        host_capacity_blocks: 64,
+        disk_capacity_blocks: 0,
+        tokens_per_block: 512,
+        model_toml: small_model(1, n, 1),
+        heartbeat_ms: (heartbeat.heartbeat_interval_ms, heartbeat.heartbeat_timeout_ms),
+        dir: None,
+    };
+    let mut cluster = LocalCluster::start(&spec)?;
+    let sockets: Vec<_> = (0..n).map(|r| cluster.socket(r)).collect();
+    let opts = StepOptions { steps, warmup, gap: GAP, deadline: Duration::from_secs(5) };
+    let samples = match drive_empty_steps(&sockets, &opts) {
+        Ok(s) => s,
+        Err(e) => anyhow::bail!("{e:#}\n--- cluster log (last lines) ---\n{}", cluster.log_tail(20)),
+    };
+    cluster.stop();
+    drop(cluster);
+    let baseline = fanout_baseline(n, samples.payload_bytes, warmup, steps, GAP)?;
+    let frame_us = Summary::of(&samples.last_follower_us);
+    let baseline_us = Summary::of(&baseline);
+    Ok(FrameRow {
+        ranks: n,
+        steps: frame_us.n,
+        payload_bytes: samples.payload_bytes,
+        first_follower_us: Summary::of(&samples.first_follower_us),
+        end_step_us: Summary::of(&samples.end_step_us),
+        p50_ratio: ratio(frame_us.p50, baseline_us.p50),
+        p99_ratio: ratio(frame_us.p99, baseline_us.p99),
+        frame_us,
+        baseline_us,
+    })
+}
+
+/// The table printed on stdout.
+pub fn table(r: &FrameReport) -> String {
+    let mut t = Table::new(&[
+        "ranks", "bytes", "steps", "frame p50", "p99", "max", "base p50", "p99", "max", "ratio p50", "ratio p99", "end_step p50", "1st flw p50",
+    ]);
+    for row in &r.rows {
+        t.row(vec![
+            row.ranks.to_string(),
+            row.payload_bytes.to_string(),
+            row.steps.to_string(),
+            format!("{:.0}", row.frame_us.p50),
+            format!("{:.0}", row.frame_us.p99),
+            format!("{:.0}", row.frame_us.max),
+            format!("{:.0}", row.baseline_us.p50),
+            format!("{:.0}", row.baseline_us.p99),
+            format!("{:.0}", row.baseline_us.max),
+            format!("{:.2} {}", row.p50_ratio, mark(row.p50_ratio <= P50_TARGET)),
+            format!("{:.2} {}", row.p99_ratio, mark(row.p99_ratio <= P99_TARGET)),
+            format!("{:.0}", row.end_step_us.p50),
+            format!("{:.0}", row.first_follower_us.p50),
+        ]);
+    }
+    let mut out = format!("frame: µs from just before end_step(s) to the last follower's frame(s) return; baseline: TCP fan-out ping-pong of the same bytes (leader pause {} µs before each step)\n", r.gap_us);
+    out += &t.render();
+    out += &format!("targets: ratio p50 ≤ {P50_TARGET}, ratio p99 ≤ {P99_TARGET}\n");
+    match r.scale_ratio_p50 {
+        Some(s) => {
+            out += &format!(
+                "scale: frame p50(16)/p50(2) = {s:.2} {} (target ≤ {SCALE_TARGET}); baseline p50(16)/p50(2) = {:.2}\n",
+                mark(s <= SCALE_TARGET),
+                r.baseline_scale_ratio_p50.unwrap_or(0.0)
+            )
+        }
+        None => out += "scale: p50(16)/p50(2) not available (a rank count did not run)\n",
+    }
+    for (n, why) in &r.not_measured {
+        out += &format!("{n} ranks: not measured: {}\n", why.lines().next().unwrap_or(""));
+    }
+    out
+}

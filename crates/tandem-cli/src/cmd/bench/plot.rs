@@ -1,0 +1,56 @@
+//! The SVG of `tandem bench frame --plot FILE`: frame latency (p50 and p99) against rank count,
+//! the TCP fan-out baseline beside it, log-scaled rank axis. Owns drawing only.
+
+use std::path::Path;
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+use super::frame::FrameReport;
+
+/// Draw `report` to `path` (an SVG, 800 × 500).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let top = report.rows.iter().map(|r| r.frame_us.p99.max(r.baseline_us.p99)).fold(1.0, f64::max) * 1.15;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Frame latency: leader seals → last follower holds the frame", ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(65)
+            .build_cartesian_2d((1.5f64..20.0f64).log_scale(), 0.0..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("agent processes (ranks), log scale")
+            .y_desc("µs")
+            .x_labels(8)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .draw()?;
+        let series: [(&str, RGBColor, bool, fn(&super::frame::FrameRow) -> f64); 4] = [
+            ("frame p50", RGBColor(200, 30, 30), true, |r| r.frame_us.p50),
+            ("frame p99", RGBColor(200, 30, 30), false, |r| r.frame_us.p99),
+            ("TCP fan-out baseline p50", RGBColor(30, 80, 200), true, |r| r.baseline_us.p50),
+            ("TCP fan-out baseline p99", RGBColor(30, 80, 200), false, |r| r.baseline_us.p99),
+        ];
+        for (name, color, solid, f) in series {
+            let points: Vec<(f64, f64)> = report.rows.iter().map(|r| (f64::from(r.ranks), f(r))).collect();
+            let style = if solid { color.stroke_width(3) } else { color.stroke_width(1) };
+            chart
+                .draw_series(LineSeries::new(points.clone(), style))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.9)).border_style(BLACK).draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))
+}
