@@ -134,12 +134,17 @@ impl Manifest {
         }
     }
 
-    /// Writes the manifest to `path` atomically: `<path>.tmp`, fsync, rename, fsync of the
-    /// directory.
+    /// Writes the manifest to `path` atomically: a temporary file beside it (unique per save),
+    /// fsync, rename over `path`, fsync of the directory. Concurrent saves never tear the file;
+    /// the last rename wins.
     ///
     /// Errors: [`ManifestError::Io`].
     pub fn save(&self, path: &Path) -> Result<(), ManifestError> {
-        let tmp = path.with_extension("tmp");
+        // A temporary name of its own per save: two concurrent saves of one manifest (a writer
+        // thread and a final flush) must not write into the same temporary file.
+        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
         let io = |p: &Path, op: &'static str| {
             let p = p.to_path_buf();
             move |source| ManifestError::Io { path: p, op, source }
@@ -186,7 +191,12 @@ mod tests {
         m2.entries.remove(&BlockHash(7));
         m2.save(&path).unwrap();
         assert_eq!(Manifest::load(&path).unwrap(), Some(m2));
-        assert!(!path.with_extension("tmp").exists());
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
     #[test]
