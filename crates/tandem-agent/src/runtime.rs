@@ -132,6 +132,7 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
         let mut pending_reports: Vec<FailureReport> = Vec::new();
         let mut join_pending = false;
         let mut ticker = tokio::time::interval(interval);
+        let mut ticks: u64 = 0;
         let next = loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break 'epochs Ok(()); }
@@ -181,6 +182,18 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
                     match log.read_new(rank, 512).await {
                         Ok(entries) => tracker.on_read(&entries),
                         Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
+                    }
+                    // The leader bounds the stream: entries every rank acknowledged go, beyond
+                    // redis.stream_max_len (a trim scans the retained stream, so not every tick).
+                    ticks += 1;
+                    if settings.is_leader() && ticks % 50 == 0 {
+                        match log.trim(settings.config.redis.stream_max_len as usize).await {
+                            Ok(n) => metrics.stream_trimmed().add(n),
+                            Err(e) => tracing::debug!(error = %e, "cannot trim the completion stream"),
+                        }
+                        if let Ok(len) = log.stream_len().await {
+                            metrics.set_stream_length(len);
+                        }
                     }
                 }
             }

@@ -18,6 +18,8 @@
 //! | `tandem_tier_occupancy_blocks` | gauge | `tier` | block shards held in a tier |
 //! | `tandem_tier_capacity_blocks` | gauge | `tier` | block shard slots of a tier |
 //! | `tandem_evictions_total` | counter | | blocks evicted |
+//! | `tandem_stream_trimmed_entries_total` | counter | | completion-stream entries trimmed (leader) |
+//! | `tandem_stream_length_entries` | gauge | | entries in the completion stream (leader) |
 //! | `tandem_stale_epoch_rejected_total` | counter | | messages from another epoch rejected |
 //! | `tandem_restarts_total` | counter | | group restarts this agent took part in |
 //! | `tandem_epoch` | gauge | | current epoch |
@@ -59,6 +61,8 @@ pub struct AgentMetrics {
     tier_occupancy: [Gauge; 2],
     tier_capacity: [Gauge; 2],
     evictions: SyncedCounter,
+    stream_trimmed: SyncedCounter,
+    stream_length: Gauge,
     stale_epoch_rejected: SyncedCounter,
     restarts: SyncedCounter,
     epoch: Gauge,
@@ -138,6 +142,15 @@ impl AgentMetrics {
         let evictions = SyncedCounter::default();
         registry.register("evictions", "Blocks evicted", evictions.clone());
 
+        let stream_trimmed = SyncedCounter::default();
+        registry.register(
+            "stream_trimmed_entries",
+            "Completion-stream entries trimmed after every rank's consumer group acknowledged them (leader)",
+            stream_trimmed.clone(),
+        );
+        let stream_length = Gauge::default();
+        registry.register("stream_length_entries", "Entries in the completion stream (leader)", stream_length.clone());
+
         let stale_epoch_rejected = SyncedCounter::default();
         registry.register(
             "stale_epoch_rejected",
@@ -181,6 +194,8 @@ impl AgentMetrics {
             tier_occupancy,
             tier_capacity,
             evictions,
+            stream_trimmed,
+            stream_length,
             stale_epoch_rejected,
             restarts,
             epoch,
@@ -210,6 +225,16 @@ impl AgentMetrics {
     /// `tandem_tier_moved_bytes_total{tier,direction}`, in bytes.
     pub fn moved_bytes(&self, tier: Tier, direction: Direction) -> &SyncedCounter {
         &self.moved_bytes[tier.index()][direction.index()]
+    }
+
+    /// `tandem_stream_trimmed_entries_total`: completion-stream entries trimmed.
+    pub fn stream_trimmed(&self) -> &SyncedCounter {
+        &self.stream_trimmed
+    }
+
+    /// `tandem_stream_length_entries`: entries in the completion stream.
+    pub fn set_stream_length(&self, entries: u64) {
+        self.stream_length.set(entries as i64);
     }
 
     /// `tandem_evictions_total`, in blocks.

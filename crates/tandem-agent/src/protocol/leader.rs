@@ -91,6 +91,7 @@ pub struct LeaderRole {
     /// Redis); engine requests wait for it.
     index_ready: bool,
     counts: TaskCounts,
+    evictions: u64,
     /// When the engine's pending `end_step` arrived (for the frame latency histogram).
     end_started: Option<std::time::Instant>,
     /// Latencies of sealed steps not yet handed to the metrics, seconds.
@@ -109,6 +110,7 @@ impl LeaderRole {
             log_error: None,
             index_ready: !durable,
             counts: TaskCounts::default(),
+            evictions: 0,
             end_started: None,
             latencies: Vec::new(),
             leader,
@@ -144,7 +146,7 @@ impl LeaderRole {
         tracing::info!(kept = rebuild.kept, dropped = rebuild.dropped.len(), "group index rebuilt from the ranks' manifests");
         self.index = rebuild.index;
         for m in rebuild.moves {
-            self.leader.record_tier_op(tier_op(m));
+            self.record(tier_op(m));
         }
         self.index_ready = true;
     }
@@ -233,7 +235,7 @@ impl LeaderRole {
                 (TaskKind::Store, true) => self.index.finish_store(pin),
                 (TaskKind::Store, false) => self.index.abort_store(pin).map(|moves| {
                     for m in moves {
-                        self.leader.record_tier_op(tier_op(m));
+                        self.record(tier_op(m));
                     }
                 }),
                 (TaskKind::Load, ok) => {
@@ -242,7 +244,7 @@ impl LeaderRole {
                     // block is no longer complete everywhere, so it leaves the group.
                     if !ok {
                         if let Some(m) = self.index.drop_block(hash) {
-                            self.leader.record_tier_op(tier_op(m));
+                            self.record(tier_op(m));
                         }
                     }
                     r
@@ -304,6 +306,14 @@ impl LeaderRole {
         None
     }
 
+    /// Record a tier operation in the open step, counting evictions.
+    fn record(&mut self, op: tandem_proto::TierOp) {
+        if matches!(op, tandem_proto::TierOp::Evict(_)) {
+            self.evictions += 1;
+        }
+        self.leader.record_tier_op(op);
+    }
+
     fn check_step(&self, step: Step) -> Result<(), AgentError> {
         let expected = self.leader.open_step();
         if step != expected {
@@ -321,7 +331,7 @@ impl LeaderRole {
             match self.index.begin_load(*hash) {
                 Ok(plan) => {
                     for m in plan.moves {
-                        self.leader.record_tier_op(tier_op(m));
+                        self.record(tier_op(m));
                     }
                     pins.push(plan.pin);
                 }
@@ -349,7 +359,7 @@ impl LeaderRole {
             match self.index.begin_store(hash) {
                 Ok(plan) => {
                     for m in plan.moves {
-                        self.leader.record_tier_op(tier_op(m));
+                        self.record(tier_op(m));
                     }
                     let Some(tier) = frame_tier(plan.tier) else {
                         return self.refuse_store(request, pins, format!("block {hash}: no frame tier for {}", plan.tier));
@@ -373,7 +383,7 @@ impl LeaderRole {
     fn refuse_store(&mut self, request: RequestId, pins: Vec<Pin>, reason: String) -> EngineReply {
         for pin in pins {
             match self.index.abort_store(pin) {
-                Ok(moves) => moves.into_iter().for_each(|m| self.leader.record_tier_op(tier_op(m))),
+                Ok(moves) => moves.into_iter().for_each(|m| self.record(tier_op(m))),
                 Err(e) => tracing::warn!(error = %e, "group index refused a pin"),
             }
         }
@@ -479,6 +489,11 @@ impl LeaderRole {
             }
         }
         self.seal_or_wait(job.step, job.deadline_ms, job.reply, now, store);
+    }
+
+    /// Blocks evicted from the group so far (tier operations `Evict` recorded).
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// Task counts so far, for metrics.

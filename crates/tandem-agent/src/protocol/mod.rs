@@ -289,6 +289,7 @@ impl ProtocolActor {
                 m.steps_sealed().set_total(stats.steps_sealed);
                 m.stale_epoch_rejected().set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
                 m.set_peers_joined(stats.handshakes_admitted);
+                m.evictions().set_total(l.evictions());
                 let c = l.task_counts();
                 for (i, kind) in [K::Store, K::Load].into_iter().enumerate() {
                     m.tasks_started(kind).set_total(c.started[i]);
