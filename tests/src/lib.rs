@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod engines;
+pub mod redis;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -1,0 +1,437 @@
+//! Issue 5: group restarts with real processes. A real `redis-server` on a free port, one
+//! `tandem agent` process per rank, a `tandem supervisor` process, and simulated engines
+//! (`tandem_replay::run_replay`) storing and loading through the agents while the test kills
+//! things: a follower agent, the leader agent, the supervisor, Redis itself, and agents again
+//! and again until the restart limit is reached.
+//!
+//! The test plays the outer restart policy (docker `restart: always`, systemd): it starts a
+//! killed agent process again. Everything else (noticing the failure, moving the epoch,
+//! reconciling) is the supervisor's and the agents' job.
+//!
+//! The tests share the machine's cores with every rank, so they run one at a time.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tandem_replay::{pool_pages_needed, run_replay, ReplayError, ReplayParams, ReplaySummary};
+use tandem_tests::cluster::{http_get, Group, GroupSpec};
+use tandem_tests::redis::RedisServer;
+use tandem_tests::{tandem, ChildGuard};
+use tandem_trace::SynthWorkload;
+
+/// The group id of [`Group::configure`]'s configuration.
+const GROUP: &str = "itest";
+/// How long a group or supervisor may take to become ready.
+const READY: Duration = Duration::from_secs(60);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One test at a time: every test runs a whole group on a shared machine.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn key(suffix: &str) -> String {
+    format!("tandem:{{{GROUP}}}:{suffix}")
+}
+
+/// A group of agent processes with its supervisor process and its Redis.
+struct Cluster {
+    group: Group,
+    redis: RedisServer,
+    supervisor: Option<ChildGuard>,
+    supervisor_http: (String, u16),
+    supervisor_env: Vec<(String, String)>,
+    supervisor_runs: u32,
+    agent_runs: Vec<u32>,
+}
+
+impl Cluster {
+    /// Two ranks (pp 1 × tp 2) with 2 KiB shards and room for every block of a replay,
+    /// their supervisor (with `supervisor_env` as `TANDEM__*` overrides), all ready.
+    fn start(redis: RedisServer, supervisor_env: &[(&str, &str)]) -> Self {
+        let mut spec = GroupSpec::new(1, 2);
+        spec.redis_url = redis.url();
+        spec.host_capacity_blocks = 8192;
+        spec.disk_capacity_blocks = 0;
+        let mut group = Group::configure(&spec);
+        let text = std::fs::read_to_string(&group.config).expect("read config");
+        // 2 KiB shards instead of 32 KiB: the replay exercises the protocol, not copy bandwidth.
+        let text = text.replacen("head_dim = 16", "head_dim = 1", 1);
+        std::fs::write(&group.config, &text).expect("write config");
+        let addr = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("http_addr = "))
+            .map(|v| v.trim_matches('"').to_string())
+            .expect("the supervisor's http_addr in the config");
+        let (host, port) = addr.rsplit_once(':').expect("host:port");
+        let supervisor_http = (host.to_string(), port.parse().expect("supervisor port"));
+        for rank in 0..group.world_size {
+            let child = group.agent_command(rank).spawn().expect("spawn tandem agent");
+            group.agents.push(Some(ChildGuard(child)));
+        }
+        let mut c = Cluster {
+            agent_runs: vec![1; group.world_size as usize],
+            group,
+            redis,
+            supervisor: None,
+            supervisor_http,
+            supervisor_env: supervisor_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            supervisor_runs: 0,
+        };
+        c.start_supervisor();
+        c.group.wait_ready(READY);
+        c.wait_supervisor_ready(READY);
+        c
+    }
+
+    fn supervisor_log_path(&self, run: u32) -> PathBuf {
+        self.group.path().join(format!("supervisor-{run}.log"))
+    }
+
+    /// The command of a `tandem supervisor` process for this group (log in the group dir).
+    fn supervisor_command(&mut self) -> Command {
+        self.supervisor_runs += 1;
+        let log = std::fs::File::create(self.supervisor_log_path(self.supervisor_runs)).expect("supervisor log");
+        let mut cmd = tandem();
+        cmd.arg("supervisor").arg("--config").arg(&self.group.config);
+        for (k, v) in &self.supervisor_env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        cmd
+    }
+
+    fn start_supervisor(&mut self) {
+        let child = self.supervisor_command().spawn().expect("spawn tandem supervisor");
+        self.supervisor = Some(ChildGuard(child));
+    }
+
+    /// The current supervisor process's log.
+    fn supervisor_log(&self) -> String {
+        std::fs::read_to_string(self.supervisor_log_path(self.supervisor_runs)).unwrap_or_default()
+    }
+
+    fn supervisor_get(&self, path: &str) -> Option<(u16, String)> {
+        http_get((&self.supervisor_http.0, self.supervisor_http.1), path)
+    }
+
+    /// The supervisor's `/status` as JSON.
+    fn supervisor_status(&self) -> Option<serde_json::Value> {
+        self.supervisor_get("/status").and_then(|(_, body)| serde_json::from_str(&body).ok())
+    }
+
+    /// Wait until the supervisor's `/readyz` answers 200.
+    fn wait_supervisor_ready(&self, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            let answer = self.supervisor_get("/readyz");
+            if matches!(answer, Some((200, _))) {
+                return;
+            }
+            if start.elapsed() > timeout {
+                panic!("supervisor not ready within {timeout:?} (last answer {answer:?})\n{}", self.diagnostics());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The supervisor's epoch from its `/status`.
+    fn supervisor_epoch(&self) -> Option<u64> {
+        self.supervisor_status().and_then(|s| s["epoch"].as_u64())
+    }
+
+    /// SIGKILL `rank`'s agent and reap it; its log is kept as `rank<r>.run<n>.log`.
+    fn kill_agent(&mut self, rank: u32) {
+        let guard = self.group.agents[rank as usize].take().expect("the agent runs");
+        drop(guard);
+        let run = self.agent_runs[rank as usize];
+        let _ = std::fs::rename(self.group.log_path(rank), self.group.path().join(format!("rank{rank}.run{run}.log")));
+    }
+
+    /// Start `rank`'s agent again, as a restart policy would.
+    fn restart_agent(&mut self, rank: u32) {
+        self.agent_runs[rank as usize] += 1;
+        let child = self.group.agent_command(rank).spawn().expect("respawn tandem agent");
+        self.group.agents[rank as usize] = Some(ChildGuard(child));
+    }
+
+    /// Wait until the supervisor's epoch passes `epoch`.
+    fn wait_epoch_after(&self, epoch: u64, timeout: Duration) -> u64 {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = self.supervisor_epoch().filter(|e| *e > epoch) {
+                return e;
+            }
+            if start.elapsed() > timeout {
+                panic!("the supervisor did not move past epoch {epoch} within {timeout:?}\n{}", self.diagnostics());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Logs of every process, their last lines, for failure messages.
+    fn diagnostics(&self) -> String {
+        let mut out = format!("--- supervisor /status: {:?}\n", self.supervisor_get("/status"));
+        out += &format!("--- supervisor log (run {}):\n{}\n", self.supervisor_runs, tail(&self.supervisor_log(), 40));
+        for rank in 0..self.group.world_size {
+            out += &format!("--- rank {rank} log:\n{}\n", tail(&self.group.log(rank), 25));
+        }
+        out += &format!("--- redis log:\n{}\n", tail(&self.redis.log(), 10));
+        out
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A replay running in its own thread, with its progress.
+struct Replay {
+    handle: JoinHandle<Result<ReplaySummary, ReplayError>>,
+    done: Arc<AtomicU64>,
+}
+
+impl Replay {
+    /// Replay `requests` synthetic requests (seed `seed`) through `c`'s engine sockets.
+    fn start(c: &Cluster, requests: usize, seed: u64) -> Self {
+        let records: Vec<_> = SynthWorkload::new(requests, seed).collect();
+        let mut params = ReplayParams::new((0..c.group.world_size).map(|r| c.group.socket(r)).collect());
+        params.pool_pages = pool_pages_needed(&records).max(256);
+        params.pool_dir = c.group.path().join("pools");
+        params.deadlines.stall = Duration::from_secs(60);
+        let done = Arc::new(AtomicU64::new(0));
+        let seen = done.clone();
+        let handle = std::thread::spawn(move || {
+            let progress = move |p: &tandem_replay::ReplayProgress| seen.store(p.requests_done, Ordering::SeqCst);
+            run_replay(&params, records, Some(&progress))
+        });
+        Replay { handle, done }
+    }
+
+    /// Wait until `n` requests completed (the run is in the middle of its stores and loads).
+    fn wait_done(&self, n: u64, c: &Cluster) {
+        let start = Instant::now();
+        while self.done.load(Ordering::SeqCst) < n {
+            assert!(!self.handle.is_finished(), "the replay ended before {n} requests completed");
+            if start.elapsed() > Duration::from_secs(60) {
+                panic!("the replay did not reach {n} requests within 60 s\n{}", c.diagnostics());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Wait for the end of the run and return its summary.
+    fn finish(self, c: &Cluster) -> ReplaySummary {
+        match self.handle.join() {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => panic!("the replay failed: {e}\n{}", c.diagnostics()),
+            Err(_) => panic!("the replay thread panicked\n{}", c.diagnostics()),
+        }
+    }
+}
+
+/// Every store and load was delivered once or reported aborted, never both, never lost, and
+/// every byte verified.
+fn assert_exactly_once(s: &ReplaySummary, c: &Cluster, requests: u64) {
+    let ctx = || format!("summary: {}\n{}", s.to_json(), c.diagnostics());
+    assert_eq!(s.requests, requests, "every request completed; {}", ctx());
+    assert_eq!(s.lost_completions, 0, "no completion lost; {}", ctx());
+    assert_eq!(s.duplicate_completions, 0, "no completion delivered twice; {}", ctx());
+    assert_eq!(s.mismatches, 0, "every rank read the same frames; {}", ctx());
+    assert_eq!(s.verify_failures, 0, "every loaded byte verified; {}", ctx());
+}
+
+/// Wait for `child` to exit within `timeout`.
+fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+const REQUESTS: usize = 600;
+
+/// SIGKILL `rank`'s agent once a quarter of the replay completed; `respawn_at_once` restarts
+/// it right away (a fast restart policy), otherwise only after the supervisor moved the epoch.
+fn kill_agent_mid_replay(rank: u32, respawn_at_once: bool, seed: u64) {
+    let _serial = serial();
+    let t0 = Instant::now();
+    let mut c = Cluster::start(RedisServer::start(), &[]);
+    let epoch_before = c.supervisor_epoch().expect("supervisor epoch");
+    let replay = Replay::start(&c, REQUESTS, seed);
+    replay.wait_done(REQUESTS as u64 / 4, &c);
+    c.kill_agent(rank);
+    if !respawn_at_once {
+        c.wait_epoch_after(epoch_before, Duration::from_secs(20));
+    }
+    c.restart_agent(rank);
+    let s = replay.finish(&c);
+    assert_exactly_once(&s, &c, REQUESTS as u64);
+    assert!(s.epochs >= 2, "the kill moved the group to a new epoch: {}\n{}", s.to_json(), c.diagnostics());
+    assert!(s.restarts >= 1, "restarts counted: {}", s.to_json());
+    let epoch_after = c.supervisor_epoch().expect("supervisor epoch");
+    assert!(epoch_after > epoch_before, "the supervisor's epoch moved from {epoch_before}: now {epoch_after}");
+    c.group.wait_ready(READY);
+    c.wait_supervisor_ready(READY);
+    eprintln!(
+        "kill rank {rank}: {:.1} s; epochs {} restarts {} stores_failed {} loads_failed {} redelivered_unacked {} unseen_outcomes {} recovery_ms_mean {:?}",
+        t0.elapsed().as_secs_f64(),
+        s.epochs,
+        s.restarts,
+        s.stores_failed,
+        s.loads_failed,
+        s.redelivered_unacked,
+        s.unseen_outcomes,
+        s.recovery_ms_mean
+    );
+}
+
+#[test]
+fn sigkill_a_follower_agent_in_the_middle_of_stores() {
+    kill_agent_mid_replay(1, true, 11);
+}
+
+#[test]
+fn sigkill_the_leader_agent_in_the_middle_of_stores() {
+    kill_agent_mid_replay(0, false, 12);
+}
+
+#[test]
+fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
+    let _serial = serial();
+    let t0 = Instant::now();
+    let mut c = Cluster::start(RedisServer::start(), &[]);
+    let status = c.supervisor_status().expect("supervisor /status");
+    let epoch = status["epoch"].as_u64().expect("epoch");
+    let stored_before = c.redis.hgetall(&key("supervisor"));
+    assert_eq!(stored_before.get("state").map(String::as_str), Some("healthy"), "stored state: {stored_before:?}");
+    assert_eq!(c.redis.get(&key("epoch")), Some(epoch.to_string()));
+
+    // A replay runs across the supervisor's death and its successor's start.
+    let replay = Replay::start(&c, 300, 13);
+    replay.wait_done(50, &c);
+    drop(c.supervisor.take());
+    // Longer than the heartbeat timeout (1 s): the new supervisor must not take the gap in
+    // its own watch for a silent group.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(c.supervisor_get("/readyz").is_none(), "the old supervisor is gone");
+    c.start_supervisor();
+    c.wait_supervisor_ready(READY);
+    let s = replay.finish(&c);
+    assert_exactly_once(&s, &c, 300);
+    assert_eq!(s.epochs, 1, "no group restart: {}", s.to_json());
+    assert_eq!(s.restarts, 0, "no group restart: {}", s.to_json());
+
+    // Watch three heartbeat timeouts more: still no restart.
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, body) = c.supervisor_get("/readyz").expect("supervisor /readyz answers");
+    assert_eq!(code, 200, "ready: {body}\n{}", c.diagnostics());
+    let status = c.supervisor_status().expect("supervisor /status");
+    assert_eq!(status["epoch"].as_u64(), Some(epoch), "same epoch: {status}");
+    assert_eq!(status["restarts_total"].as_u64(), Some(0), "no restart by the new supervisor: {status}");
+    assert_eq!(status["state"].as_str(), Some("healthy"), "{status}");
+    assert_eq!(c.redis.get(&key("epoch")), Some(epoch.to_string()), "the epoch counter did not move");
+    let stored_after = c.redis.hgetall(&key("supervisor"));
+    assert_eq!(stored_after.get("restarts_ms"), stored_before.get("restarts_ms"), "restart history unchanged");
+    assert_eq!(stored_after.get("epoch"), Some(&epoch.to_string()));
+    let log = c.supervisor_log();
+    assert!(log.contains("continuing from the stored supervisor state"), "the new supervisor read the stored state:\n{log}");
+    assert!(!log.contains("group restarting into a new epoch"), "the new supervisor restarted the group:\n{log}");
+    c.group.wait_ready(Duration::from_secs(5));
+    eprintln!("supervisor kill: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn a_redis_restart_loses_no_acknowledged_outcome() {
+    let _serial = serial();
+    let t0 = Instant::now();
+    let mut c = Cluster::start(RedisServer::start_with_aof(), &[]);
+    let epoch_before = c.supervisor_epoch().expect("supervisor epoch");
+    let replay = Replay::start(&c, REQUESTS, 14);
+    replay.wait_done(REQUESTS as u64 / 4, &c);
+    let entries_before = c.redis.command(&["XLEN", &key("completions")]).ok().and_then(|r| r.text());
+    c.redis.kill();
+    std::thread::sleep(Duration::from_millis(1000));
+    c.redis.restart();
+    let s = replay.finish(&c);
+    assert_exactly_once(&s, &c, REQUESTS as u64);
+    // Agents and supervisor resume by themselves.
+    c.group.wait_ready(READY);
+    c.wait_supervisor_ready(READY);
+    let status = c.supervisor_status().expect("supervisor /status");
+    assert_eq!(status["redis"].as_str(), Some("ok"), "{status}");
+    let epoch = status["epoch"].as_u64().expect("epoch");
+    assert_eq!(c.redis.get(&key("epoch")), Some(epoch.to_string()), "the epoch counter survived the restart");
+    assert!(epoch >= epoch_before);
+    eprintln!(
+        "redis restart: {:.1} s; stream entries before the kill {:?}; epochs {} (supervisor epoch {epoch_before} -> {epoch}); redelivered_unacked {} stores_failed {}",
+        t0.elapsed().as_secs_f64(),
+        entries_before,
+        s.epochs,
+        s.redelivered_unacked,
+        s.stores_failed
+    );
+}
+
+#[test]
+fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
+    let _serial = serial();
+    let t0 = Instant::now();
+    let mut c = Cluster::start(RedisServer::start(), &[("TANDEM__SUPERVISOR__MAX_RESTARTS", "2"), ("TANDEM__SUPERVISOR__RESTART_WINDOW_S", "60")]);
+    // Two restarts are allowed.
+    for _ in 0..2 {
+        let epoch = c.supervisor_epoch().expect("supervisor epoch");
+        c.kill_agent(1);
+        c.restart_agent(1);
+        c.wait_epoch_after(epoch, Duration::from_secs(20));
+        c.group.wait_ready(READY);
+        c.wait_supervisor_ready(READY);
+    }
+    // The third failure within the window is past the limit.
+    c.kill_agent(1);
+    c.restart_agent(1);
+    let mut seen_failed = false;
+    let supervisor = c.supervisor.as_mut().expect("supervisor runs");
+    let start = Instant::now();
+    let status = loop {
+        if let Ok(Some(status)) = supervisor.0.try_wait() {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+        if let Some((_, body)) = http_get((&c.supervisor_http.0, c.supervisor_http.1), "/status") {
+            seen_failed |= body.contains("\"state\":\"failed\"");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let Some(status) = status else {
+        panic!("the supervisor did not give up within 30 s\n{}", c.diagnostics());
+    };
+    assert_eq!(status.code(), Some(3), "exit code 3 (group failed); {}", c.diagnostics());
+    let log = c.supervisor_log();
+    let line = log.lines().find(|l| l.contains("the group is marked failed")).unwrap_or_else(|| panic!("a log line says the group is marked failed:\n{log}"));
+    assert!(line.contains("reached the limit of 2"), "the line names the limit: {line}");
+    assert!(line.contains("within 60 s"), "the line names the window: {line}");
+    assert!(log.contains("tandem: error: group failed: "), "the exit error names the failure:\n{log}");
+    let stored = c.redis.hgetall(&key("supervisor"));
+    assert_eq!(stored.get("state").map(String::as_str), Some("failed"), "stored state: {stored:?}");
+    assert!(stored.get("reason").is_some_and(|r| r.contains("reached the limit of 2")), "stored reason names the limit: {stored:?}");
+
+    // A new supervisor does not resurrect a failed group: it exits 3 at once.
+    c.start_supervisor();
+    let again = wait_exit(&mut c.supervisor.as_mut().expect("supervisor").0, Duration::from_secs(20));
+    assert_eq!(again.and_then(|s| s.code()), Some(3), "a new supervisor also reports the failed group; {}", c.diagnostics());
+    assert!(c.supervisor_log().contains("marked failed by an earlier supervisor"), "{}", c.supervisor_log());
+    eprintln!("restart storm: {:.1} s; /status showed failed before exit: {seen_failed}", t0.elapsed().as_secs_f64());
+}
