@@ -240,6 +240,7 @@ impl Session {
         let started = Instant::now();
         let mut broken = matches!(fault, Fault::Broken(_));
         let need_new_epoch = broken && failed.mutates;
+        let mut stayed = false;
         let mut must_register = false;
         let mut last = fault.to_string();
         let mut pause = !matches!(fault, Fault::Stale(_));
@@ -249,7 +250,9 @@ impl Session {
             }
             if started.elapsed() > self.deadlines.recovery {
                 let waited_ms = ms(started);
-                return Err(if need_new_epoch {
+                // Ambiguous only when the agent answered in the old epoch: an agent that never
+                // came back is a plain failure to rejoin.
+                return Err(if need_new_epoch && stayed {
                     EngineError::Ambiguous {
                         rank,
                         call: failed.call,
@@ -297,6 +300,7 @@ impl Session {
             };
             let new_epoch = welcome.epoch.0 != old_epoch;
             if !new_epoch && need_new_epoch {
+                stayed = true;
                 last = format!("the group is still in epoch {old_epoch}");
                 continue;
             }
