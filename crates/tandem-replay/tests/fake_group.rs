@@ -148,3 +148,22 @@ fn a_cancelled_run_stops_promptly_with_every_position() {
         "{text}"
     );
 }
+
+#[test]
+fn a_single_rank_group_and_an_empty_trace_end_cleanly() {
+    let g = FakeGroup::start(spec(1));
+    let s = replay(&g, 30);
+    assert_clean(&s, 30);
+    assert_eq!(s.ranks, 1);
+    let g = FakeGroup::start(spec(3));
+    let s = replay(&g, 0);
+    assert_eq!(
+        (s.requests, s.blocks_stored, s.verify_failures, s.mismatches),
+        (0, 0, 0, 0),
+        "{s}"
+    );
+    assert!(
+        s.steps >= 1,
+        "the leader seals at least one step for the followers to reach: {s}"
+    );
+}

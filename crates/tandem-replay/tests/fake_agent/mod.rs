@@ -289,7 +289,7 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
                     .map(|a| a.map_or(-1, |v| v as i64))
                     .min()
                     .unwrap_or(i64::MAX);
-                if (step.0 as i64) <= slowest + s.spec.window as i64 {
+                if (step.0 as i64) <= slowest.saturating_add(s.spec.window as i64) {
                     break;
                 }
                 let now = Instant::now();
