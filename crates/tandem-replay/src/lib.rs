@@ -30,8 +30,21 @@
 //!   before it: the arrival model of [`tandem_trace::PrefixCacheSim`]. With unlimited
 //!   capacity, no failures and an agent index that matches exactly, observed and expected hit
 //!   ratios are equal.
+//! - **Followers own their pages by frame position.** A follower computes a store's pages
+//!   when it applies the frame that starts the store, and verifies a load's pages when it
+//!   applies the frame that reports it `Ok`. So its agent may copy a store only after the
+//!   engine acknowledged the start step, and may write a load only after the engine
+//!   acknowledged the step before it (the page may still hold an earlier load the engine has
+//!   not verified yet). A verify failure says what the page held instead.
 //! - **Accounting** (lost, duplicate, mismatch...) is defined in [`ledger`] and
 //!   [`summary`].
+//! - **Every wait is bounded** ([`Deadlines`]); an error names every rank's position, and
+//!   [`ReplayParams::cancel`] ends a run at once.
+//!
+//! # Tests
+//! `tests/fake_group.rs` drives the engines against an in-process fake group
+//! (`tests/fake_agent`) that keeps the contract and restarts on demand, by stale epoch or by
+//! breaking every socket; the workspace tests drive them against real agents.
 //!
 //! # Layout
 //! - [`content`]: shard content, [`fill_shard`], [`verify_shard`], [`VerifyError`].
