@@ -125,7 +125,8 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
     let mut tracker = AckTracker::new();
     let outcome = 'epochs: loop {
-        tracing::Span::current().record("epoch", epoch.0);
+        // Every log line of this epoch on this thread (the protocol actor's too) carries it.
+        let _epoch_span = tracing::info_span!("epoch", epoch = epoch.0).entered();
         metrics.set_epoch(epoch.0);
         let run = start_epoch(&settings, epoch, log.as_ref(), &store_addr, &router, &events_tx, &fatal_tx, clock, &metrics).await?;
         let mut ack_through = run.ack_through;

@@ -27,6 +27,8 @@ pub struct LocalSpec {
     pub model_toml: String,
     /// Heartbeat interval and timeout, ms.
     pub heartbeat_ms: (u64, u64),
+    /// Restarts allowed within the restart window before the group is marked failed.
+    pub max_restarts: u32,
     /// Where to put the cluster's files (`None`: a new temporary directory).
     pub dir: Option<PathBuf>,
 }
@@ -194,8 +196,10 @@ url = "{redis}"
 [supervisor]
 heartbeat_interval_ms = {hb_int}
 heartbeat_timeout_ms = {hb_to}
+max_restarts = {max_restarts}
 http_addr = "{sup}"
 "#,
+            max_restarts = spec.max_restarts,
             pid = std::process::id(),
             pp = spec.pp,
             tp = spec.tp,

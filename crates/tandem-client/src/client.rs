@@ -72,6 +72,7 @@ const DEDUP_EPOCHS: u64 = 16;
 /// frame 0 of an epoch is kept, so re-reading it returns the same frame.
 pub struct EngineClient {
     stream: UnixStream,
+    path: std::path::PathBuf,
     welcome: Welcome,
     /// Task ids whose outcome this engine received, of the last [`DEDUP_EPOCHS`] epochs.
     seen: std::collections::BTreeSet<tandem_proto::ids::TaskId>,
@@ -86,29 +87,27 @@ impl EngineClient {
     /// # Errors
     /// [`ClientError::Connect`], or the agent's refusal (for example a rank mismatch).
     pub fn connect(path: impl AsRef<Path>, rank: u32, timeout: Duration) -> Result<Self, ClientError> {
-        let path = path.as_ref();
-        let started = Instant::now();
-        let stream = loop {
-            match UnixStream::connect(path) {
-                Ok(s) => break s,
-                Err(source) if started.elapsed() >= timeout => {
-                    return Err(ClientError::Connect {
-                        path: path.display().to_string(),
-                        waited_ms: started.elapsed().as_millis() as u64,
-                        source,
-                    })
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
+        let stream = open(path.as_ref(), timeout)?;
         let mut client = Self {
             stream,
+            path: path.as_ref().to_path_buf(),
             welcome: Welcome { epoch: Epoch(0), rank, world_size: 0, shard_bytes: 0, next_step: Step(0) },
             seen: std::collections::BTreeSet::new(),
             frame0: None,
         };
         client.hello()?;
         Ok(client)
+    }
+
+    /// Connect again to the same agent (after it restarted) and say hello, keeping what this
+    /// engine already received, so that redeliveries it has seen stay suppressed. Register the
+    /// page pool again afterwards.
+    ///
+    /// # Errors
+    /// As [`EngineClient::connect`].
+    pub fn reconnect(&mut self, timeout: Duration) -> Result<Welcome, ClientError> {
+        self.stream = open(&self.path, timeout)?;
+        self.hello()
     }
 
     /// Say hello again (after a [`AgentError::StaleEpoch`]) to learn the current epoch.
@@ -265,6 +264,24 @@ impl EngineClient {
         match read_message::<EngineReply>(&mut self.stream)? {
             EngineReply::Error(e) => Err(ClientError::Agent(e)),
             reply => Ok(reply),
+        }
+    }
+}
+
+/// Connect to the agent's socket, retrying until `timeout` while the agent starts.
+fn open(path: &Path, timeout: Duration) -> Result<UnixStream, ClientError> {
+    let started = Instant::now();
+    loop {
+        match UnixStream::connect(path) {
+            Ok(s) => return Ok(s),
+            Err(source) if started.elapsed() >= timeout => {
+                return Err(ClientError::Connect {
+                    path: path.display().to_string(),
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    source,
+                })
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }

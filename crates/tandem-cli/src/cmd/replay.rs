@@ -80,6 +80,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         // 2 KiB shards: the trace's block count, not the model, is what a replay exercises.
         model_toml: small_model(pp, tp, 1),
         heartbeat_ms: (100, 500),
+        // Chaos restarts the group on purpose, as often as asked: no restart limit then.
+        max_restarts: if chaos.is_some() { 1_000_000 } else { tandem_config::SupervisorConfig::default().max_restarts },
         dir: None,
     };
     if !args.json {

@@ -21,6 +21,7 @@ pub fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::
         tokens_per_block: 512,
         model_toml: small_model(pp, tp, 32),
         heartbeat_ms: (100, 500),
+        max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
         dir: None,
     };
     eprintln!("starting a local cluster: {} ranks (pp {pp} × tp {tp}) ...", pp * tp);

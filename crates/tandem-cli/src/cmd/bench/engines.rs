@@ -47,6 +47,8 @@ pub struct StepSamples {
     pub first_follower_us: Vec<f64>,
     /// Until the leader's `end_step(s)` returned.
     pub end_step_us: Vec<f64>,
+    /// Per follower rank (index 0 = rank 1): its own `t0` → `frame(s)` returned, µs.
+    pub by_rank_us: Vec<Vec<f64>>,
     /// Bytes of the frame as a peer message on the wire (header included).
     pub payload_bytes: usize,
 }
@@ -152,7 +154,7 @@ pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Res
         bail!("{e}");
     }
     // The last step stays unacknowledged; that is harmless (the window is several steps).
-    let mut samples = StepSamples { payload_bytes, ..StepSamples::default() };
+    let mut samples = StepSamples { payload_bytes, by_rank_us: vec![Vec::new(); followers.len()], ..StepSamples::default() };
     for (i, times) in leader_times.iter().enumerate().skip(opts.warmup) {
         let Some((t0, tl)) = *times else { continue };
         let arrived: Option<Vec<Instant>> = followers.iter().map(|f| f[i]).collect();
@@ -162,6 +164,9 @@ pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Res
         samples.last_follower_us.push(micros(last.saturating_duration_since(t0)));
         samples.first_follower_us.push(micros(first.saturating_duration_since(t0)));
         samples.end_step_us.push(micros(tl.saturating_duration_since(t0)));
+        for (r, t) in arrived.iter().enumerate() {
+            samples.by_rank_us[r].push(micros(t.saturating_duration_since(t0)));
+        }
     }
     Ok(samples)
 }

@@ -44,6 +44,9 @@ pub struct FrameRow {
     pub first_follower_us: Summary,
     /// `t0` → the leader's `end_step(s)` returned (its Unix-socket round trip and the seal).
     pub end_step_us: Summary,
+    /// Median `t0` → `frame(s)` returned of each follower, rank 1 first (the order in which
+    /// the leader's agent writes to its links is not fixed by this list).
+    pub by_rank_p50_us: Vec<f64>,
     /// The TCP fan-out ping-pong, `t0` → the last reply.
     pub baseline_us: Summary,
     /// `frame_us.p50 / baseline_us.p50` (target ≤ 2).
@@ -76,7 +79,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let (warmup, steps) = if args.quick { (30, 300) } else { (100, 2000) };
     let mut rows = Vec::new();
     let mut not_measured = Vec::new();
-    for &n in &RANKS {
+    let ranks = if args.ranks.is_empty() { RANKS.to_vec() } else { args.ranks.clone() };
+    for &n in &ranks {
         eprintln!("  frame: {n} ranks ...");
         match one(n, warmup, steps) {
             Ok(row) => rows.push(row),
@@ -111,6 +115,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
 fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
     let heartbeat = tandem_config::SupervisorConfig::default();
     let spec = LocalSpec {
+        max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
         pp: 1,
         tp: n,
         host_capacity_blocks: 64,
@@ -138,6 +143,7 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
         payload_bytes: samples.payload_bytes,
         first_follower_us: Summary::of(&samples.first_follower_us),
         end_step_us: Summary::of(&samples.end_step_us),
+        by_rank_p50_us: samples.by_rank_us.iter().map(|v| Summary::of(v).p50).collect(),
         p50_ratio: ratio(frame_us.p50, baseline_us.p50),
         p99_ratio: ratio(frame_us.p99, baseline_us.p99),
         frame_us,

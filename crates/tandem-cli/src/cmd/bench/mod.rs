@@ -47,6 +47,9 @@ pub struct BenchArgs {
     /// Also draw frame latency against rank count (baseline beside it) as an SVG to FILE.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Rank counts of `frame` (default 2,4,8,16).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub ranks: Vec<u32>,
     /// Directory for the disk-tier files of `tiers` (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub disk_dir: Option<PathBuf>,

@@ -77,6 +77,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let trials = if args.quick { 5 } else { 20 };
     let hb = tandem_config::SupervisorConfig::default();
     let spec = LocalSpec {
+        // Every trial kills an agent on purpose: no restart limit.
+        max_restarts: 1_000_000,
         pp: 1,
         tp: RANKS,
         host_capacity_blocks: 64,

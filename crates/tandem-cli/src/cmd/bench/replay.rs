@@ -81,6 +81,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let distinct: std::collections::BTreeSet<u64> = records.iter().flat_map(|r| r.hash_ids.iter().copied()).collect();
     let hb = tandem_config::SupervisorConfig::default();
     let spec = LocalSpec {
+        max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
         pp: 1,
         tp: RANKS,
         host_capacity_blocks: distinct.len() as u64 + 16,
