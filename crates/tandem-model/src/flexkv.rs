@@ -95,7 +95,12 @@ pub struct TagMismatch {
 
 impl fmt::Display for TagMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tag mismatch: expected {}, got {}", self.expected.name(), self.got.number())
+        write!(
+            f,
+            "Tag mismatch: expected {}, got {}",
+            self.expected.name(),
+            self.got.number()
+        )
     }
 }
 
@@ -184,7 +189,11 @@ impl FlexKvModel {
     /// The group of the issue: a leader and two followers, two steps, eviction before
     /// `layerwise`.
     pub fn small() -> Self {
-        FlexKvModel { followers: 2, steps: 2, evict_at: EvictAt::BeforeLayerwise }
+        FlexKvModel {
+            followers: 2,
+            steps: 2,
+            evict_at: EvictAt::BeforeLayerwise,
+        }
     }
 
     /// The call sites of one step, in order.
@@ -198,15 +207,26 @@ impl FlexKvModel {
     /// The position after a rank has passed `passed` (a follower's `AwaitStoreComplete` counts as
     /// passing `Evict`): the next call site of the step, or the next step, or `Done`.
     fn after(&self, position: Position, passed: Site) -> Position {
-        let passed = if passed == Site::AwaitStoreComplete { Site::Evict } else { passed };
+        let passed = if passed == Site::AwaitStoreComplete {
+            Site::Evict
+        } else {
+            passed
+        };
         let order = self.order();
         let index = order.iter().position(|s| *s == passed);
         match index.and_then(|i| order.get(i + 1)) {
-            Some(site) => Position { step: position.step, site: *site },
-            None if position.step + 1 >= self.steps => {
-                Position { step: position.step + 1, site: Site::Done }
-            }
-            None => Position { step: position.step + 1, site: Site::PutMeta },
+            Some(site) => Position {
+                step: position.step,
+                site: *site,
+            },
+            None if position.step + 1 >= self.steps => Position {
+                step: position.step + 1,
+                site: Site::Done,
+            },
+            None => Position {
+                step: position.step + 1,
+                site: Site::PutMeta,
+            },
         }
     }
 }
@@ -216,11 +236,18 @@ impl Model for FlexKvModel {
     type Action = FlexKvAction;
 
     fn init_states(&self) -> Vec<FlexKvState> {
-        let start = Position { step: 0, site: Site::PutMeta };
+        let start = Position {
+            step: 0,
+            site: Site::PutMeta,
+        };
         vec![FlexKvState {
             leader: start,
             followers: (0..self.followers)
-                .map(|_| FollowerState { position: start, stream: VecDeque::new(), fault: None })
+                .map(|_| FollowerState {
+                    position: start,
+                    stream: VecDeque::new(),
+                    fault: None,
+                })
                 .collect(),
         }]
     }
@@ -241,8 +268,14 @@ impl Model for FlexKvModel {
                 continue;
             }
             if follower.position.site == Site::Evict {
-                actions.push(FlexKvAction::FollowerEvict { rank, pressure: false });
-                actions.push(FlexKvAction::FollowerEvict { rank, pressure: true });
+                actions.push(FlexKvAction::FollowerEvict {
+                    rank,
+                    pressure: false,
+                });
+                actions.push(FlexKvAction::FollowerEvict {
+                    rank,
+                    pressure: true,
+                });
             } else if follower.awaiting().is_some() && !follower.stream.is_empty() {
                 actions.push(FlexKvAction::FollowerRecv { rank });
             }
@@ -269,7 +302,10 @@ impl Model for FlexKvModel {
             FlexKvAction::FollowerEvict { rank, pressure } => {
                 let follower = next.followers.get_mut(usize::from(rank).checked_sub(1)?)?;
                 follower.position = if pressure {
-                    Position { step: follower.position.step, site: Site::AwaitStoreComplete }
+                    Position {
+                        step: follower.position.step,
+                        site: Site::AwaitStoreComplete,
+                    }
                 } else {
                     self.after(follower.position, Site::Evict)
                 };
@@ -314,12 +350,15 @@ impl Model for FlexKvModel {
             Property::<Self>::always("no tag mismatch", |_, state| {
                 state.followers.iter().all(|f| f.fault.is_none())
             }),
-            Property::<Self>::always("a CMD_STORE_COMPLETE receive reads CMD_STORE_COMPLETE", |_, state| {
-                state
-                    .followers
-                    .iter()
-                    .all(|f| f.fault.is_none_or(|m| m.expected != Tag::StoreComplete))
-            }),
+            Property::<Self>::always(
+                "a CMD_STORE_COMPLETE receive reads CMD_STORE_COMPLETE",
+                |_, state| {
+                    state
+                        .followers
+                        .iter()
+                        .all(|f| f.fault.is_none_or(|m| m.expected != Tag::StoreComplete))
+                },
+            ),
             Property::<Self>::always("no receive blocks forever", |_, state| {
                 state.leader.site != Site::Done
                     || state
@@ -329,7 +368,10 @@ impl Model for FlexKvModel {
             }),
             Property::<Self>::sometimes("every rank finishes", |_, state| {
                 state.leader.site == Site::Done
-                    && state.followers.iter().all(|f| f.position.site == Site::Done)
+                    && state
+                        .followers
+                        .iter()
+                        .all(|f| f.position.site == Site::Done)
             }),
         ]
     }
@@ -386,19 +428,32 @@ mod tests {
 
     #[test]
     fn tag_mismatch_message_matches_the_connector() {
-        let fault = TagMismatch { expected: Tag::StoreComplete, got: Tag::Layerwise };
-        assert_eq!(fault.to_string(), "Tag mismatch: expected CMD_STORE_COMPLETE, got 2");
+        let fault = TagMismatch {
+            expected: Tag::StoreComplete,
+            got: Tag::Layerwise,
+        };
+        assert_eq!(
+            fault.to_string(),
+            "Tag mismatch: expected CMD_STORE_COMPLETE, got 2"
+        );
     }
 
     #[test]
     fn lockstep_run_without_pressure_finishes_cleanly() {
-        let model = FlexKvModel { followers: 1, steps: 1, evict_at: EvictAt::BeforeLayerwise };
+        let model = FlexKvModel {
+            followers: 1,
+            steps: 1,
+            evict_at: EvictAt::BeforeLayerwise,
+        };
         let mut state = model.init_states().remove(0);
         for action in [
             FlexKvAction::LeaderSend(Tag::PutMeta),
             FlexKvAction::FollowerRecv { rank: 1 },
             FlexKvAction::LeaderEvict { pressure: false },
-            FlexKvAction::FollowerEvict { rank: 1, pressure: false },
+            FlexKvAction::FollowerEvict {
+                rank: 1,
+                pressure: false,
+            },
             FlexKvAction::LeaderSend(Tag::Layerwise),
             FlexKvAction::FollowerRecv { rank: 1 },
         ] {

@@ -9,6 +9,9 @@
 //! - [`flexkv`]: the FIFO protocol of SGLang's FlexKV connector (one ordered stream of tagged
 //!   messages, receivers matching by their own call site). The checker must find its
 //!   `Tag mismatch` counterexample: that is how we know the checker can fail.
+//! - [`tandem`]: the Tandem model driving the real `tandem-proto` `Leader` and `Follower`,
+//!   with its properties and deliberately broken variants.
 
 pub mod check;
 pub mod flexkv;
+pub mod tandem;

@@ -14,7 +14,10 @@ fn checker_finds_the_flexkv_tag_mismatch() {
         model.followers, model.steps
     );
 
-    assert!(checker.discovery("no tag mismatch").is_some(), "the checker must find a tag mismatch");
+    assert!(
+        checker.discovery("no tag mismatch").is_some(),
+        "the checker must find a tag mismatch"
+    );
     let any = shortest_discovery(&model, "no tag mismatch", 30).expect("a shortest mismatch");
     println!(
         "shortest counterexample \"no tag mismatch\" ({} actions):\n{}",
@@ -31,19 +34,32 @@ fn checker_finds_the_flexkv_tag_mismatch() {
         trace.clone().into_actions().len(),
         render_trace(&model, &trace)
     );
-    let faults: Vec<String> =
-        last.followers.iter().filter_map(|f| f.fault).map(|f| f.to_string()).collect();
+    let faults: Vec<String> = last
+        .followers
+        .iter()
+        .filter_map(|f| f.fault)
+        .map(|f| f.to_string())
+        .collect();
     assert!(
-        faults.iter().any(|m| m == "Tag mismatch: expected CMD_STORE_COMPLETE, got 2"),
+        faults
+            .iter()
+            .any(|m| m == "Tag mismatch: expected CMD_STORE_COMPLETE, got 2"),
         "the counterexample should be the connector's error, got {faults:?}"
     );
 
-    assert!(checker.discovery("every rank finishes").is_some(), "a clean run is reachable too");
+    assert!(
+        checker.discovery("every rank finishes").is_some(),
+        "a clean run is reachable too"
+    );
 }
 
 #[test]
 fn checker_finds_a_follower_blocked_forever_when_evict_ends_the_step() {
-    let model = FlexKvModel { followers: 2, steps: 2, evict_at: EvictAt::EndOfStep };
+    let model = FlexKvModel {
+        followers: 2,
+        steps: 2,
+        evict_at: EvictAt::EndOfStep,
+    };
     let (checker, report) = bfs(model.clone(), None, 1);
     println!("flexkv model, evict() at the end of the step: {report}");
     assert!(checker.discovery("no receive blocks forever").is_some());
@@ -75,18 +91,31 @@ fn same_pressure_everywhere_never_mismatches() {
             tandem_model::flexkv::FlexKvAction::LeaderSend(Tag::Layerwise),
         ];
         for action in actions {
-            state = model.next_state(&state, action).expect("leader action applies");
+            state = model
+                .next_state(&state, action)
+                .expect("leader action applies");
         }
         for rank in 1..=2u8 {
             use tandem_model::flexkv::FlexKvAction::*;
-            state = model.next_state(&state, FollowerRecv { rank }).expect("put_meta");
-            state = model.next_state(&state, FollowerEvict { rank, pressure }).expect("evict");
+            state = model
+                .next_state(&state, FollowerRecv { rank })
+                .expect("put_meta");
+            state = model
+                .next_state(&state, FollowerEvict { rank, pressure })
+                .expect("evict");
             if pressure {
-                state = model.next_state(&state, FollowerRecv { rank }).expect("completion");
+                state = model
+                    .next_state(&state, FollowerRecv { rank })
+                    .expect("completion");
             }
-            state = model.next_state(&state, FollowerRecv { rank }).expect("layerwise");
+            state = model
+                .next_state(&state, FollowerRecv { rank })
+                .expect("layerwise");
         }
     }
-    assert!(state.followers.iter().all(|f| f.fault.is_none() && f.position.site == Site::Done));
+    assert!(state
+        .followers
+        .iter()
+        .all(|f| f.fault.is_none() && f.position.site == Site::Done));
     assert!(state.followers.iter().all(|f| f.stream.is_empty()));
 }

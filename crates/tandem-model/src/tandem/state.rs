@@ -1,0 +1,147 @@
+//! The state of the Tandem model: the real `tandem-proto` state machines, the network between
+//! them, the engines, the durable store, and the ghost record the properties read.
+//!
+//! Owns the shape of a model state and the engine's apply rule. Must never: decide anything
+//! the protocol decides (the `Leader` and `Follower` do that); engines here only record what
+//! reached them.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use tandem_proto::{
+    undelivered_outcomes, BatchId, Epoch, Follower, FollowerError, Frame, InFlightTask, Leader,
+    Message, Step, TaskId, TaskOutcome,
+};
+
+/// What one rank's engine has seen. The applied frames, outcome counts and acknowledgements
+/// survive restarts (the acknowledgements are the rank's durable delivery record); the
+/// position, wait and shard copies belong to one epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EngineState {
+    /// The epoch the rank's agent runs in.
+    pub epoch: Epoch,
+    /// The next step of `epoch` this engine applies.
+    pub next_step: Step,
+    /// A bounded wait the engine is blocked in, if any (follower ranks only).
+    pub wait: Option<tandem_proto::WaitId>,
+    /// The typed error a wait or read ended in; the rank is down until the group restarts.
+    pub failed: Option<FollowerError>,
+    /// Every frame applied, under the `(epoch, step)` position the engine applied it as.
+    pub applied: BTreeMap<(Epoch, Step), Frame>,
+    /// How many times each task's outcome reached this engine.
+    pub outcomes: BTreeMap<TaskId, u8>,
+    /// Task ids this engine acknowledged (durable; the filter for redeliveries).
+    pub acknowledged: BTreeSet<TaskId>,
+    /// Shards this rank copies in this epoch, from frames it applied: task → reports sent.
+    pub shards: BTreeMap<TaskId, u8>,
+}
+
+impl EngineState {
+    /// A fresh engine in epoch `epoch`.
+    pub fn new(epoch: Epoch) -> EngineState {
+        EngineState {
+            epoch,
+            next_step: Step(0),
+            wait: None,
+            failed: None,
+            applied: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
+            acknowledged: BTreeSet::new(),
+            shards: BTreeMap::new(),
+        }
+    }
+
+    /// Apply `frame` as this engine's next step. With `dedup`, outcomes this engine already
+    /// acknowledged are skipped (the per-rank filter of `tandem-proto`); without it every
+    /// outcome of the frame reaches the engine. The engine acknowledges each outcome as it
+    /// applies it (one atomic write of the delivery record) and starts copying its shard of
+    /// every task the frame started.
+    pub fn apply(&mut self, frame: &Frame, dedup: bool) {
+        let outcomes: Vec<TaskOutcome> = if dedup {
+            undelivered_outcomes(frame, &self.acknowledged)
+                .into_iter()
+                .cloned()
+                .collect()
+        } else {
+            frame.outcomes().cloned().collect()
+        };
+        for outcome in outcomes {
+            let count = self.outcomes.entry(outcome.task).or_insert(0);
+            *count = count.saturating_add(1);
+            self.acknowledged.insert(outcome.task);
+        }
+        for (_, start) in frame.started() {
+            self.shards.entry(start.task).or_insert(0);
+        }
+        self.applied
+            .insert((self.epoch, self.next_step), frame.clone());
+        self.next_step = self.next_step.next();
+    }
+}
+
+/// The abstract durable store (Redis in production).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DurableLog {
+    /// The completion stream: every outcome made durable, in append order.
+    pub outcomes: Vec<TaskOutcome>,
+    /// Task starts the leader logged (from its persist batches), before any frame revealed them.
+    pub started: Vec<InFlightTask>,
+}
+
+/// One state of the Tandem model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TandemState {
+    /// The group's current epoch, from 1.
+    pub epoch: Epoch,
+    /// Rank 0's leader state machine of the current epoch.
+    pub leader: Leader,
+    /// The follower state machines of the current epoch; index `i` is rank `i + 1`.
+    pub followers: Vec<Follower>,
+    /// Leader → rank `i + 1`: messages in flight, oldest first (one ordered connection).
+    pub to_follower: Vec<VecDeque<Message>>,
+    /// Rank `i + 1` → leader: messages in flight, oldest first.
+    pub to_leader: Vec<VecDeque<Message>>,
+    /// The persist batch appended to the durable log but not yet confirmed to the leader.
+    pub persisting: Option<BatchId>,
+    /// The durable store.
+    pub durable: DurableLog,
+    /// Engines of every rank; index is the rank.
+    pub engines: Vec<EngineState>,
+    /// Ghost: every frame the leaders sealed, by `(epoch, step)`. Read by properties only.
+    pub sealed: BTreeMap<(Epoch, Step), Frame>,
+    /// Stores started so far over the whole run.
+    pub stores_started: u8,
+    /// Duplicate shard reports sent so far over the whole run.
+    pub duplicates_sent: u8,
+    /// The model clock (ms) since the epoch began; it moves only when a wait deadline fires.
+    pub now_ms: u64,
+    /// Things the state machines did that no correct run does (an unexpected rejection, a
+    /// second frame for a sealed step, a reread that differed). Read by properties.
+    pub anomalies: Vec<String>,
+}
+
+impl TandemState {
+    /// The engine of follower rank `rank` (1-based) and its follower state machine.
+    pub fn follower_mut(&mut self, rank: u32) -> Option<(&mut Follower, &mut EngineState)> {
+        let i = usize::try_from(rank).ok()?;
+        let follower = self.followers.get_mut(i.checked_sub(1)?)?;
+        let engine = self.engines.get_mut(i)?;
+        Some((follower, engine))
+    }
+
+    /// True when nothing is left to happen on its own: the leader has sealed step 0 of its
+    /// epoch (so the reconciliation is out), no message is in flight, no persist batch is
+    /// unconfirmed, nothing durable is left unrevealed, no rank failed, and every engine has
+    /// applied every frame the current leader sealed.
+    pub fn quiescent(&self) -> bool {
+        let open = self.leader.open_step();
+        open.0 > 0
+            && self.to_follower.iter().all(VecDeque::is_empty)
+            && self.to_leader.iter().all(VecDeque::is_empty)
+            && self.persisting.is_none()
+            && self.leader.durable_unrevealed().is_empty()
+            && self
+                .engines
+                .iter()
+                .all(|e| e.failed.is_none() && e.next_step == open)
+    }
+}
