@@ -121,6 +121,28 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     };
 
     let rank = settings.rank;
+    // A process restarted inside a running epoch lost that epoch's protocol state: it reports
+    // the failure and waits for the group's next epoch instead of serving this one.
+    if let (Some(log), false) = (&log, fixed_epoch) {
+        if log.members(epoch).await.is_ok_and(|m| m.contains(&rank)) {
+            tracing::warn!(epoch = epoch.0, "this rank already joined the running epoch before a restart: waiting for the next one");
+            let report = FailureReport { epoch, rank, reason: format!("agent of rank {rank} restarted inside epoch {epoch}") };
+            let beat_ttl = settings.heartbeat_timeout_ms.saturating_mul(10);
+            epoch = loop {
+                let _ = log.report_failure(&report).await;
+                let _ = log.heartbeat(rank, Heartbeat { epoch, unix_ms: unix_ms() }, beat_ttl).await;
+                match log.current_epoch().await {
+                    Ok(e) if e > epoch => break e,
+                    _ => {}
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(settings.heartbeat_interval_ms)) => {}
+                    _ = term.recv() => return Ok(()),
+                    _ = int.recv() => return Ok(()),
+                }
+            };
+        }
+    }
     let interval = Duration::from_millis(settings.heartbeat_interval_ms);
     let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
     let mut tracker = AckTracker::new();

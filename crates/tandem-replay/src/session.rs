@@ -104,7 +104,6 @@ pub(crate) struct FailedCall {
 /// An engine's agent connection and page pool.
 pub(crate) struct Session {
     rank: u32,
-    socket: PathBuf,
     client: EngineClient,
     pool: PagePool,
     deadlines: Deadlines,
@@ -192,7 +191,6 @@ impl Session {
         }
         Ok(Session {
             rank,
-            socket,
             client,
             pool,
             deadlines,
@@ -276,12 +274,13 @@ impl Session {
             }
             pause = true;
             let welcome = if broken {
-                match EngineClient::connect(&self.socket, rank, CONNECT_SLICE) {
-                    Ok(c) => {
-                        self.client = c;
+                // The same client reconnects, so the outcomes it already received stay
+                // suppressed when the new epoch redelivers them.
+                match self.client.reconnect(CONNECT_SLICE) {
+                    Ok(w) => {
                         broken = false;
                         must_register = true;
-                        self.client.welcome()
+                        w
                     }
                     Err(e) => {
                         last = e.to_string();

@@ -108,7 +108,9 @@ impl FollowerRole {
                     self.release_copies(store);
                     EngineReply::Acked
                 }
-                Err(e) => EngineReply::Error(AgentError::BadRequest { reason: e.to_string() }),
+                // Acknowledging a step this rank never received: it is not (or no longer) in
+                // step with the leader; the engine should wait and say hello again.
+                Err(e) => EngineReply::Error(AgentError::NotReady { reason: e.to_string() }),
             },
             EngineRequest::Lookup { .. } | EngineRequest::Store { .. } | EngineRequest::Load { .. } | EngineRequest::EndStep { .. } => {
                 EngineReply::Error(AgentError::NotLeader { rank: self.rank })
