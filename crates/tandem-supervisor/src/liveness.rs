@@ -1,8 +1,10 @@
 //! Which ranks are silent, from their last heartbeats: a pure judgement.
 //!
-//! A rank is silent when its last heartbeat is older than the timeout, or when it has sent
-//! none at all for longer than the start-up grace since the supervisor began watching the
-//! epoch. Never reads a clock: `now_ms` and `watching_since_ms` are wall-clock ms inputs.
+//! A rank is silent when its last heartbeat is older than the timeout. A rank that has sent
+//! nothing since the supervisor began watching the epoch (none at all, or only beats from
+//! before: an agent being restarted, opening and verifying its tiers) gets the longer start-up
+//! grace instead. Never reads a clock: `now_ms` and `watching_since_ms` are wall-clock ms
+//! inputs.
 
 use tandem_durable::liveness::Heartbeat;
 
@@ -33,12 +35,13 @@ pub fn silent_ranks(beats: &[Option<Heartbeat>], now_ms: u64, watching_since_ms:
         .filter_map(|(rank, beat)| {
             let rank = rank as u32;
             match beat {
-                Some(b) => {
+                Some(b) if b.unix_ms >= watching_since_ms => {
                     let age = now_ms.saturating_sub(b.unix_ms);
-                    // A beat older than the watch itself is judged from when the watch began.
-                    let since = now_ms.saturating_sub(b.unix_ms.max(watching_since_ms));
-                    (age > timeout_ms && since > timeout_ms).then_some(Silence { rank, age_ms: Some(age) })
+                    (age > timeout_ms).then_some(Silence { rank, age_ms: Some(age) })
                 }
+                // Only beats from before the watch: judged like a rank still starting.
+                Some(b) => (now_ms.saturating_sub(watching_since_ms) > grace_ms)
+                    .then_some(Silence { rank, age_ms: Some(now_ms.saturating_sub(b.unix_ms)) }),
                 None => (now_ms.saturating_sub(watching_since_ms) > grace_ms).then_some(Silence { rank, age_ms: None }),
             }
         })
@@ -59,15 +62,19 @@ mod tests {
         let beats = [beat(10_000), beat(9_000), None];
         assert!(silent_ranks(&beats, 10_100, 0, 500, 5_000).iter().map(|s| s.rank).eq([1, 2]));
         assert!(silent_ranks(&beats, 10_100, 8_000, 500, 5_000).iter().map(|s| s.rank).eq([1]));
+        assert!(silent_ranks(&beats, 10_100, 9_500, 500, 5_000).is_empty(), "rank 1 beat before the watch");
         let s = &silent_ranks(&beats, 10_100, 0, 500, 5_000)[0];
         assert_eq!(s.describe(500), "rank 1 silent for 1100 ms (heartbeat timeout 500 ms)");
         assert_eq!(Silence { rank: 2, age_ms: None }.describe(500), "rank 2 has sent no heartbeat");
     }
 
     #[test]
-    fn a_beat_from_before_the_watch_gets_a_full_timeout() {
-        // The supervisor just (re)started: an old beat is not judged before a timeout passes.
-        assert!(silent_ranks(&[beat(1_000)], 10_000, 9_800, 500, 5_000).is_empty());
-        assert_eq!(silent_ranks(&[beat(1_000)], 10_400, 9_800, 500, 5_000).len(), 1);
+    fn a_beat_from_before_the_watch_gets_the_start_up_grace() {
+        // The group just restarted: an agent still opening its tiers is not judged before the
+        // grace passes; one that beats again is judged by the timeout.
+        assert!(silent_ranks(&[beat(1_000)], 10_400, 9_800, 500, 5_000).is_empty());
+        assert_eq!(silent_ranks(&[beat(1_000)], 14_900, 9_800, 500, 5_000).len(), 1);
+        assert!(silent_ranks(&[beat(10_000)], 10_400, 9_800, 500, 5_000).is_empty());
+        assert_eq!(silent_ranks(&[beat(10_000)], 10_600, 9_800, 500, 5_000).len(), 1);
     }
 }

@@ -23,7 +23,9 @@ use crate::launcher::{LaunchSpec, Launcher};
 use crate::liveness::silent_ranks;
 use crate::policy::{Decision, RestartPolicy};
 
-/// How long ranks have to send a first heartbeat when the supervisor starts watching, ms.
+/// How long ranks have to send a first heartbeat when the supervisor starts watching (at its
+/// own start, and after each restart of the group), ms: an agent restarted by a restart policy
+/// opens its tiers and verifies every shard before it beats.
 const STARTUP_GRACE_MS: u64 = 30_000;
 
 /// Why the supervisor stopped.
