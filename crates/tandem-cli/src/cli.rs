@@ -128,6 +128,11 @@ pub struct ReplayArgs {
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Drive an existing cluster instead of starting one: the configuration its agents run
+    /// (the engine sockets are `network.engine_socket_dir/rank<r>.sock`). `--chaos` and the
+    /// capacity flags do not apply then.
+    #[arg(long, conflicts_with_all = ["chaos", "ranks", "pp", "tp"])]
+    pub cluster_config: Option<PathBuf>,
 }
 
 /// Policy for malformed trace lines.

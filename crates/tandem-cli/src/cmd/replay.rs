@@ -61,8 +61,58 @@ fn parse_chaos(spec: &str) -> anyhow::Result<Duration> {
     }
 }
 
+/// Replay against a cluster that is already running (its agents' configuration file).
+fn run_existing(args: &ReplayArgs, config: &std::path::Path, records: Vec<TraceRecord>) -> anyhow::Result<()> {
+    let cfg = tandem_config::load(Some(config), &tandem_config::Overrides::default())?;
+    let world = cfg.group.world_size();
+    let dir = std::path::PathBuf::from(&cfg.network.engine_socket_dir);
+    let mut params = ReplayParams::new((0..world).map(|r| dir.join(format!("rank{r}.sock"))).collect());
+    params.speed = match args.speed {
+        Some(x) if !args.max_rate => Speed::Factor(x),
+        _ => Speed::MaxRate,
+    };
+    params.pool_pages = pool_pages_needed(&records);
+    params.expected_capacity = Capacity::Blocks(cfg.store.host_capacity_blocks + cfg.store.disk_capacity_blocks);
+    params.progress_bar = !args.json;
+    let summary = run_replay(&params, records, None).map_err(|e| anyhow::anyhow!("replay failed: {e}"))?;
+    report(args, &summary, None, None)
+}
+
+/// Print the summary; an error when it counts any verify failure, lost or duplicate completion
+/// or mismatch.
+fn report(args: &ReplayArgs, summary: &tandem_replay::ReplaySummary, kills: Option<u64>, restarts: Option<u64>) -> anyhow::Result<()> {
+    if args.json {
+        let mut v: serde_json::Value = serde_json::from_str(&summary.to_json())?;
+        if let Some(k) = kills {
+            v["agents_killed"] = k.into();
+        }
+        v["supervisor_restarts"] = restarts.into();
+        println!("{v}");
+    } else {
+        println!("{summary}");
+        if let Some(k) = kills {
+            println!("agents killed by chaos: {k}, group restarts: {}", restarts.map_or("?".into(), |r| r.to_string()));
+        }
+    }
+    let bad = summary.verify_failures + summary.lost_completions + summary.duplicate_completions + summary.mismatches;
+    if bad > 0 {
+        bail!(
+            "the replay found errors: {} verify failures, {} lost, {} duplicate completions, {} mismatches",
+            summary.verify_failures,
+            summary.lost_completions,
+            summary.duplicate_completions,
+            summary.mismatches
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let chaos = args.chaos.as_deref().map(parse_chaos).transpose()?;
+    if let Some(config) = args.cluster_config.clone() {
+        let records = requests(&args)?;
+        return run_existing(&args, &config, records);
+    }
     let (pp, tp) = layout(args.ranks, args.pp, args.tp);
     let records = requests(&args)?;
     if records.is_empty() {
@@ -105,43 +155,44 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         let (done, kills, cluster) = (done.clone(), kills.clone(), cluster.clone());
         std::thread::spawn(move || chaos_loop(every, &done, &kills, &cluster))
     });
+    // A group the supervisor gave up on cannot recover: end the replay instead of waiting out
+    // its recovery deadline.
+    let cancel = Arc::new(AtomicBool::new(false));
+    params.cancel = Some(cancel.clone());
+    let watch_thread = {
+        let (done, cancel, cluster) = (done.clone(), cancel.clone(), cluster.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(500));
+                let failed = cluster.lock().ok().and_then(|c| c.supervisor_status()).is_some_and(|s| s["state"] == "failed");
+                if failed {
+                    cancel.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+    };
     let summary = run_replay(&params, records, None);
     done.store(true, Ordering::SeqCst);
     if let Some(t) = chaos_thread {
         let _ = t.join();
     }
+    let _ = watch_thread.join();
     let mut cluster = match Arc::try_unwrap(cluster) {
         Ok(m) => m.into_inner().unwrap_or_else(|e| e.into_inner()),
         Err(_) => bail!("chaos thread still holds the cluster"),
     };
     let summary = match summary {
         Ok(s) => s,
+        Err(e) if cancel.load(Ordering::SeqCst) => {
+            let reason = cluster.supervisor_status().map(|s| s["reason"].to_string()).unwrap_or_default();
+            bail!("replay stopped: the supervisor marked the group failed ({reason}): {e}")
+        }
         Err(e) => bail!("replay failed: {e}\n--- cluster log (last lines) ---\n{}", cluster.log_tail(40)),
     };
     let restarts = cluster.supervisor_status().and_then(|s| s["restarts_total"].as_u64());
     cluster.stop();
-    if args.json {
-        let mut v: serde_json::Value = serde_json::from_str(&summary.to_json())?;
-        v["agents_killed"] = kills.load(Ordering::SeqCst).into();
-        v["supervisor_restarts"] = restarts.into();
-        println!("{v}");
-    } else {
-        println!("{summary}");
-        if chaos.is_some() {
-            println!("agents killed by chaos: {}, group restarts: {}", kills.load(Ordering::SeqCst), restarts.map_or("?".into(), |r| r.to_string()));
-        }
-    }
-    let bad = summary.verify_failures + summary.lost_completions + summary.duplicate_completions + summary.mismatches;
-    if bad > 0 {
-        bail!(
-            "the replay found errors: {} verify failures, {} lost, {} duplicate completions, {} mismatches",
-            summary.verify_failures,
-            summary.lost_completions,
-            summary.duplicate_completions,
-            summary.mismatches
-        );
-    }
-    Ok(())
+    report(&args, &summary, chaos.map(|_| kills.load(Ordering::SeqCst)), restarts)
 }
 
 /// Every `every`, SIGKILL a random agent (once the group is ready again).
