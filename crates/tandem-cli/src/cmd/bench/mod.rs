@@ -44,6 +44,9 @@ pub struct BenchArgs {
     /// Print one JSON object with one key per part.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON object (as `--json` prints it) to FILE, tables still on stdout.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
     /// Also draw frame latency against rank count (baseline beside it) as an SVG to FILE.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
@@ -145,8 +148,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     object.insert("wall_seconds".into(), started.elapsed().as_secs_f64().into());
+    let object = serde_json::Value::Object(object);
+    if let Some(path) = &args.save {
+        std::fs::write(path, format!("{object:#}\n")).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
     if args.json {
-        println!("{}", serde_json::Value::Object(object));
+        println!("{object}");
     }
     if !failed.is_empty() {
         anyhow::bail!("these parts could not run: {}", failed.join(", "));

@@ -1,5 +1,5 @@
 //! The SVG of `tandem bench frame --plot FILE`: frame latency (p50 and p99) against rank count,
-//! the TCP fan-out baseline beside it, log-scaled rank axis. Owns drawing only.
+//! the TCP fan-out baseline beside it; ranks on a log2 axis, µs on a log axis. Owns drawing only.
 
 use std::path::Path;
 
@@ -19,19 +19,23 @@ pub fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
         root.fill(&WHITE)?;
-        let top = report.rows.iter().map(|r| r.frame_us.p99.max(r.baseline_us.p99)).fold(1.0, f64::max) * 1.15;
+        let values = report.rows.iter().flat_map(|r| [r.frame_us.p50, r.frame_us.p99, r.baseline_us.p50, r.baseline_us.p99]);
+        let top = values.clone().fold(1.0, f64::max) * 2.0;
+        let bottom = values.fold(f64::INFINITY, f64::min).max(1.0) / 5.0;
         let mut chart = ChartBuilder::on(&root)
             .caption("Frame latency: leader seals → last follower holds the frame", ("sans-serif", 20))
             .margin(15)
             .x_label_area_size(45)
             .y_label_area_size(65)
-            .build_cartesian_2d((1.5f64..20.0f64).log_scale(), 0.0..top)?;
+            .build_cartesian_2d(0.6f64..4.4f64, (bottom..top).log_scale())?;
         chart
             .configure_mesh()
-            .x_desc("agent processes (ranks), log scale")
-            .y_desc("µs")
-            .x_labels(8)
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .x_desc("agent processes (ranks)")
+            .y_desc("µs, log scale")
+            .x_labels(5)
+            .y_labels(12)
+            .x_label_formatter(&|x| if (x - x.round()).abs() < 1e-6 { format!("{}", 2f64.powf(x.round())) } else { String::new() })
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
         let series: [(&str, RGBColor, bool, fn(&super::frame::FrameRow) -> f64); 4] = [
             ("frame p50", RGBColor(200, 30, 30), true, |r| r.frame_us.p50),
@@ -40,7 +44,7 @@ pub fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
             ("TCP fan-out baseline p99", RGBColor(30, 80, 200), false, |r| r.baseline_us.p99),
         ];
         for (name, color, solid, f) in series {
-            let points: Vec<(f64, f64)> = report.rows.iter().map(|r| (f64::from(r.ranks), f(r))).collect();
+            let points: Vec<(f64, f64)> = report.rows.iter().map(|r| (f64::from(r.ranks).log2(), f(r))).collect();
             let style = if solid { color.stroke_width(3) } else { color.stroke_width(1) };
             chart
                 .draw_series(LineSeries::new(points.clone(), style))?
@@ -48,7 +52,7 @@ pub fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
             chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.9)).border_style(BLACK).draw()?;
+        chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.9)).border_style(BLACK).draw()?;
         root.present()?;
         Ok(())
     };
