@@ -4,6 +4,15 @@
 //!
 //! Owns the model and its properties. Must never: re-implement a protocol decision.
 //!
+//! # Layout
+//!
+//! - [`config`]: bounds (ranks, epochs, steps, stores, duplicates, window) and the variant.
+//! - [`model`]: the actions and the stateright `Model`.
+//! - `driver`: the body of each action (what an agent does with the state machines' outputs).
+//! - [`state`]: the state: state machines, links, engines, durable store, ghost frames.
+//! - [`properties`]: `always` invariants and `sometimes` examples, by name.
+//! - [`trace`]: readable traces of paths.
+//!
 //! # What one state holds
 //!
 //! - the current epoch's `Leader` (rank 0) and `Follower`s (ranks 1..), untouched library
@@ -38,8 +47,15 @@
 //!   not kept), so retries do not grow the state space.
 //! - Time moves only when a wait deadline fires, and counts from the start of the epoch (only
 //!   the current epoch's state machines ever compare times).
+//!
+//! # Not modelled
+//!
+//! Left to `tandem-proto`'s own tests and the integration tests: loads, prefix lookups and
+//! pins, tier operations, refused tasks, failed shard copies, failed appends to the durable
+//! store, heartbeats and the handshake.
 
 pub mod config;
+mod driver;
 pub mod model;
 pub mod properties;
 pub mod state;
