@@ -8,21 +8,25 @@
 #   3 image       docker build -t tandem:local docker/, then `tandem --version` inside it
 #   4 config      `compose config` validation, then `tandem check-config` inside the supervisor,
 #                 agent-0 and agent-1 containers with the environment compose gives them
-#   5 up          compose up -d; every /readyz (supervisor and 4 agents) answers 200
+#   5 up          compose up -d; every /readyz (supervisor and 4 agents) answers 200, all in
+#                 the supervisor's epoch; no container has been restarted (a crash loop fails)
 #   6 fault       docker kill of one agent container, which is started again (Docker applies
 #                 no restart policy after `docker kill`; the script plays the orchestrator);
 #                 with --fault crash the container's process is SIGKILLed from the host
 #                 instead and the restart policy brings it back
-#   7 recovered   the supervisor's /status reports a higher `epoch` and every /readyz is 200
+#   7 recovered   the supervisor's /status reports a higher `epoch` and state "healthy", and
+#                 every /readyz is 200 in that epoch
+#   8 replay      only with --replay: the replay demo service (`tandem replay` inside one
+#                 container, on its own local group: 200 requests of the Mooncake conversation
+#                 trace when $TANDEM_TRACE_DIR has it, else the synthetic workload), which must
+#                 exit 0 with nothing lost, duplicated or mismatched
 #   teardown      compose down -v, always (trap), unless --keep
-# Stages 5-7 need `tandem agent` and `tandem supervisor`; when the binary lacks them the
-# script stops after stage 4 and exits 77 (skipped), or 0 with --early-only.
 #
 # Usage: docker/test-compose.sh [--release | --bin PATH] [--early-only] [--fault kill|crash]
 #                               [--kill-rank R] [--ready-timeout S] [--recover-timeout S]
-#                               [--keep]
-# Exit codes: 0 pass, 1 a stage failed (the message names it), 2 bad usage, 77 stages 5-7
-# skipped because the binary has no agent/supervisor subcommands yet.
+#                               [--replay] [--keep]
+# Exit codes: 0 pass, or skipped (a line starting "SKIP:" says why) when there is no usable
+# Docker engine or compose here; 1 a stage failed (the message names it); 2 bad usage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -30,6 +34,7 @@ REPO=$(pwd)
 PROFILE=debug
 BIN=""
 EARLY_ONLY=0
+REPLAY=0
 FAULT=kill
 KILL_RANK=2
 READY_TIMEOUT=120
@@ -49,6 +54,7 @@ while [ $# -gt 0 ]; do
         --kill-rank) KILL_RANK="${2:?--kill-rank needs a rank}"; shift ;;
         --ready-timeout) READY_TIMEOUT="${2:?}"; shift ;;
         --recover-timeout) RECOVER_TIMEOUT="${2:?}"; shift ;;
+        --replay) REPLAY=1 ;;
         --keep) KEEP=1 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "test-compose: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -78,15 +84,20 @@ print_summary() {
     for line in "${SUMMARY[@]+"${SUMMARY[@]}"}"; do printf '    %s\n' "$line" >&2; done
 }
 
-# --- compose ---------------------------------------------------------------------------------
+# --- docker and compose: without them the test is skipped, not failed --------------------------
+skip() { echo "SKIP: docker/test-compose.sh: $* (nothing was run)" >&2; exit 0; }
+command -v docker >/dev/null 2>&1 || skip "the docker command is not installed"
+if ! docker_info=$(timeout 30 docker info --format '{{.ServerVersion}}' 2>&1); then
+    skip "no Docker engine answers ($(printf '%s' "$docker_info" | tr '\n' ' ' | sed 's/^ *//' | cut -c1-200))"
+fi
 if docker compose version >/dev/null 2>&1; then
     COMPOSE_BIN=(docker compose)
 elif command -v docker-compose >/dev/null 2>&1; then
     COMPOSE_BIN=(docker-compose)
 else
-    echo "test-compose: neither 'docker compose' nor 'docker-compose' is installed" >&2
-    exit 1
+    skip "neither 'docker compose' nor 'docker-compose' is installed"
 fi
+log "docker engine $docker_info, $("${COMPOSE_BIN[@]}" version --short 2>/dev/null || echo "${COMPOSE_BIN[*]}")"
 PROJECT="tandem-test-$$"
 compose() { "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" "$@"; }
 compose_t() { # seconds, compose arguments: compose under a deadline
@@ -99,28 +110,42 @@ export TANDEM__GROUP__SECRET="${TANDEM__GROUP__SECRET:-$(head -c 18 /dev/urandom
 export TANDEM_STATUS_PUBLISH="127.0.0.1:"
 # A small disk tier keeps the test's preallocation small (64 blocks x 256 KiB per rank).
 export TANDEM_DISK_BLOCKS="${TANDEM_DISK_BLOCKS:-64}"
-# The replay service is not started here, but compose checks its trace mount path.
-export TANDEM_TRACE_DIR="${TANDEM_TRACE_DIR:-$REPO/../shared/data/traces}"
 UP=0
 TMPD=$(mktemp -d /tmp/tandem-test-compose.XXXXXX)
+# The replay demo's traces: the Mooncake conversation trace when it is there, else the
+# synthetic workload (and an empty directory, so that Docker creates nothing on the host).
+export TANDEM_TRACE_DIR="${TANDEM_TRACE_DIR:-$REPO/../shared/data/traces}"
+if [ -z "${TANDEM_REPLAY_ARGS:-}" ]; then
+    if [ -f "$TANDEM_TRACE_DIR/mooncake_conversation_trace.jsonl" ]; then
+        TANDEM_REPLAY_ARGS="--pp 2 --tp 2 --trace /traces/mooncake_conversation_trace.jsonl --limit 200"
+    else
+        mkdir -p "$TMPD/traces" && TANDEM_TRACE_DIR="$TMPD/traces"
+        TANDEM_REPLAY_ARGS="--pp 2 --tp 2 --limit 200"
+    fi
+fi
+export TANDEM_REPLAY_ARGS
 
 teardown() {
     local rc=$?
     if [ "$UP" = 1 ]; then
-        if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+        if [ $rc -ne 0 ]; then
             log "container states and last log lines, for the failure above:"
             compose ps >&2 || true
             compose logs --no-color --tail 40 >&2 || true
         fi
         if [ "$KEEP" = 1 ]; then
             log "--keep: project $PROJECT left running; stop it with:"
-            log "  TANDEM__GROUP__SECRET=$TANDEM__GROUP__SECRET ${COMPOSE_BIN[*]} -p $PROJECT -f docker/docker-compose.yml down -v"
+            log "  TANDEM__GROUP__SECRET=$TANDEM__GROUP__SECRET ${COMPOSE_BIN[*]} -p $PROJECT -f docker/docker-compose.yml --profile replay down -v"
         else
-            local t; t=$(date +%s)
-            timeout 120 "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" \
-                down -v --remove-orphans -t 10 >/dev/null 2>&1 \
-                || log "warning: compose down failed; remove project $PROJECT by hand"
-            SUMMARY+=("$(printf '%-10s %4ss  %s' teardown "$(( $(date +%s) - t ))" ok)")
+            local t down=ok; t=$(date +%s)
+            if ! timeout 120 "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" \
+                    --profile replay down -v --remove-orphans -t 10 >"$TMPD/down.log" 2>&1; then
+                cat "$TMPD/down.log" >&2
+                log "FAILED in teardown: compose down; remove project $PROJECT by hand"
+                down="FAILED: compose down"
+                [ $rc -ne 0 ] || rc=1
+            fi
+            SUMMARY+=("$(printf '%-10s %4ss  %s' teardown "$(( $(date +%s) - t ))" "$down")")
         fi
     fi
     rm -rf "$TMPD"
@@ -183,19 +208,10 @@ for svc in supervisor agent-0 agent-1; do
     log "$svc: $(printf '%s\n' "$out" | grep -E '^(world_size|shard_bytes|host_tier_bytes)' | tr '\n' ' ')"
 done
 
-# Stages 5-7 need the long-running subcommands.
-missing=()
-for sub in agent supervisor; do
-    docker run --rm "$IMAGE" "$sub" --help >/dev/null 2>&1 || missing+=("$sub")
-done
-if [ "$EARLY_ONLY" = 1 ] || [ ${#missing[@]} -gt 0 ]; then
+if [ "$EARLY_ONLY" = 1 ]; then
     stage_end
-    if [ "$EARLY_ONLY" = 1 ]; then
-        log "--early-only: stages 5-7 not run"
-        exit 0
-    fi
-    log "SKIPPED stages 5-7: this tandem binary has no '${missing[*]}' subcommand yet"
-    exit 77
+    log "--early-only: stages 5-8 not run"
+    exit 0
 fi
 
 # --- helpers for the running cluster ---------------------------------------------------------
@@ -213,39 +229,63 @@ probe() { # service path [-b]: GET inside the service's container; status/reason
 }
 SERVICES=(supervisor)
 for ((r = 0; r < RANKS; r++)); do SERVICES+=("agent-$r"); done
-wait_all_ready() { # deadline_seconds; returns 0 when every /readyz is 200
-    local deadline=$(( $(date +%s) + $1 )) svc pending reason
+READY_EPOCH=""
+# Returns 0 once the supervisor's /status says "healthy" in an epoch >= $1 and every /readyz
+# (supervisor and agents) answers 200 naming that same epoch; sets READY_EPOCH. $2: seconds.
+wait_all_ready() {
+    local min_epoch="$1" deadline=$(( $(date +%s) + $2 )) svc body status sup_epoch state e
+    local -a pending
     declare -A last=()
     while :; do
         pending=()
+        status=$(probe supervisor /status -b 2>/dev/null || true)
+        sup_epoch=$(printf '%s' "$status" | json_field epoch)
+        state=$(printf '%s' "$status" | json_field state)
+        case "$sup_epoch" in ''|*[!0-9]*) sup_epoch="" ;; esac
+        if [ -z "$sup_epoch" ] || [ "$state" != healthy ] || [ "$sup_epoch" -lt "$min_epoch" ]; then
+            pending+=("supervisor/status")
+            last[supervisor/status]="epoch ${sup_epoch:-?}, state ${state:-?} (want healthy, epoch >= $min_epoch)"
+        fi
         for svc in "${SERVICES[@]}"; do
-            if reason=$(probe "$svc" /readyz 2>&1 >/dev/null); then :; else
-                pending+=("$svc"); last[$svc]="$(printf '%s' "$reason" | tr '\n' ' ' | cut -c1-300)"
+            if body=$(probe "$svc" /readyz -b 2>"$TMPD/reason"); then
+                e=$(printf '%s' "$body" | json_field epoch)
+                if [ -z "$e" ] || [ "$e" != "$sup_epoch" ]; then
+                    pending+=("$svc"); last[$svc]="ready in epoch ${e:-?}, the supervisor is in ${sup_epoch:-?}"
+                fi
+            else
+                pending+=("$svc"); last[$svc]="$(tr '\n' ' ' <"$TMPD/reason" | cut -c1-300)"
             fi
         done
-        [ ${#pending[@]} -eq 0 ] && return 0
+        if [ ${#pending[@]} -eq 0 ]; then READY_EPOCH="$sup_epoch"; return 0; fi
         if [ "$(date +%s)" -ge "$deadline" ]; then
-            log "not ready after $1 s:"
+            log "not ready after $2 s:"
             for svc in "${pending[@]}"; do log "  $svc: ${last[$svc]:-?}"; done
             return 1
         fi
         sleep 1
     done
 }
-supervisor_epoch() {
+supervisor_field() { # field of the supervisor's /status
     local body
     body=$(probe supervisor /status -b 2>/dev/null) || return 1
-    printf '%s' "$body" | json_field epoch
+    printf '%s' "$body" | json_field "$1"
+}
+restarted_containers() { # "service: N restarts" for every container that Docker restarted
+    local cid
+    for cid in $(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT"); do
+        docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}}: {{.RestartCount}} restarts' "$cid"
+    done | grep -v ': 0 restarts$' || true
 }
 
 # --- 5. up -----------------------------------------------------------------------------------
 stage up
 compose_t 300 up -d --no-build >/dev/null 2>"$TMPD/up.log" \
     || { cat "$TMPD/up.log" >&2; fail "compose up -d"; }
-wait_all_ready "$READY_TIMEOUT" || fail "the cluster did not become ready within ${READY_TIMEOUT}s"
-EPOCH0=$(supervisor_epoch) || fail "GET /status from the supervisor"
-[ -n "$EPOCH0" ] || fail "the supervisor's /status has no 'epoch' field"
-log "all ${#SERVICES[@]} /readyz answer 200; epoch $EPOCH0; status page: http://$(compose port supervisor "$SUPERVISOR_PORT" 2>/dev/null)/"
+wait_all_ready 1 "$READY_TIMEOUT" || fail "the cluster did not become ready within ${READY_TIMEOUT}s"
+EPOCH0="$READY_EPOCH"
+restarted=$(restarted_containers)
+[ -z "$restarted" ] || fail "containers were restarted while coming up (a crash loop): $(echo $restarted)"
+log "all ${#SERVICES[@]} /readyz answer 200 in epoch $EPOCH0; status page: http://$(compose port supervisor "$SUPERVISOR_PORT" 2>/dev/null)/"
 
 # --- 6. fault --------------------------------------------------------------------------------
 stage fault
@@ -272,18 +312,20 @@ fi
 
 # --- 7. recovered ----------------------------------------------------------------------------
 stage recovered
-deadline=$(( $(date +%s) + RECOVER_TIMEOUT ))
-epoch=""
-while :; do
-    epoch=$(supervisor_epoch || true)
-    if [ -n "$epoch" ] && [ "$epoch" -gt "$EPOCH0" ] 2>/dev/null; then break; fi
-    [ "$(date +%s)" -lt "$deadline" ] || fail "the epoch stayed at ${epoch:-?} (was $EPOCH0) for ${RECOVER_TIMEOUT}s after the fault"
-    sleep 0.5
-done
-log "epoch $EPOCH0 -> $epoch after the fault"
-left=$(( deadline - $(date +%s) )); [ $left -gt 5 ] || left=5
-wait_all_ready "$left" || fail "the group did not become ready again at epoch $epoch"
-epoch_after=$(supervisor_epoch || true)
-log "all ${#SERVICES[@]} /readyz answer 200 again; epoch ${epoch_after:-?}"
+wait_all_ready $(( EPOCH0 + 1 )) "$RECOVER_TIMEOUT" \
+    || fail "the group did not come back ready in an epoch above $EPOCH0 within ${RECOVER_TIMEOUT}s"
+restarts=$(supervisor_field restarts_total || true)
+log "all ${#SERVICES[@]} /readyz answer 200 again: epoch $EPOCH0 -> $READY_EPOCH, ${restarts:-?} group restart(s)"
+restarted=$(restarted_containers)
+[ "$FAULT" = crash ] || [ -z "$restarted" ] || fail "containers were restarted after the fault: $(echo $restarted)"
+
+# --- 8. replay demo (optional) ---------------------------------------------------------------
+if [ "$REPLAY" = 1 ]; then
+    stage replay
+    log "replay demo: tandem replay $TANDEM_REPLAY_ARGS"
+    compose_t 600 --profile replay run --rm -T replay >"$TMPD/replay.out" 2>"$TMPD/replay.err" \
+        || { cat "$TMPD/replay.err" "$TMPD/replay.out" >&2; fail "the replay demo failed"; }
+    sed 's/^/    /' "$TMPD/replay.out" >&2
+fi
 stage_end
 log "PASS"
