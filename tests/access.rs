@@ -163,6 +163,7 @@ fn peers_are_admitted_only_with_the_group_secret() {
         }
     }
     println!("7 impostor handshakes refused BadSecret, 1 DuplicateRank; the group stayed ready: {before:?}");
+    println!("\nFIGURE fault=impostor_peers bad_secret_refusals=7 duplicate_rank_refusals=1 secret_in_logs_status_metrics=0 group_epoch_unchanged=yes");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,6 +276,8 @@ fn every_port_binds_loopback_unless_configured_otherwise() {
         for (addr, port) in &l {
             assert!(is_loopback(addr), "{what} listens on {addr}:{port}, not loopback");
         }
+        let list: Vec<String> = l.iter().map(|(a, p)| format!("{a}:{p}")).collect();
+        println!("\nFIGURE fault=listening_addresses process={} sockets={}", what.split(' ').take(2).collect::<Vec<_>>().join("-"), list.join(","));
     }
     drop(sup);
     drop(g);
@@ -478,6 +481,8 @@ fn redis_credentials_never_appear_in_logs_status_or_metrics() {
     // The group secret is no more visible than the password.
     assert_absent(&after, &[TEST_SECRET]);
     let log_bytes: usize = after.iter().map(|(_, t)| t.len()).sum();
-    println!("checked {} texts ({log_bytes} bytes: logs at debug level, /status, /metrics, /, /readyz) for the Redis password and the group secret", after.len() + during.len() + wrong_texts.len());
+    let texts = after.len() + during.len() + wrong_texts.len();
+    println!("checked {texts} texts ({log_bytes} bytes: logs at debug level, /status, /metrics, /, /readyz) for the Redis password and the group secret");
+    println!("\nFIGURE fault=redis_credentials texts_checked={texts} bytes_after={log_bytes} password_found=0 wrong_password_found=0");
     drop(sup);
 }

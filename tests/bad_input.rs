@@ -41,6 +41,12 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(15);
 // ---------------------------------------------------------------------------------------------
 // Helpers.
 
+/// One line of figures for scripts/fault-suite.sh: `FIGURE fault=NAME key=value ...`.
+fn figure(fault: &str, kv: &[(&str, String)]) {
+    let rest: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={}", v.replace(char::is_whitespace, "_"))).collect();
+    println!("\nFIGURE fault={fault} {}", rest.join(" "));
+}
+
 /// `/readyz` of every rank answers 200 with the same epoch; that epoch.
 fn ready_epoch(g: &Group) -> u64 {
     let mut epoch = None;
@@ -206,6 +212,7 @@ fn engine_socket_garbage_leaves_the_agent_serving() {
         }
         println!("rank {rank}: {} random garbage connections, {answered} replies (all well-formed)", rounds());
         healthz(&g, rank);
+        figure("engine_socket_garbage", &[("rank", rank.to_string()), ("fixed_cases", "7".into()), ("random_connections", rounds().to_string()), ("replies_all_well_formed", answered.to_string()), ("healthz", "200".into())]);
     }
     assert_eq!(ready_epoch(&g), epoch, "bad input on an engine socket moved the group to another epoch");
     valid_step(&g, "after");
@@ -241,7 +248,7 @@ fn idle_connections_claiming_the_largest_message_leave_the_group_serving() {
         peak = peak.max(pid_rss_kib(pid));
         std::thread::sleep(Duration::from_millis(50));
     }
-    println!("FIGURE engine_socket_idle_max_headers connections={connections} claimed_bytes={limit} rss_before_kib={before} rss_peak_kib={peak} growth_kib={}", peak.saturating_sub(before));
+    println!("\nFIGURE fault=engine_socket_idle_max_headers connections={connections} claimed_bytes={limit} rss_before_kib={before} rss_peak_kib={peak} growth_kib={}", peak.saturating_sub(before));
     healthz(&g, 1);
     assert_eq!(ready_epoch(&g), epoch, "idle engine connections moved the group to another epoch");
     valid_step(&g, "while-held");
@@ -309,7 +316,8 @@ fn peer_port_garbage_leaves_the_group_serving() {
         read_to_close(s, "silent peer");
     }
     read_to_close(&mut partial, "partial hello");
-    println!("16 silent peers and one partial hello were closed after {:?} (handshake_timeout_ms = 2000)", t.elapsed());
+    let closed_after = t.elapsed();
+    println!("16 silent peers and one partial hello were closed after {closed_after:?} (handshake_timeout_ms = 2000)");
     // Seeded random garbage.
     let mut rng = Rng::new(0x9ee7);
     for _ in 0..rounds() {
@@ -332,6 +340,10 @@ fn peer_port_garbage_leaves_the_group_serving() {
     healthz(&g, 1);
     assert_eq!(ready_epoch(&g), epoch, "bad input on the peer port moved the group to another epoch");
     valid_step(&g, "after");
+    figure(
+        "peer_port_garbage",
+        &[("fixed_cases", (cases.len() + 1).to_string()), ("silent_connections", "17".into()), ("closed_after_ms", closed_after.as_millis().to_string()), ("random_connections", rounds().to_string()), ("epoch_unchanged", "yes".into())],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,9 +408,11 @@ fn check_http_port(name: &str, addr: &str) {
         assert!(matches!(a, Some((200, _))), "{name} /healthz after bad input: {a:?}");
     };
     alive();
+    let mut codes = Vec::new();
     for (what, bytes, allowed) in http_cases() {
         let code = raw_http(addr, &bytes);
         println!("{name}: {what}: {code:?}");
+        codes.push(format!("{}:{}", what.replace(' ', "-"), code.map_or("closed".into(), |c| c.to_string())));
         match (code, allowed.is_empty()) {
             (None, true) => {}
             (Some(c), true) => assert!((400..500).contains(&c), "{name}: {what}: answered {c}"),
@@ -422,6 +436,7 @@ fn check_http_port(name: &str, addr: &str) {
         let a = http_get((host, port), path);
         assert!(matches!(a, Some((200 | 503, _))), "{name} {path}: {a:?}");
     }
+    figure("malformed_http", &[("port", name.replace(' ', "-")), ("answers", codes.join(",")), ("slow_clients_held", "32".into()), ("healthz_after_each", "200".into())]);
 }
 
 #[test]
@@ -535,6 +550,7 @@ fn malformed_trace_lines_are_reported_by_line_number() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("line 1: invalid JSON") && err.contains("line 2: missing field") && err.contains("no requests to replay"), "{err}");
+    figure("malformed_trace_lines", &[("malformed_lines", expected.len().to_string()), ("skip", "exit_0,3_replayed,each_line_named".into()), ("fail", "exit_non_zero_at_line_2".into())]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -640,4 +656,6 @@ fn bad_configuration_exits_78_naming_the_key_and_the_origin() {
     let err = expect_78(&["agent", "--rank", "0", "--config"], &short, &[], &["group.secret", "at least 16 bytes"]);
     assert!(!err.contains("\"short\""), "{err}");
     expect_78(&["agent", "--rank", "9", "--config"], &good, &[], &["rank 9 is out of range"]);
+    let runs = (cases.len() + env_cases.len() + range.len()) * commands.len() + 3;
+    figure("bad_configuration", &[("cases", (cases.len() + env_cases.len() + range.len() + 3).to_string()), ("process_runs", runs.to_string()), ("exit_78", runs.to_string())]);
 }

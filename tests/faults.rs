@@ -636,7 +636,7 @@ mod support {
     /// One line of figures for scripts/fault-suite.sh: `FIGURE fault=NAME key=value ...`.
     pub fn figure(fault: &str, kv: &[(&str, String)]) {
         let rest: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={}", v.replace(char::is_whitespace, "_"))).collect();
-        println!("FIGURE fault={fault} {}", rest.join(" "));
+        println!("\nFIGURE fault={fault} {}", rest.join(" "));
     }
 
     // -----------------------------------------------------------------------------------------

@@ -379,7 +379,7 @@ fn truncated_message_at_the_limit_figure() {
     let mut bytes = (MAX_MESSAGE_BYTES as u32).to_be_bytes().to_vec();
     bytes.extend_from_slice(&[0u8; 16]);
     let (r, largest) = largest_allocation(|| read_message::<EngineRequest>(&mut &bytes[..]));
-    println!("{}-byte truncated message claiming {MAX_MESSAGE_BYTES} bytes: {r:?}; largest allocation {largest} bytes", bytes.len());
+    println!("\nFIGURE fault=engine_wire_truncated_at_limit message_bytes={} claimed_bytes={MAX_MESSAGE_BYTES} largest_allocation_bytes={largest} result={}", bytes.len(), format!("{r:?}").replace(' ', "_"));
     assert!(matches!(&r, Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof), "{r:?}");
     assert!(largest <= MAX_MESSAGE_BYTES);
 }

@@ -462,7 +462,7 @@ fn inner_lengths_beyond_the_payload_are_malformed_and_bounded() {
         bytes.extend_from_slice(&payload);
         for limit in LIMITS {
             let (r, largest) = largest_allocation(|| decode(&bytes, limit));
-            println!("{name}: claims 2^32-1 or more, {} payload bytes, limit {limit}: {r:?}, largest allocation {largest} bytes", payload.len());
+            println!("\n{name}: claims 2^32-1 or more, {} payload bytes, limit {limit}: {r:?}, largest allocation {largest} bytes", payload.len());
             assert!(matches!(r, Err(CodecError::Malformed(_))), "{name}: {r:?}");
             assert!(largest <= SERDE_PREALLOC_CAP, "{name}: allocated {largest} bytes for a {}-byte payload", payload.len());
         }
@@ -492,5 +492,5 @@ fn amplification_figure() {
         })
         .expect("every mutated message decodes within the allocation bound");
     let (w, wl, wr) = worst.get();
-    println!("largest single allocation while decoding {} mutated messages: {w} bytes (from a {wl}-byte message); worst ratio allocation/message length {wr:.1}", cases());
+    println!("\nFIGURE fault=fuzz_decode_allocation cases={} largest_allocation_bytes={w} from_message_bytes={wl} worst_ratio_allocation_to_message={wr:.1}", cases());
 }
