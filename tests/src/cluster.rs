@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{free_port, free_port_range, tandem, ChildGuard};
+use crate::{free_ports, tandem, ChildGuard};
 
 /// How a test group is shaped.
 #[derive(Clone, Debug)]
@@ -61,8 +61,8 @@ impl Group {
     pub fn configure(spec: &GroupSpec) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let world_size = spec.world_size();
-        let leader_port = free_port();
-        let http_base_port = free_port_range(world_size as u16);
+        let (singles, http_base_port) = free_ports(2, world_size as u16);
+        let (leader_port, supervisor_port) = (singles[0], singles[1]);
         let d = dir.path().display();
         let text = format!(
             r#"
@@ -115,7 +115,7 @@ level = "info"
             disk = spec.disk_capacity_blocks,
             extra = spec.extra_toml,
             redis = spec.redis_url,
-            supervisor_port = free_port(),
+            supervisor_port = supervisor_port,
         );
         let config = dir.path().join("tandem.toml");
         std::fs::write(&config, text).expect("write config");

@@ -50,19 +50,32 @@ pub fn free_port() -> u16 {
 
 /// `n` consecutive loopback ports that were free a moment ago (for `http_base_port + rank`).
 pub fn free_port_range(n: u16) -> u16 {
+    free_ports(0, n).1
+}
+
+/// `singles` free loopback ports and a range of `n` consecutive ones (its first port), picked
+/// while every probe stays bound, so that no two of them are the same port.
+pub fn free_ports(singles: usize, n: u16) -> (Vec<u16>, u16) {
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    for _ in 0..singles {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+        ports.push(l.local_addr().expect("local addr").port());
+        held.push(l);
+    }
     'search: for _ in 0..200 {
         let base = free_port();
         if base.checked_add(n).is_none() {
             continue;
         }
-        let mut held = Vec::new();
+        let mut range = Vec::new();
         for p in base..base + n {
             match TcpListener::bind(("127.0.0.1", p)) {
-                Ok(l) => held.push(l),
+                Ok(l) => range.push(l),
                 Err(_) => continue 'search,
             }
         }
-        return base;
+        return (ports, base);
     }
     panic!("no range of {n} free loopback ports found");
 }

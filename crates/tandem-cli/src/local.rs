@@ -47,26 +47,43 @@ pub struct LocalCluster {
     pub redis_url: String,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Loopback ports picked for one cluster. Every probe listener stays open until all ports are
+/// picked, so that no two picks can return the same port.
+#[derive(Default)]
+struct PortPicker {
+    held: Vec<std::net::TcpListener>,
 }
 
-fn free_port_range(n: u16) -> anyhow::Result<u16> {
-    'search: for _ in 0..200 {
-        let base = free_port()?;
-        if base.checked_add(n).is_none() {
-            continue;
-        }
-        let mut held = Vec::new();
-        for p in base..base + n {
-            match std::net::TcpListener::bind(("127.0.0.1", p)) {
-                Ok(l) => held.push(l),
-                Err(_) => continue 'search,
-            }
-        }
-        return Ok(base);
+impl PortPicker {
+    /// One free port.
+    fn one(&mut self) -> anyhow::Result<u16> {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        self.held.push(l);
+        Ok(port)
     }
-    bail!("no range of {n} free loopback ports")
+
+    /// `n` consecutive free ports; returns the first.
+    fn range(&mut self, n: u16) -> anyhow::Result<u16> {
+        'search: for _ in 0..200 {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let base = probe.local_addr()?.port();
+            drop(probe);
+            if base.checked_add(n).is_none() {
+                continue;
+            }
+            let mut range = Vec::new();
+            for p in base..base + n {
+                match std::net::TcpListener::bind(("127.0.0.1", p)) {
+                    Ok(l) => range.push(l),
+                    Err(_) => continue 'search,
+                }
+            }
+            self.held.extend(range);
+            return Ok(base);
+        }
+        bail!("no range of {n} free loopback ports")
+    }
 }
 
 /// GET `url` with a short deadline: `(status, body)`.
@@ -135,7 +152,7 @@ impl LocalCluster {
     }
 
     fn start_redis(&mut self) -> anyhow::Result<String> {
-        let port = free_port()?;
+        let port = PortPicker::default().one()?;
         let dir = self.dir.join("redis");
         std::fs::create_dir_all(&dir)?;
         let child = Command::new("redis-server")
@@ -160,9 +177,10 @@ impl LocalCluster {
     }
 
     fn write_config(&mut self, spec: &LocalSpec) -> anyhow::Result<()> {
-        let leader_port = free_port()?;
-        self.http_base_port = free_port_range(self.world_size as u16)?;
-        let sup_port = free_port()?;
+        let mut ports = PortPicker::default();
+        let leader_port = ports.one()?;
+        self.http_base_port = ports.range(self.world_size as u16)?;
+        let sup_port = ports.one()?;
         self.supervisor_http = format!("127.0.0.1:{sup_port}");
         let secret: String = rand::thread_rng().sample_iter(rand::distributions::Alphanumeric).take(32).map(char::from).collect();
         let d = self.dir.display();

@@ -102,6 +102,10 @@ impl ShmFile {
     pub fn open_or_create(path: &Path, size: u64) -> Result<(ShmFile, FileOrigin), ShmError> {
         let existing = std::fs::metadata(path).ok().map(|m| m.len());
         if existing == Some(size) && size > 0 {
+            // A slab left by a start whose reservation failed has the right length but holes:
+            // reserve again, so that a full tmpfs is an error now and not a SIGBUS later.
+            let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path, "open"))?;
+            reserve(&file, size).map_err(io(path, "allocate"))?;
             return Ok((ShmFile::open(path, size)?, FileOrigin::Reused));
         }
         Ok((ShmFile::create(path, size)?, FileOrigin::Fresh))
@@ -154,7 +158,11 @@ fn create_file(path: &Path, size: u64, truncate: bool) -> Result<File, ShmError>
         .open(path)
         .map_err(io(path, "create"))?;
     file.set_len(size).map_err(io(path, "resize"))?;
-    reserve(&file, size).map_err(io(path, "allocate"))?;
+    if let Err(e) = reserve(&file, size) {
+        // Leave no full-length file with holes behind for the next start to trust.
+        let _ = std::fs::remove_file(path);
+        return Err(io(path, "allocate")(e));
+    }
     Ok(file)
 }
 
