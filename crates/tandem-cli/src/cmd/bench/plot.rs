@@ -6,7 +6,10 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::frame::FrameReport;
+use super::frame::{FrameReport, FrameRow};
+
+/// One line of the plot: legend, colour, thick (p50) or thin (p99), and the figure it draws.
+type Series = (&'static str, RGBColor, bool, fn(&FrameRow) -> f64);
 
 /// Draw `report` to `path` (an SVG, 800 × 500).
 ///
@@ -37,7 +40,7 @@ pub fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
             .x_label_formatter(&|x| if (x - x.round()).abs() < 1e-6 { format!("{}", 2f64.powf(x.round())) } else { String::new() })
             .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
-        let series: [(&str, RGBColor, bool, fn(&super::frame::FrameRow) -> f64); 4] = [
+        let series: [Series; 4] = [
             ("frame p50", RGBColor(200, 30, 30), true, |r| r.frame_us.p50),
             ("frame p99", RGBColor(200, 30, 30), false, |r| r.frame_us.p99),
             ("TCP fan-out baseline p50", RGBColor(30, 80, 200), true, |r| r.baseline_us.p50),
