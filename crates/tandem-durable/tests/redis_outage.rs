@@ -1,10 +1,10 @@
 //! The completion log while Redis is down and after it restarts (AOF on), and credentials
 //! kept out of errors.
 
-mod support;
 
 use std::time::Duration;
-use support::{free_port, RedisServer};
+use tandem_tests::free_port;
+use tandem_tests::redis::RedisServer;
 use tandem_durable::{CompletionLog, ConnTimeouts, DurableConfig, DurableError, StreamEntryId};
 use tandem_proto::{OutcomeResult, Rank, RequestId, Step, TaskId, TaskKind, TaskOutcome};
 

@@ -1,10 +1,9 @@
 //! The completion log against a real redis-server: append, per-rank delivery, recovery,
 //! duplicate suppression, trimming, the epoch counter, supervisor state and membership.
 
-mod support;
 
 use std::collections::BTreeSet;
-use support::RedisServer;
+use tandem_tests::redis::RedisServer;
 use tandem_durable::{
     CompletionLog, DurableConfig, DurableError, GroupState, StartedTask, StepRecord, StreamEntryId,
     SupervisorState,
