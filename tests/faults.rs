@@ -392,7 +392,11 @@ fn an_engine_that_dies_mid_store_moves_the_group_to_a_new_epoch() {
     // The same engine's connection: a store request, then the process is gone.
     let mut raw = std::os::unix::net::UnixStream::connect(c.group.socket(0)).expect("connect");
     write_message(&mut raw, &EngineRequest::Hello { rank: 0 }).expect("hello");
+    let _: tandem_client::EngineReply = tandem_client::wire::read_message(&mut raw).expect("welcome");
     write_message(&mut raw, &EngineRequest::Store { epoch: leader.epoch(), step: Step(1), request: RequestId(77), block_hashes: vec![BlockHash(77)], page_ids: vec![PageId(0)] }).expect("store");
+    // The store is started (the agent answered with its task id) when the engine dies.
+    let started: tandem_client::EngineReply = tandem_client::wire::read_message(&mut raw).expect("store reply");
+    assert!(matches!(started, tandem_client::EngineReply::Started { .. }), "{started:?}");
     drop(raw);
     drop(leader);
     let died = Instant::now();

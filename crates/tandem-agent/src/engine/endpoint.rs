@@ -54,12 +54,13 @@ pub async fn serve(listener: UnixListener, socket: PathBuf, router: Router, stor
             Ok((stream, _)) => {
                 let (router, store) = (router.clone(), store.clone());
                 actix_rt::spawn(async move {
-                    let reason = match serve_one(stream, &router, &store).await {
+                    let mut attached = false;
+                    let reason = match serve_one(stream, &router, &store, &mut attached).await {
                         Ok(()) => "engine closed the connection".to_string(),
                         Err(e) => e.to_string(),
                     };
                     if let Some(p) = router.current() {
-                        p.do_send(EngineDisconnected { reason });
+                        p.do_send(EngineDisconnected { reason, attached });
                     }
                 });
             }
@@ -71,7 +72,7 @@ pub async fn serve(listener: UnixListener, socket: PathBuf, router: Router, stor
     }
 }
 
-async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreActor>) -> Result<(), WireError> {
+async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreActor>, attached: &mut bool) -> Result<(), WireError> {
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; 4];
@@ -96,7 +97,9 @@ async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreAc
                 return Err(e);
             }
         };
+        let hello = matches!(req, EngineRequest::Hello { .. });
         let answer = route(req, router, store).await;
+        *attached |= hello && matches!(answer, EngineReply::Welcome { .. });
         reply(&mut stream, &answer).await?;
     }
 }

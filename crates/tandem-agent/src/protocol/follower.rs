@@ -60,6 +60,11 @@ impl FollowerRole {
         (self.follower.stats(), self.frames_read)
     }
 
+    /// Tasks this rank saw started without an outcome yet.
+    pub fn tasks_in_flight(&self) -> usize {
+        self.follower.open_tasks().len()
+    }
+
     /// Admitted by the leader.
     pub fn is_linked(&self) -> bool {
         self.link.is_some()

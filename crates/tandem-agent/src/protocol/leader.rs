@@ -496,6 +496,11 @@ impl LeaderRole {
         self.evictions
     }
 
+    /// Tasks started (or refused) without a durable outcome yet.
+    pub fn tasks_in_flight(&self) -> usize {
+        self.leader.in_flight().len()
+    }
+
     /// Task counts so far, for metrics.
     pub fn task_counts(&self) -> TaskCounts {
         self.counts

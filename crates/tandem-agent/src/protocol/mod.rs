@@ -53,6 +53,8 @@ pub struct EngineCall {
 pub struct EngineDisconnected {
     /// Why.
     pub reason: String,
+    /// Whether that connection said hello (was an engine of some epoch).
+    pub attached: bool,
 }
 
 /// Leader: a follower answered the challenge; admit it (and send `Welcome`) or refuse it (and
@@ -197,6 +199,8 @@ pub struct ProtocolActor {
     rebuild_started: bool,
     /// Engine requests of another epoch, rejected.
     engine_stale_rejected: u64,
+    /// Engine connections that said hello in this epoch and are still open.
+    engines_attached: u32,
 }
 
 impl ProtocolActor {
@@ -206,7 +210,7 @@ impl ProtocolActor {
             Some(l) => Role::Leader(Box::new(l)),
             None => Role::Follower(Box::new(FollowerRole::new(&settings))),
         };
-        Self { settings, clock, store, role, failure: None, wiring, ready_sent: false, append_in_flight: false, rebuild_started: false, engine_stale_rejected: 0 }
+        Self { settings, clock, store, role, failure: None, wiring, ready_sent: false, append_in_flight: false, rebuild_started: false, engine_stale_rejected: 0, engines_attached: 0 }
     }
 
     fn emit(&self, ev: AgentEvent) {
@@ -361,6 +365,9 @@ impl Handler<EngineCall> for ProtocolActor {
                 };
                 welcome(next)
             };
+            if matches!(answer, EngineReply::Welcome { .. }) {
+                self.engines_attached += 1;
+            }
             let _ = msg.reply.send(answer);
             return;
         }
@@ -502,9 +509,25 @@ fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
 
 impl Handler<EngineDisconnected> for ProtocolActor {
     type Result = ();
-    /// The engine went away; its waits are void.
+    /// The engine went away. With tasks in flight its pages and its view of them are gone, so
+    /// the group restarts (the new epoch aborts those tasks); with none, it simply detached. A
+    /// connection that never said hello is not an engine.
     fn handle(&mut self, msg: EngineDisconnected, _: &mut Self::Context) {
-        tracing::warn!(reason = %msg.reason, "engine disconnected");
+        if !msg.attached || self.engines_attached == 0 {
+            tracing::info!(reason = %msg.reason, "engine connection closed");
+            return;
+        }
+        self.engines_attached -= 1;
+        let in_flight = match &self.role {
+            Role::Leader(l) => l.tasks_in_flight(),
+            Role::Follower(f) => f.tasks_in_flight(),
+        };
+        if in_flight == 0 {
+            tracing::info!(reason = %msg.reason, "engine detached with no task in flight");
+            return;
+        }
+        tracing::warn!(reason = %msg.reason, in_flight, "engine disconnected with tasks in flight");
+        self.fail(format!("engine of rank {} disconnected with {in_flight} tasks in flight: {}", self.settings.rank, msg.reason));
     }
 }
 
