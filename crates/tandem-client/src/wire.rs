@@ -75,8 +75,12 @@ pub fn read_message<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, WireErr
     let mut header = [0u8; 4];
     r.read_exact(&mut header)?;
     let len = check_len(header)?;
-    let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload)?;
+    // Grow as bytes arrive rather than allocating the claimed length up front.
+    let mut payload = Vec::new();
+    let got = r.take(len as u64).read_to_end(&mut payload)?;
+    if got < len {
+        return Err(WireError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed mid-message")));
+    }
     decode(&payload)
 }
 

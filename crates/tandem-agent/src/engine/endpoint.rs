@@ -88,8 +88,13 @@ async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreAc
                 return Err(e);
             }
         };
-        payload.resize(len, 0);
-        stream.read_exact(&mut payload).await?;
+        // Grow the buffer as bytes arrive, never to the claimed length up front: a header that
+        // claims the limit and then idles costs nothing.
+        payload.clear();
+        let got = (&mut stream).take(len as u64).read_to_end(&mut payload).await?;
+        if got < len {
+            return Err(WireError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "engine closed mid-message")));
+        }
         let req: EngineRequest = match decode(&payload) {
             Ok(r) => r,
             Err(e) => {
