@@ -21,7 +21,7 @@ pub struct GroupFailed(pub String);
 pub fn code_for(err: &anyhow::Error) -> i32 {
     let config_error = err.chain().any(|e| {
         e.downcast_ref::<tandem_config::ConfigError>().is_some()
-            || matches!(e.downcast_ref::<tandem_agent::SettingsError>(), Some(_))
+            || e.downcast_ref::<tandem_agent::SettingsError>().is_some()
     });
     if err.chain().any(|e| e.downcast_ref::<GroupFailed>().is_some()) {
         return GROUP_FAILED;
