@@ -9,23 +9,26 @@
 //! - [`leader`]: the leader's role (engine operations, quorum results, sealing, the window).
 //! - [`follower`]: a follower's role (positional reads, bounded waits, acks, reports).
 //! - [`status`]: what `/status` and `/readyz` report.
+//! - `messages`: the messages it takes (re-exported here).
 
 pub mod follower;
 pub mod leader;
+mod messages;
 pub mod status;
+
+pub use messages::*;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message};
+use actix::{Actor, ActorContext, Addr, AsyncContext, Context, Handler};
 use tandem_client::api::{AgentError, EngineReply, EngineRequest};
 use tandem_proto::ids::{Epoch, Rank};
-use tandem_proto::wire::handshake::{HandshakeError, Nonce};
-use tandem_proto::wire::{Hello, Message as WireMessage};
+use tandem_proto::wire::handshake::HandshakeError;
+use tandem_proto::wire::Message as WireMessage;
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
-use crate::peer::link::PeerLink;
 use crate::settings::AgentSettings;
 use crate::store_actor::{BeginEpoch, ShardDone, StoreActor};
 
@@ -35,104 +38,6 @@ pub use status::AgentStatus;
 
 /// How often timers (wait deadlines, heartbeat checks) are evaluated.
 const TICK: Duration = Duration::from_millis(5);
-
-/// One engine request; the reply goes back on `reply` exactly once (possibly later, for a
-/// request that waits).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct EngineCall {
-    /// The request.
-    pub req: EngineRequest,
-    /// Where the one reply goes.
-    pub reply: oneshot::Sender<EngineReply>,
-}
-
-/// The engine's connection closed.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct EngineDisconnected {
-    /// Why.
-    pub reason: String,
-    /// Whether that connection said hello (was an engine of some epoch).
-    pub attached: bool,
-}
-
-/// Leader: a follower answered the challenge; admit it (and send `Welcome`) or refuse it (and
-/// send `Refused`). Admission and registration of its link are one step.
-#[derive(Message)]
-#[rtype(result = "Result<Rank, HandshakeError>")]
-pub struct AdmitPeer {
-    /// The nonce sent in the challenge.
-    pub nonce: Nonce,
-    /// The follower's hello.
-    pub hello: Hello,
-    /// The connection's writer.
-    pub link: PeerLink,
-    /// The connection's id.
-    pub conn: u64,
-}
-
-/// Leader: a message from an admitted follower's connection.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct FromPeer {
-    /// The rank admitted on this connection.
-    pub rank: Rank,
-    /// The connection's id.
-    pub conn: u64,
-    /// The message.
-    pub msg: WireMessage,
-}
-
-/// Leader: a follower's connection ended.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct PeerLost {
-    /// The rank on that connection.
-    pub rank: Rank,
-    /// The connection's id (ignored unless it is the rank's admitted connection).
-    pub conn: u64,
-    /// Why.
-    pub reason: String,
-}
-
-/// Follower: admitted by the leader; here is the connection's writer.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LeaderLinked {
-    /// The writer.
-    pub link: PeerLink,
-}
-
-/// Follower: a message from the leader.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct FromLeader {
-    /// The message.
-    pub msg: WireMessage,
-}
-
-/// Follower: the leader's connection ended (or the join failed).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LeaderLost {
-    /// Why.
-    pub reason: String,
-}
-
-/// The agent's status in this epoch.
-#[derive(Message)]
-#[rtype(result = "AgentStatus")]
-pub struct GetStatus;
-
-/// Stop this epoch's protocol (a restart or a shutdown): pending engine waits are answered
-/// `NotReady` and the actor stops.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopEpoch {
-    /// Why (logged and given to waiting engines).
-    pub reason: String,
-}
 
 /// What the agent's runtime hears from the protocol actor of an epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,13 +76,6 @@ pub struct Wiring {
     /// The agent's metrics.
     pub metrics: Arc<tandem_metrics::AgentMetrics>,
 }
-
-/// SIGTERM: the leader seals its open step, with every start and outcome made durable first,
-/// so that followers hold everything decided; then the caller stops the epoch. Followers have
-/// nothing to drain. Completes when the frame is sealed (or could not be).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Drain;
 
 /// The role this rank plays in the epoch.
 enum Role {

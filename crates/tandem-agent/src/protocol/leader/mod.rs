@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use actix::Addr;
 use tandem_client::api::{AgentError, EngineReply, EngineRequest};
-use tandem_proto::frame::{LookupResult, OutcomeResult, TaskOutcome};
+use tandem_proto::frame::TaskOutcome;
 use tandem_proto::ids::{BlockHash, PageId, Rank, RequestId, Step, TaskId, TaskKind};
 use tandem_proto::wire::codec::encode_checked;
 use tandem_proto::wire::handshake::{HandshakeError, Membership};
 use tandem_proto::wire::{Ack, Message as WireMessage, ShardReport};
 use tandem_proto::{Frame, Leader, LeaderError, LeaderEvent, ReportOutcome};
-use tandem_store::index::{GroupIndex, IndexError, Pin};
+use tandem_store::index::{GroupIndex, Pin};
 use tokio::sync::oneshot;
 
 use super::status::AgentStatus;
@@ -24,7 +24,9 @@ use super::{AdmitPeer, FromPeer, PeerLost};
 use crate::peer::link::PeerLink;
 use crate::settings::AgentSettings;
 use crate::store_actor::{ApplyTierOps, CopyLoads, CopyStores, ShardDone, StoreActor};
-use crate::tiers::{frame_tier, tier_op};
+use crate::tiers::tier_op;
+
+mod tasks;
 
 /// An `end_step` waiting for the window to open.
 struct EndWait {
@@ -219,43 +221,6 @@ impl LeaderRole {
         None
     }
 
-    /// A task reached quorum: return its pins to the index (and evict what failed).
-    fn finished(&mut self, outcome: &TaskOutcome) {
-        let result = match outcome.result {
-            OutcomeResult::Ok => 0,
-            OutcomeResult::Failed { .. } => 1,
-            OutcomeResult::Aborted => 2,
-        };
-        self.counts.finished[kind_index(outcome.kind)][result] += 1;
-        let Some(t) = self.tasks.remove(&outcome.task) else { return };
-        let ok = outcome.result == OutcomeResult::Ok;
-        for pin in t.pins {
-            let hash = pin.hash();
-            let result = match (t.kind, ok) {
-                (TaskKind::Store, true) => self.index.finish_store(pin),
-                (TaskKind::Store, false) => self.index.abort_store(pin).map(|moves| {
-                    for m in moves {
-                        self.record(tier_op(m));
-                    }
-                }),
-                (TaskKind::Load, ok) => {
-                    let r = self.index.finish_load(pin);
-                    // A failed load may mean a corrupt or missing shard on some rank: the
-                    // block is no longer complete everywhere, so it leaves the group.
-                    if !ok {
-                        if let Some(m) = self.index.drop_block(hash) {
-                            self.record(tier_op(m));
-                        }
-                    }
-                    r
-                }
-            };
-            if let Err(e) = result {
-                tracing::warn!(%hash, error = %e, "group index refused a pin");
-            }
-        }
-    }
-
     /// An engine request on the leader.
     /// Returns an append the actor must carry out before the step can be sealed.
     pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) -> Option<AppendJob> {
@@ -320,114 +285,6 @@ impl LeaderRole {
             return Err(AgentError::WrongStep { expected, got: step });
         }
         Ok(())
-    }
-
-    /// The longest cached prefix, pinned for a load in this step.
-    fn lookup(&mut self, request: RequestId, block_hashes: Vec<BlockHash>) -> EngineReply {
-        self.release_lookup_pins(request);
-        let prefix = self.index.lookup_prefix(&block_hashes);
-        let mut pins = Vec::with_capacity(prefix);
-        for hash in &block_hashes[..prefix] {
-            match self.index.begin_load(*hash) {
-                Ok(plan) => {
-                    for m in plan.moves {
-                        self.record(tier_op(m));
-                    }
-                    pins.push(plan.pin);
-                }
-                // Promotion impossible (host full of pins): the prefix ends here.
-                Err(_) => break,
-            }
-        }
-        let result = LookupResult {
-            request,
-            block_hashes,
-            matched_blocks: pins.len() as u32,
-            pinned: !pins.is_empty(),
-        };
-        if !pins.is_empty() {
-            self.lookup_pins.insert(request, pins);
-        }
-        self.leader.record_lookup(result.clone());
-        EngineReply::Lookup(result)
-    }
-
-    /// Start a store of the blocks not already cached; a full tier refuses the task.
-    fn store(&mut self, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> EngineReply {
-        let (mut hashes, mut pages, mut tiers, mut pins) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (hash, page) in block_hashes.into_iter().zip(page_ids) {
-            match self.index.begin_store(hash) {
-                Ok(plan) => {
-                    for m in plan.moves {
-                        self.record(tier_op(m));
-                    }
-                    let Some(tier) = frame_tier(plan.tier) else {
-                        return self.refuse_store(request, pins, format!("block {hash}: no frame tier for {}", plan.tier));
-                    };
-                    hashes.push(hash);
-                    pages.push(page);
-                    tiers.push(tier);
-                    pins.push(plan.pin);
-                }
-                // Cached already, or being stored by another task: nothing to copy.
-                Err(IndexError::AlreadyPresent { .. }) => {}
-                Err(e) => return self.refuse_store(request, pins, e.to_string()),
-            }
-        }
-        let task = self.leader.start_store(request, hashes, pages, tiers);
-        self.counts.started[0] += 1;
-        self.tasks.insert(task, TaskPins { kind: TaskKind::Store, pins });
-        EngineReply::Started { task }
-    }
-
-    fn refuse_store(&mut self, request: RequestId, pins: Vec<Pin>, reason: String) -> EngineReply {
-        for pin in pins {
-            match self.index.abort_store(pin) {
-                Ok(moves) => moves.into_iter().for_each(|m| self.record(tier_op(m))),
-                Err(e) => tracing::warn!(error = %e, "group index refused a pin"),
-            }
-        }
-        let task = self.leader.reject_task(TaskKind::Store, request, reason);
-        self.counts.finished[0][1] += 1;
-        EngineReply::Started { task }
-    }
-
-    /// Start a load of blocks this request's lookup pinned in this step.
-    fn load(&mut self, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> EngineReply {
-        let mut pinned = self.lookup_pins.remove(&request).unwrap_or_default();
-        let covered = block_hashes.len() <= pinned.len() && block_hashes.iter().zip(&pinned).all(|(h, p)| *h == p.hash());
-        if !covered {
-            self.give_back_load_pins(pinned);
-            let reason = format!(
-                "request {request}: load of blocks that its lookup in this step did not match (load {} blocks)",
-                block_hashes.len()
-            );
-            let task = self.leader.reject_task(TaskKind::Load, request, reason);
-            self.counts.finished[1][1] += 1;
-            return EngineReply::Started { task };
-        }
-        // Pins beyond what is loaded go back now.
-        let extra = pinned.split_off(block_hashes.len());
-        self.give_back_load_pins(extra);
-        let task = self.leader.start_load(request, block_hashes, page_ids);
-        self.counts.started[1] += 1;
-        self.tasks.insert(task, TaskPins { kind: TaskKind::Load, pins: pinned });
-        EngineReply::Started { task }
-    }
-
-    fn give_back_load_pins(&mut self, pins: Vec<Pin>) {
-        for pin in pins {
-            if let Err(e) = self.index.finish_load(pin) {
-                tracing::warn!(error = %e, "group index refused a pin");
-            }
-        }
-    }
-
-    fn release_lookup_pins(&mut self, request: RequestId) {
-        if let Some(pins) = self.lookup_pins.remove(&request) {
-            self.give_back_load_pins(pins);
-        }
-        self.leader.release_pins(request);
     }
 
     /// Without a completion log, starts and outcomes count as durable at once.

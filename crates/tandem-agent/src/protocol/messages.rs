@@ -1,0 +1,119 @@
+//! The messages the `ProtocolActor` takes: engine requests, peer connection events, status
+//! queries and the end of an epoch. Each declares its reply type; the handlers live with the
+//! actor.
+
+use actix::Message;
+use tandem_client::api::{EngineReply, EngineRequest};
+use tandem_proto::ids::Rank;
+use tandem_proto::wire::handshake::{HandshakeError, Nonce};
+use tandem_proto::wire::{Hello, Message as WireMessage};
+use tokio::sync::oneshot;
+
+use super::status::AgentStatus;
+use crate::peer::link::PeerLink;
+
+/// One engine request; the reply goes back on `reply` exactly once (possibly later, for a
+/// request that waits).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EngineCall {
+    /// The request.
+    pub req: EngineRequest,
+    /// Where the one reply goes.
+    pub reply: oneshot::Sender<EngineReply>,
+}
+
+/// The engine's connection closed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EngineDisconnected {
+    /// Why.
+    pub reason: String,
+    /// Whether that connection said hello (was an engine of some epoch).
+    pub attached: bool,
+}
+
+/// Leader: a follower answered the challenge; admit it (and send `Welcome`) or refuse it (and
+/// send `Refused`). Admission and registration of its link are one step.
+#[derive(Message)]
+#[rtype(result = "Result<Rank, HandshakeError>")]
+pub struct AdmitPeer {
+    /// The nonce sent in the challenge.
+    pub nonce: Nonce,
+    /// The follower's hello.
+    pub hello: Hello,
+    /// The connection's writer.
+    pub link: PeerLink,
+    /// The connection's id.
+    pub conn: u64,
+}
+
+/// Leader: a message from an admitted follower's connection.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FromPeer {
+    /// The rank admitted on this connection.
+    pub rank: Rank,
+    /// The connection's id.
+    pub conn: u64,
+    /// The message.
+    pub msg: WireMessage,
+}
+
+/// Leader: a follower's connection ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PeerLost {
+    /// The rank on that connection.
+    pub rank: Rank,
+    /// The connection's id (ignored unless it is the rank's admitted connection).
+    pub conn: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// Follower: admitted by the leader; here is the connection's writer.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LeaderLinked {
+    /// The writer.
+    pub link: PeerLink,
+}
+
+/// Follower: a message from the leader.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FromLeader {
+    /// The message.
+    pub msg: WireMessage,
+}
+
+/// Follower: the leader's connection ended (or the join failed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LeaderLost {
+    /// Why.
+    pub reason: String,
+}
+
+/// The agent's status in this epoch.
+#[derive(Message)]
+#[rtype(result = "AgentStatus")]
+pub struct GetStatus;
+
+/// Stop this epoch's protocol (a restart or a shutdown): pending engine waits are answered
+/// `NotReady` and the actor stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopEpoch {
+    /// Why (logged and given to waiting engines).
+    pub reason: String,
+}
+
+/// SIGTERM: the leader seals its open step, with every start and outcome made durable first,
+/// so that followers hold everything decided; then the caller stops the epoch. Followers have
+/// nothing to drain. Completes when the frame is sealed (or could not be).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
