@@ -248,9 +248,11 @@ fn sigkill_agents_during_a_replay() {
     let _serial = serial();
     let mut rng = seeded("sigkill-agent");
     let redis = LocalRedis::start("127.0.0.1");
-    let every = format!("kill-agent:{:.1}", 1.0 + rng.range(0, 20) as f64 / 10.0);
-    let run = ReplayCli::spawn(&redis.url(), requests() * rounds() as usize, &["--chaos", &every]);
-    let result = run.finish(Duration::from_secs(600));
+    // An interval the group can recover within (a restart takes up to the 5 s backoff cap once
+    // restarts pile up); kills land at any moment, recoveries included.
+    let every = format!("kill-agent:{:.1}", 2.0 + rng.range(0, 30) as f64 / 10.0);
+    let run = ReplayCli::spawn(&redis.url(), requests() * rounds().min(2) as usize, &["--chaos", &every]);
+    let result = run.finish(Duration::from_secs(1500));
     let s = result.assert_clean("SIGKILL of agents (--chaos)");
     figure("sigkill_agent", &[("chaos", every), ("agents_killed", s["agents_killed"].to_string()), ("summary", result.short())]);
 }
@@ -560,8 +562,11 @@ fn redis_unreachable_for_ten_seconds_during_a_replay() {
     signal(redis.pid(), libc::SIGCONT);
     let back = Instant::now();
     let ready = view.wait_ready(Duration::from_secs(60)).map(|_| back.elapsed().as_millis());
+    std::thread::sleep(Duration::from_millis(1500));
+    let failures = view.log_lines("rank failure");
     let result = run.finish(Duration::from_secs(300));
     let s = result.assert_clean("Redis unreachable for 10 s");
+    println!("rank failures the supervisor logged: {failures:#?}");
     println!("readiness reasons while Redis was stopped: {reasons:#?}");
     assert!(not_ready_after.is_some(), "no process reported not ready while Redis was unreachable for 10 s");
     assert!(reasons.iter().any(|r| r.to_lowercase().contains("redis")), "no readiness reason names Redis: {reasons:?}");
@@ -572,6 +577,8 @@ fn redis_unreachable_for_ten_seconds_during_a_replay() {
             ("not_ready_after_ms", not_ready_after.map_or("never".into(), |m| m.to_string())),
             ("ready_after_sigcont_ms", ready.map_or("never".into(), |m| m.to_string())),
             ("epochs", s["epochs"].to_string()),
+            ("rank_failures_logged", failures.len().to_string()),
+            ("first_failure", failures.first().map_or("none".into(), |l| l.split("failure=").nth(1).unwrap_or(l).to_string())),
             ("summary", result.short()),
         ],
     );
@@ -899,6 +906,7 @@ mod support {
                     break s;
                 }
                 if self.started.elapsed() > timeout {
+                    kill_tree(child.id());
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!("the replay ran past {timeout:?}:\n{}", self.stderr());
@@ -913,8 +921,26 @@ mod support {
     impl Drop for ReplayCli {
         fn drop(&mut self) {
             if let Some(mut c) = self.child.take() {
+                if let Ok(None) = c.try_wait() {
+                    kill_tree(c.id());
+                }
                 let _ = c.kill();
                 let _ = c.wait();
+            }
+        }
+    }
+
+    /// SIGKILL every process of the cluster a `tandem replay` (`pid`) started: its supervisor
+    /// and every agent of that supervisor's configuration (orphans of an earlier supervisor
+    /// included). A replay killed from outside cannot stop them itself.
+    fn kill_tree(pid: u32) {
+        for (sup, cl) in tandem_processes(&["supervisor", "--config"]) {
+            if parent(sup) != Some(pid) {
+                continue;
+            }
+            let Some(config) = cl.iter().skip_while(|a| *a != "--config").nth(1) else { continue };
+            for (p, _) in tandem_processes(&["--config", config]) {
+                signal(p, libc::SIGKILL);
             }
         }
     }
@@ -1022,6 +1048,12 @@ mod support {
                 .spawn()
                 .expect("spawn supervisor");
             ChildGuard(child)
+        }
+
+        /// Lines of the cluster's log (supervisor and agents) that contain `needle`.
+        pub fn log_lines(&self, needle: &str) -> Vec<String> {
+            let text = std::fs::read_to_string(self.dir.join("cluster.log")).unwrap_or_default();
+            text.lines().filter(|l| l.contains(needle)).map(str::to_string).collect()
         }
 
         /// Keep a supervisor this test started until the view is dropped.
