@@ -100,6 +100,9 @@ fn hello(secret: &[u8], nonce: &[u8; 32], rank: u32) -> Hello {
     }
 }
 
+/// Builds an impostor's hello from the leader's challenge nonce.
+type MakeHello = Box<dyn FnOnce(&[u8; 32]) -> Hello>;
+
 fn refused(answer: &Option<Message>) -> Option<&HandshakeError> {
     match answer {
         Some(Message::Refused { reason }) => Some(reason),
@@ -125,7 +128,7 @@ fn peers_are_admitted_only_with_the_group_secret() {
     let (a, _) = impostor(&addr, |n| hello(TEST_SECRET.as_bytes(), n, 1));
     assert_eq!(refused(&a), Some(&HandshakeError::DuplicateRank { rank: Rank(1), epoch: Epoch(1) }), "{a:?}");
 
-    let cases: Vec<(&str, Box<dyn FnOnce(&[u8; 32]) -> Hello>)> = vec![
+    let cases: Vec<(&str, MakeHello)> = vec![
         ("a wrong secret", Box::new(|n: &[u8; 32]| hello(wrong, n, 1))),
         ("an empty secret", Box::new(|n: &[u8; 32]| hello(b"", n, 1))),
         ("no proof at all (zeros)", Box::new(|n: &[u8; 32]| {

@@ -1514,8 +1514,7 @@ impl Tmpfs {
         let mut f = std::fs::File::create(self.path.join("filler")).expect("filler");
         let chunk = vec![0xa5u8; 4096];
         while f.write_all(&chunk).is_ok() {}
-        let mut small = [0u8; 1];
-        while f.write_all(&mut small).is_ok() {}
+        while f.write_all(&[0u8; 1]).is_ok() {}
         let _ = f.sync_all();
     }
 }
