@@ -40,7 +40,8 @@ struct Seen {
 }
 
 fn connect(g: &Group, rank: u32) -> (EngineClient, PagePool) {
-    let mut c = EngineClient::connect(g.socket(rank), rank, Duration::from_secs(20)).expect("engine connects");
+    let mut c = EngineClient::connect(g.socket(rank), rank, Duration::from_secs(20))
+        .expect("engine connects");
     let shard = c.welcome().shard_bytes;
     let pool = PagePool::create(g.pool_path(rank), 64, shard).expect("page pool");
     c.register_buffer(&pool).expect("register");
@@ -48,7 +49,13 @@ fn connect(g: &Group, rank: u32) -> (EngineClient, PagePool) {
 }
 
 /// A follower engine: reads every frame in order, verifies the pages of finished loads, acks.
-fn follower(rank: u32, mut c: EngineClient, pool: PagePool, last: Arc<AtomicU64>, seen: Arc<Mutex<Seen>>) {
+fn follower(
+    rank: u32,
+    mut c: EngineClient,
+    pool: PagePool,
+    last: Arc<AtomicU64>,
+    seen: Arc<Mutex<Seen>>,
+) {
     let mut loads = std::collections::BTreeMap::new();
     let mut step = 0u64;
     while step <= last.load(Ordering::SeqCst) {
@@ -63,13 +70,24 @@ fn follower(rank: u32, mut c: EngineClient, pool: PagePool, last: Arc<AtomicU64>
     }
 }
 
-fn verify_loads(rank: u32, frame: &Frame, loads: &mut std::collections::BTreeMap<TaskId, (Vec<BlockHash>, Vec<PageId>)>, pool: &PagePool, seen: &Mutex<Seen>) {
+fn verify_loads(
+    rank: u32,
+    frame: &Frame,
+    loads: &mut std::collections::BTreeMap<TaskId, (Vec<BlockHash>, Vec<PageId>)>,
+    pool: &PagePool,
+    seen: &Mutex<Seen>,
+) {
     for l in &frame.loads {
         loads.insert(l.task, (l.block_hashes.clone(), l.page_ids.clone()));
     }
     for o in &frame.finished {
         if let Some((hashes, pages)) = loads.remove(&o.task) {
-            assert_eq!(o.result, OutcomeResult::Ok, "rank {rank}: load {} failed", o.task);
+            assert_eq!(
+                o.result,
+                OutcomeResult::Ok,
+                "rank {rank}: load {} failed",
+                o.task
+            );
             let mut s = seen.lock().unwrap();
             for (h, p) in hashes.iter().zip(&pages) {
                 let got = pool.page(*p).unwrap();
@@ -118,7 +136,14 @@ fn store_then_load(pp: u32, tp: u32) {
         *step += 1;
         f
     };
-    let store = leader.store(Step(0), RequestId(1), hashes.clone(), (0..12).map(PageId).collect()).expect("store");
+    let store = leader
+        .store(
+            Step(0),
+            RequestId(1),
+            hashes.clone(),
+            (0..12).map(PageId).collect(),
+        )
+        .expect("store");
     let mut stored = false;
     for _ in 0..200 {
         let f = run_step(&mut leader, &mut step);
@@ -130,9 +155,21 @@ fn store_then_load(pp: u32, tp: u32) {
     }
     assert!(stored, "store did not finish within 200 steps");
 
-    let lookup = leader.lookup(Step(step), RequestId(2), hashes.clone()).expect("lookup");
-    assert_eq!(lookup.matched_blocks, 12, "every stored block is cached on every rank");
-    let load = leader.load(Step(step), RequestId(2), hashes.clone(), (20..32).map(PageId).collect()).expect("load");
+    let lookup = leader
+        .lookup(Step(step), RequestId(2), hashes.clone())
+        .expect("lookup");
+    assert_eq!(
+        lookup.matched_blocks, 12,
+        "every stored block is cached on every rank"
+    );
+    let load = leader
+        .load(
+            Step(step),
+            RequestId(2),
+            hashes.clone(),
+            (20..32).map(PageId).collect(),
+        )
+        .expect("load");
     let mut loaded = false;
     for _ in 0..200 {
         let f = run_step(&mut leader, &mut step);
@@ -148,10 +185,23 @@ fn store_then_load(pp: u32, tp: u32) {
         f.join().expect("follower engine");
     }
     let s = seen.lock().unwrap();
-    assert!(s.bad.is_empty(), "pages differ from the stored shards: {:?}", s.bad);
-    let mut ranks: Vec<u32> = s.verified.iter().filter(|(_, t)| *t == load).map(|(r, _)| *r).collect();
+    assert!(
+        s.bad.is_empty(),
+        "pages differ from the stored shards: {:?}",
+        s.bad
+    );
+    let mut ranks: Vec<u32> = s
+        .verified
+        .iter()
+        .filter(|(_, t)| *t == load)
+        .map(|(r, _)| *r)
+        .collect();
     ranks.sort();
-    assert_eq!(ranks, (0..world).collect::<Vec<_>>(), "every rank verified the load");
+    assert_eq!(
+        ranks,
+        (0..world).collect::<Vec<_>>(),
+        "every rank verified the load"
+    );
 }
 
 #[test]

@@ -34,9 +34,13 @@ use tandem_tests::engines::{connect_engine, fill};
 
 /// Steps the leader and follower engines through one step; the leader's frame.
 fn step(leader: &mut EngineClient, follower: &mut EngineClient, s: Step) -> Frame {
-    let f = leader.end_step(s, Duration::from_secs(10)).unwrap_or_else(|e| panic!("end_step {s:?}: {e}"));
+    let f = leader
+        .end_step(s, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("end_step {s:?}: {e}"));
     leader.ack(s).expect("leader ack");
-    let g = follower.frame(s, Duration::from_secs(10)).unwrap_or_else(|e| panic!("frame {s:?}: {e}"));
+    let g = follower
+        .frame(s, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("frame {s:?}: {e}"));
     assert_eq!(g, f, "the follower reads the leader's frame");
     follower.ack(s).expect("follower ack");
     f
@@ -45,7 +49,10 @@ fn step(leader: &mut EngineClient, follower: &mut EngineClient, s: Step) -> Fram
 /// True when the frame mentions `request` anywhere.
 fn mentions(f: &Frame, request: RequestId) -> bool {
     f.lookups.iter().any(|l| l.request == request)
-        || f.stores.iter().chain(&f.loads).any(|t| t.request == request)
+        || f.stores
+            .iter()
+            .chain(&f.loads)
+            .any(|t| t.request == request)
         || f.outcomes().any(|o| o.request == request)
 }
 
@@ -65,14 +72,31 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
         let rank = if round % 2 == 0 { 1 } else { 0 };
         let old = c.supervisor_epoch().expect("supervisor epoch");
         let tag = format!("r{round}");
-        let (mut leader, pool0) = connect_engine(&c.group.socket(0), &c.group.path().join(format!("pool0-{tag}")), 0, 8);
-        let (mut follower, pool1) = connect_engine(&c.group.socket(1), &c.group.path().join(format!("pool1-{tag}")), 1, 8);
+        let (mut leader, pool0) = connect_engine(
+            &c.group.socket(0),
+            &c.group.path().join(format!("pool0-{tag}")),
+            0,
+            8,
+        );
+        let (mut follower, pool1) = connect_engine(
+            &c.group.socket(1),
+            &c.group.path().join(format!("pool1-{tag}")),
+            1,
+            8,
+        );
         assert_eq!((leader.epoch().0, follower.epoch().0), (old, old));
         // Work in the old epoch: one store, stepped until its outcome is in a frame.
         let shard = leader.welcome().shard_bytes as usize;
         let mut page = vec![0u8; shard];
         fill(&mut page, 42 + round, 0);
-        let task = leader.store(leader.welcome().next_step, RequestId(7 + round), vec![BlockHash(42 + round)], vec![PageId(0)]).expect("store in the old epoch");
+        let task = leader
+            .store(
+                leader.welcome().next_step,
+                RequestId(7 + round),
+                vec![BlockHash(42 + round)],
+                vec![PageId(0)],
+            )
+            .expect("store in the old epoch");
         let mut s = leader.welcome().next_step;
         let mut finished = false;
         for _ in 0..50 {
@@ -102,9 +126,21 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
         let (mut leader_fenced, mut follower_fenced) = (false, false);
         let mut i = 0;
         while !(leader_fenced && follower_fenced) {
-            assert!(woke.elapsed() < Duration::from_secs(30), "engines were not fenced within 30 s: {}\n{}", summarize(&seen), c.diagnostics());
+            assert!(
+                woke.elapsed() < Duration::from_secs(30),
+                "engines were not fenced within 30 s: {}\n{}",
+                summarize(&seen),
+                c.diagnostics()
+            );
             i += 1;
-            let r = leader.store(s, RequestId(STALE_BASE + i), vec![BlockHash(9_000 + i)], vec![PageId(1)]).map(|_| ());
+            let r = leader
+                .store(
+                    s,
+                    RequestId(STALE_BASE + i),
+                    vec![BlockHash(9_000 + i)],
+                    vec![PageId(1)],
+                )
+                .map(|_| ());
             leader_fenced |= stale_after(&r, old, new, &mut seen, "leader store");
             let r = leader.end_step(s, Duration::from_millis(200)).map(|_| ());
             leader_fenced |= stale_after(&r, old, new, &mut seen, "leader end_step");
@@ -119,7 +155,10 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
 
         // The refusals are counted on both ranks, and in the leader's metric.
         let counted: Vec<u64> = (0..2).map(|r| c.stale_rejected(r)).collect();
-        assert!(counted.iter().all(|&n| n > 0), "stale-epoch rejections not counted: {counted:?}");
+        assert!(
+            counted.iter().all(|&n| n > 0),
+            "stale-epoch rejections not counted: {counted:?}"
+        );
         // The metrics are copied from the state machines every 250 ms.
         let t = Instant::now();
         let mut metric = 0.0;
@@ -139,9 +178,15 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
         for k in 0..4 {
             let f = step(&mut leader, &mut follower, Step(k));
             for j in 1..=i {
-                assert!(!mentions(&f, RequestId(STALE_BASE + j)), "a stale request of epoch {old} appears in frame {k} of epoch {new}: {f:?}");
+                assert!(
+                    !mentions(&f, RequestId(STALE_BASE + j)),
+                    "a stale request of epoch {old} appears in frame {k} of epoch {new}: {f:?}"
+                );
             }
-            assert!(!f.outcomes().any(|o| o.task == task), "the outcome of {task}, already delivered, came again in frame {k}: {f:?}");
+            assert!(
+                !f.outcomes().any(|o| o.task == task),
+                "the outcome of {task}, already delivered, came again in frame {k}: {f:?}"
+            );
         }
         drop((pool0, pool1));
         figure(
@@ -167,12 +212,22 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
 }
 
 /// Record `r`'s kind; true when it is the typed stale-epoch refusal naming `new` and `old`.
-fn stale_after(r: &Result<(), ClientError>, old: u64, new: u64, seen: &mut Vec<String>, what: &str) -> bool {
+fn stale_after(
+    r: &Result<(), ClientError>,
+    old: u64,
+    new: u64,
+    seen: &mut Vec<String>,
+    what: &str,
+) -> bool {
     let kind = match r {
         Ok(()) => "ok".to_string(),
         Err(ClientError::Agent(AgentError::StaleEpoch { ours, theirs })) => {
             assert_eq!(theirs.0, old, "{what}: {r:?}");
-            assert!(ours.0 >= new, "{what}: refused as stale by an agent in epoch {}: {r:?}", ours.0);
+            assert!(
+                ours.0 >= new,
+                "{what}: refused as stale by an agent in epoch {}: {r:?}",
+                ours.0
+            );
             seen.push(format!("{what}=stale"));
             return true;
         }
@@ -205,7 +260,11 @@ fn summarize(seen: &[String]) -> String {
     for s in seen {
         *counts.entry(s.as_str()).or_default() += 1;
     }
-    counts.iter().map(|(k, n)| format!("{}:{n}", k.replace(' ', "_"))).collect::<Vec<_>>().join(",")
+    counts
+        .iter()
+        .map(|(k, n)| format!("{}:{n}", k.replace(' ', "_")))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[test]
@@ -223,21 +282,39 @@ fn sigstop_agents_during_a_replay() {
             break;
         }
         let rank = rng.range(0, 1) as u32;
-        let Some(pid) = view.agent_pid(rank) else { continue };
+        let Some(pid) = view.agent_pid(rank) else {
+            continue;
+        };
         let hold = rng.range(1200, 3000); // heartbeat timeout of the replay's cluster: 500 ms
         signal(pid, libc::SIGSTOP);
         std::thread::sleep(Duration::from_millis(hold));
         signal(pid, libc::SIGCONT);
         let woke = Instant::now();
-        let ready = view.wait_ready(Duration::from_secs(60)).map(|_| woke.elapsed().as_millis());
+        let ready = view
+            .wait_ready(Duration::from_secs(60))
+            .map(|_| woke.elapsed().as_millis());
         let stale = view.stale_rejected_metric(rank);
-        stops.push(format!("rank{rank}:{hold}ms:ready_after_{}ms:stale_{}", ready.map_or("?".into(), |m| m.to_string()), stale));
+        stops.push(format!(
+            "rank{rank}:{hold}ms:ready_after_{}ms:stale_{}",
+            ready.map_or("?".into(), |m| m.to_string()),
+            stale
+        ));
     }
     let result = run.finish(Duration::from_secs(300));
     let s = result.assert_clean("SIGSTOP during a replay");
     assert!(!stops.is_empty(), "the replay ended before any stop");
-    figure("sigstop_agent_replay", &[("stops", stops.len().to_string()), ("detail", stops.join(";")), ("summary", result.short())]);
-    assert!(s["epochs"].as_u64().unwrap_or(0) > 1, "the stops moved the group to new epochs: {s}");
+    figure(
+        "sigstop_agent_replay",
+        &[
+            ("stops", stops.len().to_string()),
+            ("detail", stops.join(";")),
+            ("summary", result.short()),
+        ],
+    );
+    assert!(
+        s["epochs"].as_u64().unwrap_or(0) > 1,
+        "the stops moved the group to new epochs: {s}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -251,10 +328,21 @@ fn sigkill_agents_during_a_replay() {
     // An interval the group can recover within (a restart takes up to the 5 s backoff cap once
     // restarts pile up); kills land at any moment, recoveries included.
     let every = format!("kill-agent:{:.1}", 2.0 + rng.range(0, 30) as f64 / 10.0);
-    let run = ReplayCli::spawn(&redis.url(), requests() * rounds().min(2) as usize, &["--chaos", &every]);
+    let run = ReplayCli::spawn(
+        &redis.url(),
+        requests() * rounds().min(2) as usize,
+        &["--chaos", &every],
+    );
     let result = run.finish(Duration::from_secs(1500));
     let s = result.assert_clean("SIGKILL of agents (--chaos)");
-    figure("sigkill_agent", &[("chaos", every), ("agents_killed", s["agents_killed"].to_string()), ("summary", result.short())]);
+    figure(
+        "sigkill_agent",
+        &[
+            ("chaos", every),
+            ("agents_killed", s["agents_killed"].to_string()),
+            ("summary", result.short()),
+        ],
+    );
 }
 
 #[test]
@@ -292,7 +380,9 @@ fn sigkill_the_supervisor_during_a_replay() {
             respawned.push(view.start_agent(rank, &format!("agent-{rank}-{round}.log")));
         }
         let restarted = Instant::now();
-        let ready = view.wait_ready(Duration::from_secs(60)).map(|_| restarted.elapsed().as_millis());
+        let ready = view
+            .wait_ready(Duration::from_secs(60))
+            .map(|_| restarted.elapsed().as_millis());
         detail.push(format!("down_{gap}ms:epoch_{epoch_before:?}->{epoch_after:?}:agent{rank}_killed_ready_after_{}ms", ready.map_or("?".into(), |m| m.to_string())));
         view.adopt_supervisor(new_sup);
     }
@@ -302,8 +392,19 @@ fn sigkill_the_supervisor_during_a_replay() {
     }
     drop(respawned);
     let s = result.assert_clean("SIGKILL of the supervisor");
-    assert!(!detail.is_empty(), "the replay ended before the supervisor was killed");
-    figure("sigkill_supervisor", &[("kills", detail.len().to_string()), ("detail", detail.join(";")), ("epochs", s["epochs"].to_string()), ("summary", result.short())]);
+    assert!(
+        !detail.is_empty(),
+        "the replay ended before the supervisor was killed"
+    );
+    figure(
+        "sigkill_supervisor",
+        &[
+            ("kills", detail.len().to_string()),
+            ("detail", detail.join(";")),
+            ("epochs", s["epochs"].to_string()),
+            ("summary", result.short()),
+        ],
+    );
 }
 
 #[test]
@@ -325,13 +426,28 @@ fn sigkill_redis_during_a_replay() {
         redis.restart();
         let down = killed.elapsed().as_millis();
         let back = Instant::now();
-        let ready = view.wait_ready(Duration::from_secs(60)).map(|_| back.elapsed().as_millis());
-        detail.push(format!("down_{down}ms:ready_after_{}ms", ready.map_or("?".into(), |m| m.to_string())));
+        let ready = view
+            .wait_ready(Duration::from_secs(60))
+            .map(|_| back.elapsed().as_millis());
+        detail.push(format!(
+            "down_{down}ms:ready_after_{}ms",
+            ready.map_or("?".into(), |m| m.to_string())
+        ));
     }
     let result = run.finish(Duration::from_secs(300));
     result.assert_clean("SIGKILL of redis-server");
-    assert!(!detail.is_empty(), "the replay ended before Redis was killed");
-    figure("sigkill_redis", &[("kills", detail.len().to_string()), ("detail", detail.join(";")), ("summary", result.short())]);
+    assert!(
+        !detail.is_empty(),
+        "the replay ended before Redis was killed"
+    );
+    figure(
+        "sigkill_redis",
+        &[
+            ("kills", detail.len().to_string()),
+            ("detail", detail.join(";")),
+            ("summary", result.short()),
+        ],
+    );
 }
 
 /// An engine's connection cut in both directions at once, mid-stream, while the replay runs:
@@ -348,7 +464,13 @@ fn engine_connections_cut_during_a_replay() {
     let c = SupervisedGroup::start_small(&spec, "info");
     let proxy = Proxy::start(&c.group);
     let n = rounds();
-    let replay = InProcessReplay::start_with(&c.group, proxy.sockets(), requests() + 300 * n as usize, rng.next_u64(), Duration::from_secs(20));
+    let replay = InProcessReplay::start_with(
+        &c.group,
+        proxy.sockets(),
+        requests() + 300 * n as usize,
+        rng.next_u64(),
+        Duration::from_secs(20),
+    );
     let mut cuts = Vec::new();
     for round in 0..n {
         let at = replay.progress() + rng.range(20, 200);
@@ -368,9 +490,20 @@ fn engine_connections_cut_during_a_replay() {
         Ok(s) => serde_json::to_string(&summary_short(s)).unwrap_or_default(),
         Err(e) => format!("error: {}", e.lines().next().unwrap_or("")),
     };
-    figure("engine_connection_cut", &[("cuts_rank_at_request", format!("{cuts:?}").replace(' ', "")), ("result", text)]);
+    figure(
+        "engine_connection_cut",
+        &[
+            ("cuts_rank_at_request", format!("{cuts:?}").replace(' ', "")),
+            ("result", text),
+        ],
+    );
     assert!(!cuts.is_empty(), "the replay ended before any cut");
-    let s = s.unwrap_or_else(|e| panic!("the replay failed after engine connections were cut ({cuts:?}): {e}\n{}", c.diagnostics()));
+    let s = s.unwrap_or_else(|e| {
+        panic!(
+            "the replay failed after engine connections were cut ({cuts:?}): {e}\n{}",
+            c.diagnostics()
+        )
+    });
     assert_exactly_once(&s, "engine connections cut");
 }
 
@@ -388,17 +521,38 @@ fn an_engine_that_dies_mid_store_moves_the_group_to_a_new_epoch() {
     spec.redis_url = redis.url();
     let c = SupervisedGroup::start_small(&spec, "info");
     let old = c.supervisor_epoch().expect("epoch");
-    let (mut leader, _pool) = connect_engine(&c.group.socket(0), &c.group.path().join("pool-dying"), 0, 4);
-    let (mut follower, _fpool) = connect_engine(&c.group.socket(1), &c.group.path().join("pool-follower"), 1, 4);
+    let (mut leader, _pool) =
+        connect_engine(&c.group.socket(0), &c.group.path().join("pool-dying"), 0, 4);
+    let (mut follower, _fpool) = connect_engine(
+        &c.group.socket(1),
+        &c.group.path().join("pool-follower"),
+        1,
+        4,
+    );
     step(&mut leader, &mut follower, Step(0));
     // The same engine's connection: a store request, then the process is gone.
     let mut raw = std::os::unix::net::UnixStream::connect(c.group.socket(0)).expect("connect");
     write_message(&mut raw, &EngineRequest::Hello { rank: 0 }).expect("hello");
-    let _: tandem_client::EngineReply = tandem_client::wire::read_message(&mut raw).expect("welcome");
-    write_message(&mut raw, &EngineRequest::Store { epoch: leader.epoch(), step: Step(1), request: RequestId(77), block_hashes: vec![BlockHash(77)], page_ids: vec![PageId(0)] }).expect("store");
+    let _: tandem_client::EngineReply =
+        tandem_client::wire::read_message(&mut raw).expect("welcome");
+    write_message(
+        &mut raw,
+        &EngineRequest::Store {
+            epoch: leader.epoch(),
+            step: Step(1),
+            request: RequestId(77),
+            block_hashes: vec![BlockHash(77)],
+            page_ids: vec![PageId(0)],
+        },
+    )
+    .expect("store");
     // The store is started (the agent answered with its task id) when the engine dies.
-    let started: tandem_client::EngineReply = tandem_client::wire::read_message(&mut raw).expect("store reply");
-    assert!(matches!(started, tandem_client::EngineReply::Started { .. }), "{started:?}");
+    let started: tandem_client::EngineReply =
+        tandem_client::wire::read_message(&mut raw).expect("store reply");
+    assert!(
+        matches!(started, tandem_client::EngineReply::Started { .. }),
+        "{started:?}"
+    );
     drop(raw);
     drop(leader);
     let died = Instant::now();
@@ -412,8 +566,23 @@ fn an_engine_that_dies_mid_store_moves_the_group_to_a_new_epoch() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = c.group.log(0);
-    let line = log.lines().rev().find(|l| l.contains("engine disconnected")).unwrap_or("").to_string();
-    figure("engine_dies_mid_store", &[("epoch_from", old.to_string()), ("epoch_after_15s", new.map_or("unchanged".into(), |e| e.to_string())), ("waited_ms", died.elapsed().as_millis().to_string())]);
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("engine disconnected"))
+        .unwrap_or("")
+        .to_string();
+    figure(
+        "engine_dies_mid_store",
+        &[
+            ("epoch_from", old.to_string()),
+            (
+                "epoch_after_15s",
+                new.map_or("unchanged".into(), |e| e.to_string()),
+            ),
+            ("waited_ms", died.elapsed().as_millis().to_string()),
+        ],
+    );
     assert!(new.is_some(), "the leader's engine died with a store in flight and the group stayed in epoch {old} for 15 s; the agent only logged:\n{line}");
 }
 
@@ -433,7 +602,12 @@ fn partition_one_rank_then_heal() {
     spec.redis_url = format!("redis://{}:{}", net.host_ip, redis.port);
     spec.host_capacity_blocks = 8192;
     let c = SupervisedGroup::start_partitionable(&spec, &net);
-    let replay = InProcessReplay::start(&c.group, (0..2).map(|r| c.group.socket(r)).collect(), requests() + 600, rng.next_u64());
+    let replay = InProcessReplay::start(
+        &c.group,
+        (0..2).map(|r| c.group.socket(r)).collect(),
+        requests() + 600,
+        rng.next_u64(),
+    );
     let mut detail = Vec::new();
     for _ in 0..rounds() {
         std::thread::sleep(Duration::from_millis(rng.range(300, 1500)));
@@ -451,12 +625,33 @@ fn partition_one_rank_then_heal() {
         c.wait_ready(Duration::from_secs(60));
         let ready_ms = healed.elapsed().as_millis();
         let new = c.supervisor_epoch().unwrap_or(0);
-        assert!(new > old, "the partition of {} ms did not move the group to a new epoch ({old} -> {new})", cut.elapsed().as_millis());
-        detail.push(format!("cut_{hold}ms:epoch_{old}->{epoch_during}->{new}:ready_after_heal_{ready_ms}ms"));
+        assert!(
+            new > old,
+            "the partition of {} ms did not move the group to a new epoch ({old} -> {new})",
+            cut.elapsed().as_millis()
+        );
+        detail.push(format!(
+            "cut_{hold}ms:epoch_{old}->{epoch_during}->{new}:ready_after_heal_{ready_ms}ms"
+        ));
     }
-    let s = replay.finish().unwrap_or_else(|e| panic!("the replay failed across the partition: {e}\n{}", c.diagnostics()));
+    let s = replay.finish().unwrap_or_else(|e| {
+        panic!(
+            "the replay failed across the partition: {e}\n{}",
+            c.diagnostics()
+        )
+    });
     assert_exactly_once(&s, "partition");
-    figure("partition_rank1", &[("partitions", detail.len().to_string()), ("detail", detail.join(";")), ("summary", serde_json::to_string(&summary_short(&s)).unwrap_or_default())]);
+    figure(
+        "partition_rank1",
+        &[
+            ("partitions", detail.len().to_string()),
+            ("detail", detail.join(";")),
+            (
+                "summary",
+                serde_json::to_string(&summary_short(&s)).unwrap_or_default(),
+            ),
+        ],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,12 +668,31 @@ fn a_disk_tier_on_a_full_file_system() {
         println!("SKIPPED a_disk_tier_on_a_full_file_system: cannot mount a tmpfs (needs root)");
         return;
     };
-    let out = g.agent_command(1).arg("--epoch").arg("1").stderr(std::process::Stdio::piped()).output().expect("run agent");
+    let out = g
+        .agent_command(1)
+        .arg("--epoch")
+        .arg("1")
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run agent");
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "the agent started on a 64 KiB disk tier for a 2 MiB slab");
+    assert!(
+        !out.status.success(),
+        "the agent started on a 64 KiB disk tier for a 2 MiB slab"
+    );
     let log = g.log(1) + &err;
-    assert!(log.contains("No space left on device") && log.contains(&disk.display().to_string()), "the refusal names the cause and the path:\n{log}");
-    println!("agent on a 64 KiB tmpfs for a 2 MiB slab: exit {:?}; {}", out.status.code(), log.lines().rev().find(|l| l.contains("No space")).unwrap_or(""));
+    assert!(
+        log.contains("No space left on device") && log.contains(&disk.display().to_string()),
+        "the refusal names the cause and the path:\n{log}"
+    );
+    println!(
+        "agent on a 64 KiB tmpfs for a 2 MiB slab: exit {:?}; {}",
+        out.status.code(),
+        log.lines()
+            .rev()
+            .find(|l| l.contains("No space"))
+            .unwrap_or("")
+    );
     drop(mount);
     drop(g);
 
@@ -502,28 +716,81 @@ fn a_disk_tier_on_a_full_file_system() {
         m.fill();
     }
     let mut rng = seeded("disk-full");
-    let replay = InProcessReplay::start(&c.group, (0..2).map(|r| c.group.socket(r)).collect(), requests(), rng.next_u64());
-    let s = replay.finish().unwrap_or_else(|e| panic!("the replay failed on a full disk tier: {e}\n{}", c.diagnostics()));
+    let replay = InProcessReplay::start(
+        &c.group,
+        (0..2).map(|r| c.group.socket(r)).collect(),
+        requests(),
+        rng.next_u64(),
+    );
+    let s = replay.finish().unwrap_or_else(|e| {
+        panic!(
+            "the replay failed on a full disk tier: {e}\n{}",
+            c.diagnostics()
+        )
+    });
     assert_exactly_once(&s, "full disk tier");
-    let disk_blocks: Vec<f64> = (0..2).map(|r| c.metric_labeled(r, "tandem_tier_occupancy_blocks", "tier=\"disk\"")).collect();
-    let manifest_errors: usize = (0..2).map(|r| c.group.log(r).matches("cannot write the shard manifest").count()).sum();
+    let disk_blocks: Vec<f64> = (0..2)
+        .map(|r| c.metric_labeled(r, "tandem_tier_occupancy_blocks", "tier=\"disk\""))
+        .collect();
+    let manifest_errors: usize = (0..2)
+        .map(|r| {
+            c.group
+                .log(r)
+                .matches("cannot write the shard manifest")
+                .count()
+        })
+        .sum();
     // A restart reads the manifests: what they could not record is dropped, nothing else.
     let old = c.supervisor_epoch().unwrap_or(0);
     c.kill_and_respawn(1);
     c.wait_epoch_after(old, Duration::from_secs(30));
     c.wait_ready(Duration::from_secs(60));
-    let rebuilt = c.group.log(0).lines().rev().find(|l| l.contains("group index rebuilt")).unwrap_or("").to_string();
-    let again = InProcessReplay::start(&c.group, (0..2).map(|r| c.group.socket(r)).collect(), requests(), rng.next_u64());
-    let s2 = again.finish().unwrap_or_else(|e| panic!("the replay after the restart failed: {e}\n{}", c.diagnostics()));
+    let rebuilt = c
+        .group
+        .log(0)
+        .lines()
+        .rev()
+        .find(|l| l.contains("group index rebuilt"))
+        .unwrap_or("")
+        .to_string();
+    let again = InProcessReplay::start(
+        &c.group,
+        (0..2).map(|r| c.group.socket(r)).collect(),
+        requests(),
+        rng.next_u64(),
+    );
+    let s2 = again.finish().unwrap_or_else(|e| {
+        panic!(
+            "the replay after the restart failed: {e}\n{}",
+            c.diagnostics()
+        )
+    });
     assert_exactly_once(&s2, "full disk tier, after a restart");
     figure(
         "disk_tier_full",
         &[
-            ("disk_blocks_per_rank", format!("{disk_blocks:?}").replace(' ', "")),
+            (
+                "disk_blocks_per_rank",
+                format!("{disk_blocks:?}").replace(' ', ""),
+            ),
             ("manifest_write_errors_logged", manifest_errors.to_string()),
-            ("rebuild", rebuilt.split("rebuilt").nth(1).unwrap_or("").trim().replace(' ', "_")),
-            ("first", serde_json::to_string(&summary_short(&s)).unwrap_or_default()),
-            ("after_restart", serde_json::to_string(&summary_short(&s2)).unwrap_or_default()),
+            (
+                "rebuild",
+                rebuilt
+                    .split("rebuilt")
+                    .nth(1)
+                    .unwrap_or("")
+                    .trim()
+                    .replace(' ', "_"),
+            ),
+            (
+                "first",
+                serde_json::to_string(&summary_short(&s)).unwrap_or_default(),
+            ),
+            (
+                "after_restart",
+                serde_json::to_string(&summary_short(&s2)).unwrap_or_default(),
+            ),
         ],
     );
     drop(c);
@@ -552,7 +819,8 @@ fn redis_unreachable_for_ten_seconds_during_a_replay() {
                     not_ready_after.get_or_insert(stopped.elapsed().as_millis());
                     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                     if let Some(r) = v["reason"].as_str() {
-                        reasons.insert(format!("{who}: {}", r.chars().take(90).collect::<String>()));
+                        reasons
+                            .insert(format!("{who}: {}", r.chars().take(90).collect::<String>()));
                     }
                 }
             }
@@ -561,24 +829,46 @@ fn redis_unreachable_for_ten_seconds_during_a_replay() {
     }
     signal(redis.pid(), libc::SIGCONT);
     let back = Instant::now();
-    let ready = view.wait_ready(Duration::from_secs(60)).map(|_| back.elapsed().as_millis());
+    let ready = view
+        .wait_ready(Duration::from_secs(60))
+        .map(|_| back.elapsed().as_millis());
     std::thread::sleep(Duration::from_millis(1500));
     let failures = view.log_lines("rank failure");
     let result = run.finish(Duration::from_secs(300));
     let s = result.assert_clean("Redis unreachable for 10 s");
     println!("rank failures the supervisor logged: {failures:#?}");
     println!("readiness reasons while Redis was stopped: {reasons:#?}");
-    assert!(not_ready_after.is_some(), "no process reported not ready while Redis was unreachable for 10 s");
-    assert!(reasons.iter().any(|r| r.to_lowercase().contains("redis")), "no readiness reason names Redis: {reasons:?}");
-    assert!(ready.is_some(), "the group did not become ready again after Redis came back");
+    assert!(
+        not_ready_after.is_some(),
+        "no process reported not ready while Redis was unreachable for 10 s"
+    );
+    assert!(
+        reasons.iter().any(|r| r.to_lowercase().contains("redis")),
+        "no readiness reason names Redis: {reasons:?}"
+    );
+    assert!(
+        ready.is_some(),
+        "the group did not become ready again after Redis came back"
+    );
     figure(
         "redis_unreachable_10s",
         &[
-            ("not_ready_after_ms", not_ready_after.map_or("never".into(), |m| m.to_string())),
-            ("ready_after_sigcont_ms", ready.map_or("never".into(), |m| m.to_string())),
+            (
+                "not_ready_after_ms",
+                not_ready_after.map_or("never".into(), |m| m.to_string()),
+            ),
+            (
+                "ready_after_sigcont_ms",
+                ready.map_or("never".into(), |m| m.to_string()),
+            ),
             ("epochs", s["epochs"].to_string()),
             ("rank_failures_logged", failures.len().to_string()),
-            ("first_failure", failures.first().map_or("none".into(), |l| l.split("failure=").nth(1).unwrap_or(l).to_string())),
+            (
+                "first_failure",
+                failures.first().map_or("none".into(), |l| {
+                    l.split("failure=").nth(1).unwrap_or(l).to_string()
+                }),
+            ),
             ("summary", result.short()),
         ],
     );
@@ -598,7 +888,9 @@ mod support {
     use std::thread::JoinHandle;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-    use tandem_replay::{pool_pages_needed, run_replay, Capacity, ReplayError, ReplayParams, ReplaySummary};
+    use tandem_replay::{
+        pool_pages_needed, run_replay, Capacity, ReplayError, ReplayParams, ReplaySummary,
+    };
     use tandem_tests::cluster::{http_get, Group, GroupSpec};
     use tandem_tests::engines::Rng;
     use tandem_tests::{free_port, tandem, tandem_bin, ChildGuard};
@@ -614,7 +906,10 @@ mod support {
     }
 
     fn env_u64(key: &str, default: u64) -> u64 {
-        std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+        std::env::var(key)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     }
 
     /// Faults per test (`TANDEM_FAULT_ROUNDS`, default 1).
@@ -633,7 +928,12 @@ mod support {
         let seed = std::env::var("TANDEM_FAULT_SEED")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1));
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
         println!("{test}: TANDEM_FAULT_SEED={seed}");
         Rng::new(seed)
     }
@@ -646,7 +946,10 @@ mod support {
 
     /// One line of figures for scripts/fault-suite.sh: `FIGURE fault=NAME key=value ...`.
     pub fn figure(fault: &str, kv: &[(&str, String)]) {
-        let rest: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={}", v.replace(char::is_whitespace, "_"))).collect();
+        let rest: Vec<String> = kv
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.replace(char::is_whitespace, "_")))
+            .collect();
         println!("\nFIGURE fault={fault} {}", rest.join(" "));
     }
 
@@ -665,8 +968,16 @@ mod support {
     impl LocalRedis {
         /// Start one bound to `bind` (one or more addresses, space-separated).
         pub fn start(bind: &str) -> Self {
-            let dir = tempfile::Builder::new().prefix("tandem-faults-redis-").tempdir().expect("tempdir");
-            let mut r = Self { child: None, port: 0, dir, bind: bind.to_string() };
+            let dir = tempfile::Builder::new()
+                .prefix("tandem-faults-redis-")
+                .tempdir()
+                .expect("tempdir");
+            let mut r = Self {
+                child: None,
+                port: 0,
+                dir,
+                bind: bind.to_string(),
+            };
             for _ in 0..5 {
                 r.port = free_port();
                 if r.spawn() {
@@ -678,14 +989,31 @@ mod support {
 
         fn spawn(&mut self) -> bool {
             let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &self.port.to_string(), "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"]);
+            cmd.args([
+                "--port",
+                &self.port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+            ]);
             cmd.arg("--bind").args(self.bind.split_whitespace());
             if self.bind.split_whitespace().count() > 1 {
                 // Clients in the test's network namespace are not on loopback.
                 cmd.args(["--protected-mode", "no"]);
             }
-            cmd.arg("--dir").arg(self.dir.path()).arg("--logfile").arg(self.dir.path().join("redis.log"));
-            let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server is installed");
+            cmd.arg("--dir")
+                .arg(self.dir.path())
+                .arg("--logfile")
+                .arg(self.dir.path().join("redis.log"));
+            let mut child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed");
             let started = Instant::now();
             while started.elapsed() < Duration::from_secs(10) {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -743,7 +1071,9 @@ mod support {
     }
 
     fn ping(port: u16) -> bool {
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
         let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
         if s.write_all(b"PING\r\n").is_err() {
             return false;
@@ -760,14 +1090,19 @@ mod support {
     }
 
     fn json(answer: Option<(u16, String)>) -> serde_json::Value {
-        answer.and_then(|(_, b)| serde_json::from_str(&b).ok()).unwrap_or_default()
+        answer
+            .and_then(|(_, b)| serde_json::from_str(&b).ok())
+            .unwrap_or_default()
     }
 
     /// The value of `name` (first sample whose labels contain `label`) in a Prometheus text.
     pub fn metric_in(text: &str, name: &str, label: &str) -> f64 {
         text.lines()
             .filter(|l| !l.starts_with('#'))
-            .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{')))
+            .filter(|l| {
+                l.starts_with(name)
+                    && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{'))
+            })
             .filter(|l| l.contains(label))
             .find_map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()))
             .unwrap_or(0.0)
@@ -778,7 +1113,12 @@ mod support {
 
     fn cmdline(pid: u32) -> Vec<String> {
         std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| b.split(|c| *c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+            .map(|b| {
+                b.split(|c| *c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -795,9 +1135,14 @@ mod support {
     fn tandem_processes(args: &[&str]) -> Vec<(u32, Vec<String>)> {
         let mut out = Vec::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
             let cl = cmdline(pid);
-            if cl.first().is_some_and(|b| b.ends_with("tandem")) && args.iter().all(|a| cl.iter().any(|x| x == a)) && alive(pid) {
+            if cl.first().is_some_and(|b| b.ends_with("tandem"))
+                && args.iter().all(|a| cl.iter().any(|x| x == a))
+                && alive(pid)
+            {
                 out.push((pid, cl));
             }
         }
@@ -840,9 +1185,19 @@ mod support {
         /// `tandem replay --json --limit requests --ranks 2 EXTRA` with `REDIS_URL` and a
         /// restart limit no replay reaches.
         pub fn spawn(redis_url: &str, requests: usize, extra: &[&str]) -> Self {
-            let out = tempfile::Builder::new().prefix("tandem-faults-replay-").tempdir().expect("tempdir");
+            let out = tempfile::Builder::new()
+                .prefix("tandem-faults-replay-")
+                .tempdir()
+                .expect("tempdir");
             let child = tandem()
-                .args(["replay", "--json", "--ranks", "2", "--limit", &requests.to_string()])
+                .args([
+                    "replay",
+                    "--json",
+                    "--ranks",
+                    "2",
+                    "--limit",
+                    &requests.to_string(),
+                ])
                 .args(extra)
                 .env("REDIS_URL", redis_url)
                 .env("TANDEM__SUPERVISOR__MAX_RESTARTS", "10000")
@@ -851,7 +1206,11 @@ mod support {
                 .stderr(std::fs::File::create(out.path().join("stderr")).expect("stderr"))
                 .spawn()
                 .expect("spawn tandem replay");
-            Self { child: Some(child), out, started: Instant::now() }
+            Self {
+                child: Some(child),
+                out,
+                started: Instant::now(),
+            }
         }
 
         fn pid(&self) -> u32 {
@@ -860,7 +1219,10 @@ mod support {
 
         /// True once the replay process has exited.
         pub fn exited(&mut self) -> bool {
-            matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(Some(_))) | None)
+            matches!(
+                self.child.as_mut().map(Child::try_wait),
+                Some(Ok(Some(_))) | None
+            )
         }
 
         /// Wait until its supervisor and `world` agents run and the group is ready.
@@ -868,14 +1230,34 @@ mod support {
             let started = Instant::now();
             let me = self.pid().to_string();
             loop {
-                assert!(!self.exited(), "the replay exited before its cluster was ready:\n{}", self.stderr());
-                assert!(started.elapsed() < timeout, "no cluster within {timeout:?}:\n{}", self.stderr());
+                assert!(
+                    !self.exited(),
+                    "the replay exited before its cluster was ready:\n{}",
+                    self.stderr()
+                );
+                assert!(
+                    started.elapsed() < timeout,
+                    "no cluster within {timeout:?}:\n{}",
+                    self.stderr()
+                );
                 let sups = tandem_processes(&["supervisor", "--launch-agents"]);
-                let sup = sups.into_iter().find(|(pid, _)| parent(*pid).is_some_and(|p| p.to_string() == me));
+                let sup = sups
+                    .into_iter()
+                    .find(|(pid, _)| parent(*pid).is_some_and(|p| p.to_string() == me));
                 if let Some((_, cl)) = sup {
-                    let config = PathBuf::from(cl.iter().skip_while(|a| *a != "--config").nth(1).expect("--config"));
+                    let config = PathBuf::from(
+                        cl.iter()
+                            .skip_while(|a| *a != "--config")
+                            .nth(1)
+                            .expect("--config"),
+                    );
                     let text = std::fs::read_to_string(&config).expect("the cluster's config");
-                    let field = |k: &str| text.lines().find_map(|l| l.trim().strip_prefix(k)).map(|v| v.trim().trim_matches('"').to_string()).expect(k);
+                    let field = |k: &str| {
+                        text.lines()
+                            .find_map(|l| l.trim().strip_prefix(k))
+                            .map(|v| v.trim().trim_matches('"').to_string())
+                            .expect(k)
+                    };
                     let sup_addr = field("http_addr = ");
                     let (h, p) = sup_addr.rsplit_once(':').expect("host:port");
                     let view = ClusterView {
@@ -886,7 +1268,9 @@ mod support {
                         http_base: field("http_base_port = ").parse().expect("port"),
                         adopted: Vec::new(),
                     };
-                    if view.wait_ready(Duration::from_millis(100)).is_some() && view.agent_pids().iter().all(Option::is_some) {
+                    if view.wait_ready(Duration::from_millis(100)).is_some()
+                        && view.agent_pids().iter().all(Option::is_some)
+                    {
                         return view;
                     }
                 }
@@ -913,8 +1297,14 @@ mod support {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             };
-            let stdout = std::fs::read_to_string(self.out.path().join("stdout")).unwrap_or_default();
-            ReplayResult { status, summary: serde_json::from_str(stdout.trim()).ok(), stderr: self.stderr(), seconds: self.started.elapsed().as_secs_f64() }
+            let stdout =
+                std::fs::read_to_string(self.out.path().join("stdout")).unwrap_or_default();
+            ReplayResult {
+                status,
+                summary: serde_json::from_str(stdout.trim()).ok(),
+                stderr: self.stderr(),
+                seconds: self.started.elapsed().as_secs_f64(),
+            }
         }
     }
 
@@ -938,7 +1328,9 @@ mod support {
             if parent(sup) != Some(pid) {
                 continue;
             }
-            let Some(config) = cl.iter().skip_while(|a| *a != "--config").nth(1) else { continue };
+            let Some(config) = cl.iter().skip_while(|a| *a != "--config").nth(1) else {
+                continue;
+            };
             for (p, _) in tandem_processes(&["--config", config]) {
                 signal(p, libc::SIGKILL);
             }
@@ -947,25 +1339,68 @@ mod support {
 
     fn parent(pid: u32) -> Option<u32> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
     }
 
     impl ReplayResult {
         /// Exit 0 and no verify failure, lost or duplicate completion or mismatch; the summary.
         pub fn assert_clean(&self, what: &str) -> serde_json::Value {
-            let tail: String = self.stderr.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-            let s = self.summary.clone().unwrap_or_else(|| panic!("{what}: no summary (exit {:?}):\n{tail}", self.status));
-            for k in ["verify_failures", "lost_completions", "duplicate_completions", "mismatches"] {
+            let tail: String = self
+                .stderr
+                .lines()
+                .rev()
+                .take(60)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            let s = self
+                .summary
+                .clone()
+                .unwrap_or_else(|| panic!("{what}: no summary (exit {:?}):\n{tail}", self.status));
+            for k in [
+                "verify_failures",
+                "lost_completions",
+                "duplicate_completions",
+                "mismatches",
+            ] {
                 assert_eq!(s[k], 0, "{what}: {k} = {} in {s}", s[k]);
             }
-            assert!(self.status.success(), "{what}: exit {:?}:\n{tail}", self.status);
+            assert!(
+                self.status.success(),
+                "{what}: exit {:?}:\n{tail}",
+                self.status
+            );
             s
         }
 
         /// The figures of the summary in one token.
         pub fn short(&self) -> String {
-            let Some(s) = &self.summary else { return "none".into() };
-            let keys = ["requests", "epochs", "restarts", "supervisor_restarts", "recovery_ms_max", "verify_failures", "lost_completions", "duplicate_completions", "mismatches", "redelivered_unacked", "loads_failed", "stores_failed", "blocks_verified", "wall_seconds"];
+            let Some(s) = &self.summary else {
+                return "none".into();
+            };
+            let keys = [
+                "requests",
+                "epochs",
+                "restarts",
+                "supervisor_restarts",
+                "recovery_ms_max",
+                "verify_failures",
+                "lost_completions",
+                "duplicate_completions",
+                "mismatches",
+                "redelivered_unacked",
+                "loads_failed",
+                "stores_failed",
+                "blocks_verified",
+                "wall_seconds",
+            ];
             let mut parts: Vec<String> = keys.iter().map(|k| format!("{k}:{}", s[*k])).collect();
             parts.push(format!("process_seconds:{:.1}", self.seconds));
             parts.join(",")
@@ -975,13 +1410,29 @@ mod support {
     impl ClusterView {
         /// The running supervisor: one this test started, or the replay's own.
         pub fn supervisor_pid(&self) -> Option<u32> {
-            tandem_processes(&["supervisor", "--config", self.config.to_str().expect("utf-8 path")]).first().map(|p| p.0)
+            tandem_processes(&[
+                "supervisor",
+                "--config",
+                self.config.to_str().expect("utf-8 path"),
+            ])
+            .first()
+            .map(|p| p.0)
         }
 
         /// Agent process ids by rank.
         pub fn agent_pids(&self) -> Vec<Option<u32>> {
             let cfg = self.config.to_str().expect("utf-8 path");
-            (0..self.world).map(|r| tandem_processes(&["agent", "--config", cfg, &r.to_string()]).iter().find(|(_, cl)| cl.windows(2).any(|w| w[0] == "--rank" && w[1] == r.to_string())).map(|p| p.0)).collect()
+            (0..self.world)
+                .map(|r| {
+                    tandem_processes(&["agent", "--config", cfg, &r.to_string()])
+                        .iter()
+                        .find(|(_, cl)| {
+                            cl.windows(2)
+                                .any(|w| w[0] == "--rank" && w[1] == r.to_string())
+                        })
+                        .map(|p| p.0)
+                })
+                .collect()
         }
 
         /// `rank`'s agent process id.
@@ -1000,12 +1451,17 @@ mod support {
 
         /// `tandem_stale_epoch_rejected_total` of `rank` now.
         pub fn stale_rejected_metric(&self, rank: u32) -> f64 {
-            self.agent_get(rank, "/metrics").map_or(0.0, |(_, t)| metric_in(&t, "tandem_stale_epoch_rejected_total", ""))
+            self.agent_get(rank, "/metrics").map_or(0.0, |(_, t)| {
+                metric_in(&t, "tandem_stale_epoch_rejected_total", "")
+            })
         }
 
         /// `/readyz` of the supervisor and each agent.
         pub fn readiness(&self) -> Vec<(String, Option<(u16, String)>)> {
-            let mut v = vec![("supervisor".to_string(), get(&self.sup.0, self.sup.1, "/readyz"))];
+            let mut v = vec![(
+                "supervisor".to_string(),
+                get(&self.sup.0, self.sup.1, "/readyz"),
+            )];
             for r in 0..self.world {
                 v.push((format!("rank {r}"), self.agent_get(r, "/readyz")));
             }
@@ -1016,7 +1472,11 @@ mod support {
         pub fn wait_ready(&self, timeout: Duration) -> Option<()> {
             let started = Instant::now();
             loop {
-                if self.readiness().iter().all(|(_, a)| matches!(a, Some((200, _)))) {
+                if self
+                    .readiness()
+                    .iter()
+                    .all(|(_, a)| matches!(a, Some((200, _))))
+                {
                     return Some(());
                 }
                 if started.elapsed() > timeout {
@@ -1030,7 +1490,10 @@ mod support {
         pub fn wait_supervisor_ready(&self, timeout: Duration) {
             let started = Instant::now();
             while !matches!(get(&self.sup.0, self.sup.1, "/readyz"), Some((200, _))) {
-                assert!(started.elapsed() < timeout, "the new supervisor was not ready within {timeout:?}");
+                assert!(
+                    started.elapsed() < timeout,
+                    "the new supervisor was not ready within {timeout:?}"
+                );
                 std::thread::sleep(Duration::from_millis(25));
             }
         }
@@ -1053,7 +1516,10 @@ mod support {
         /// Lines of the cluster's log (supervisor and agents) that contain `needle`.
         pub fn log_lines(&self, needle: &str) -> Vec<String> {
             let text = std::fs::read_to_string(self.dir.join("cluster.log")).unwrap_or_default();
-            text.lines().filter(|l| l.contains(needle)).map(str::to_string).collect()
+            text.lines()
+                .filter(|l| l.contains(needle))
+                .map(str::to_string)
+                .collect()
         }
 
         /// Keep a supervisor this test started until the view is dropped.
@@ -1091,12 +1557,17 @@ mod support {
     fn small(g: &Group) {
         let text = std::fs::read_to_string(&g.config).expect("config");
         // 2 KiB shards instead of 32 KiB: the faults exercise the protocol, not bandwidth.
-        std::fs::write(&g.config, text.replacen("head_dim = 16", "head_dim = 1", 1)).expect("write config");
+        std::fs::write(&g.config, text.replacen("head_dim = 16", "head_dim = 1", 1))
+            .expect("write config");
     }
 
     fn set_log_level(g: &Group, level: &str) {
         let text = std::fs::read_to_string(&g.config).expect("config");
-        std::fs::write(&g.config, text.replacen("level = \"info\"", &format!("level = \"{level}\""), 1)).expect("write config");
+        std::fs::write(
+            &g.config,
+            text.replacen("level = \"info\"", &format!("level = \"{level}\""), 1),
+        )
+        .expect("write config");
     }
 
     impl SupervisedGroup {
@@ -1133,26 +1604,53 @@ mod support {
         pub fn start_partitionable(spec: &GroupSpec, net: &Netns) -> Self {
             let g = Self::configure_small(spec);
             let text = std::fs::read_to_string(&g.config).expect("config");
-            let leader = text.lines().find_map(|l| l.trim().strip_prefix("leader_addr = ")).map(|v| v.trim_matches('"').to_string()).expect("leader_addr");
+            let leader = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("leader_addr = "))
+                .map(|v| v.trim_matches('"').to_string())
+                .expect("leader_addr");
             let port = leader.rsplit_once(':').expect("host:port").1;
-            let text = text.replace(&format!("leader_addr = \"{leader}\""), &format!("leader_addr = \"{}:{port}\"", net.host_ip));
+            let text = text.replace(
+                &format!("leader_addr = \"{leader}\""),
+                &format!("leader_addr = \"{}:{port}\"", net.host_ip),
+            );
             std::fs::write(&g.config, text).expect("write config");
             let local_redis = spec.redis_url.replace(&net.host_ip, "127.0.0.1");
             let hosts = vec!["127.0.0.1".to_string(), net.ns_ip.clone()];
-            Self::launch(g, hosts, &[(0, "TANDEM__REDIS__URL", local_redis), (1, "TANDEM__NETWORK__HTTP_HOST", net.ns_ip.clone())])
+            Self::launch(
+                g,
+                hosts,
+                &[
+                    (0, "TANDEM__REDIS__URL", local_redis),
+                    (1, "TANDEM__NETWORK__HTTP_HOST", net.ns_ip.clone()),
+                ],
+            )
         }
 
         fn launch(mut g: Group, hosts: Vec<String>, env: &[(u32, &str, String)]) -> Self {
             let text = std::fs::read_to_string(&g.config).expect("config");
-            let addr = text.lines().find_map(|l| l.trim().strip_prefix("http_addr = ")).map(|v| v.trim_matches('"').to_string()).expect("http_addr");
+            let addr = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("http_addr = "))
+                .map(|v| v.trim_matches('"').to_string())
+                .expect("http_addr");
             let (h, p) = addr.rsplit_once(':').expect("host:port");
-            let netns = env.iter().any(|(r, k, _)| *r == 1 && *k == "TANDEM__NETWORK__HTTP_HOST");
+            let netns = env
+                .iter()
+                .any(|(r, k, _)| *r == 1 && *k == "TANDEM__NETWORK__HTTP_HOST");
             for rank in 0..g.world_size {
                 let mut cmd = if rank == 1 && netns {
-                    let ns = super::NETNS_NAME.lock().map(|n| n.clone()).unwrap_or_default();
+                    let ns = super::NETNS_NAME
+                        .lock()
+                        .map(|n| n.clone())
+                        .unwrap_or_default();
                     let mut c = Command::new("ip");
-                    c.args(["netns", "exec", &ns]).arg(tandem_bin()).args(["agent", "--rank", "1", "--config"]).arg(&g.config);
-                    c.stdout(Stdio::null()).stderr(std::fs::File::create(g.log_path(1)).expect("log"));
+                    c.args(["netns", "exec", &ns])
+                        .arg(tandem_bin())
+                        .args(["agent", "--rank", "1", "--config"])
+                        .arg(&g.config);
+                    c.stdout(Stdio::null())
+                        .stderr(std::fs::File::create(g.log_path(1)).expect("log"));
                     c
                 } else {
                     g.agent_command(rank)
@@ -1162,28 +1660,56 @@ mod support {
                         cmd.env(k, v);
                     }
                 }
-                g.agents.push(Some(ChildGuard(cmd.spawn().expect("spawn agent"))));
+                g.agents
+                    .push(Some(ChildGuard(cmd.spawn().expect("spawn agent"))));
             }
-            let mut c = Self { group: g, sup: None, sup_addr: (h.to_string(), p.parse().expect("port")), hosts, spawns: 0 };
-            c.start_supervisor(env.iter().find(|(r, k, _)| *r == 0 && *k == "TANDEM__REDIS__URL").map(|e| e.2.clone()));
+            let mut c = Self {
+                group: g,
+                sup: None,
+                sup_addr: (h.to_string(), p.parse().expect("port")),
+                hosts,
+                spawns: 0,
+            };
+            c.start_supervisor(
+                env.iter()
+                    .find(|(r, k, _)| *r == 0 && *k == "TANDEM__REDIS__URL")
+                    .map(|e| e.2.clone()),
+            );
             c.wait_ready(Duration::from_secs(60));
             c
         }
 
         fn start_supervisor(&mut self, redis: Option<String>) {
             self.spawns += 1;
-            let log = std::fs::File::create(self.group.path().join(format!("supervisor-{}.log", self.spawns))).expect("log");
+            let log = std::fs::File::create(
+                self.group
+                    .path()
+                    .join(format!("supervisor-{}.log", self.spawns)),
+            )
+            .expect("log");
             let mut cmd = tandem();
-            cmd.arg("supervisor").arg("--config").arg(&self.group.config).env("TANDEM__SUPERVISOR__MAX_RESTARTS", "10000");
+            cmd.arg("supervisor")
+                .arg("--config")
+                .arg(&self.group.config)
+                .env("TANDEM__SUPERVISOR__MAX_RESTARTS", "10000");
             if let Some(url) = redis {
                 cmd.env("TANDEM__REDIS__URL", url);
             }
-            let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn supervisor");
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawn supervisor");
             self.sup = Some(ChildGuard(child));
         }
 
         fn agent_get(&self, rank: u32, path: &str) -> Option<(u16, String)> {
-            get(&self.hosts[rank as usize], self.group.http_base_port + rank as u16, path)
+            get(
+                &self.hosts[rank as usize],
+                self.group.http_base_port + rank as u16,
+                path,
+            )
         }
 
         /// The supervisor's epoch.
@@ -1198,7 +1724,11 @@ mod support {
                 if let Some(e) = self.supervisor_epoch().filter(|e| *e > old) {
                     return e;
                 }
-                assert!(started.elapsed() < timeout, "the group stayed in epoch {old} for {timeout:?}\n{}", self.diagnostics());
+                assert!(
+                    started.elapsed() < timeout,
+                    "the group stayed in epoch {old} for {timeout:?}\n{}",
+                    self.diagnostics()
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -1208,24 +1738,42 @@ mod support {
             let started = Instant::now();
             loop {
                 let sup = get(&self.sup_addr.0, self.sup_addr.1, "/readyz");
-                let agents: Vec<_> = (0..self.group.world_size).map(|r| self.agent_get(r, "/readyz")).collect();
-                let epochs: std::collections::BTreeSet<_> = agents.iter().map(|a| json(a.clone())["epoch"].as_u64()).collect();
-                if matches!(sup, Some((200, _))) && agents.iter().all(|a| matches!(a, Some((200, _)))) && epochs.len() == 1 {
+                let agents: Vec<_> = (0..self.group.world_size)
+                    .map(|r| self.agent_get(r, "/readyz"))
+                    .collect();
+                let epochs: std::collections::BTreeSet<_> = agents
+                    .iter()
+                    .map(|a| json(a.clone())["epoch"].as_u64())
+                    .collect();
+                if matches!(sup, Some((200, _)))
+                    && agents.iter().all(|a| matches!(a, Some((200, _))))
+                    && epochs.len() == 1
+                {
                     return;
                 }
-                assert!(started.elapsed() < timeout, "not ready within {timeout:?}: supervisor {sup:?}, agents {agents:?}\n{}", self.diagnostics());
+                assert!(
+                    started.elapsed() < timeout,
+                    "not ready within {timeout:?}: supervisor {sup:?}, agents {agents:?}\n{}",
+                    self.diagnostics()
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
 
         /// `rank`'s agent process id.
         pub fn agent_pid(&self, rank: u32) -> u32 {
-            self.group.agents[rank as usize].as_ref().expect("agent runs").0.id()
+            self.group.agents[rank as usize]
+                .as_ref()
+                .expect("agent runs")
+                .0
+                .id()
         }
 
         /// `agent.stale_epoch_rejected` from `rank`'s `/status`.
         pub fn stale_rejected(&self, rank: u32) -> u64 {
-            json(self.agent_get(rank, "/status"))["agent"]["stale_epoch_rejected"].as_u64().unwrap_or(0)
+            json(self.agent_get(rank, "/status"))["agent"]["stale_epoch_rejected"]
+                .as_u64()
+                .unwrap_or(0)
         }
 
         /// A metric of `rank` (first sample).
@@ -1235,7 +1783,8 @@ mod support {
 
         /// A metric of `rank`, first sample whose labels contain `label`.
         pub fn metric_labeled(&self, rank: u32, name: &str, label: &str) -> f64 {
-            self.agent_get(rank, "/metrics").map_or(0.0, |(_, t)| metric_in(&t, name, label))
+            self.agent_get(rank, "/metrics")
+                .map_or(0.0, |(_, t)| metric_in(&t, name, label))
         }
 
         /// SIGKILL `rank`'s agent and start it again (the outer restart policy's job).
@@ -1244,10 +1793,18 @@ mod support {
                 let _ = c.0.kill();
                 let _ = c.0.wait();
             }
-            let log = std::fs::OpenOptions::new().append(true).create(true).open(self.group.log_path(rank)).expect("log");
+            let log = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(self.group.log_path(rank))
+                .expect("log");
             let mut cmd = tandem();
-            cmd.args(["agent", "--rank", &rank.to_string(), "--config"]).arg(&self.group.config).stdout(Stdio::null()).stderr(log);
-            self.group.agents[rank as usize] = Some(ChildGuard(cmd.spawn().expect("respawn agent")));
+            cmd.args(["agent", "--rank", &rank.to_string(), "--config"])
+                .arg(&self.group.config)
+                .stdout(Stdio::null())
+                .stderr(log);
+            self.group.agents[rank as usize] =
+                Some(ChildGuard(cmd.spawn().expect("respawn agent")));
         }
 
         /// Log tails of every process.
@@ -1256,7 +1813,12 @@ mod support {
             for r in 0..self.group.world_size {
                 out += &format!("--- rank {r} log:\n{}\n", tail(&self.group.log(r), 25));
             }
-            let sup = std::fs::read_to_string(self.group.path().join(format!("supervisor-{}.log", self.spawns))).unwrap_or_default();
+            let sup = std::fs::read_to_string(
+                self.group
+                    .path()
+                    .join(format!("supervisor-{}.log", self.spawns)),
+            )
+            .unwrap_or_default();
             out += &format!("--- supervisor log:\n{}\n", tail(&sup, 25));
             out
         }
@@ -1283,7 +1845,13 @@ mod support {
         }
 
         /// As [`Self::start`], with the engines' recovery deadline.
-        pub fn start_with(g: &Group, sockets: Vec<PathBuf>, requests: usize, seed: u64, recovery: Duration) -> Self {
+        pub fn start_with(
+            g: &Group,
+            sockets: Vec<PathBuf>,
+            requests: usize,
+            seed: u64,
+            recovery: Duration,
+        ) -> Self {
             let records: Vec<_> = SynthWorkload::new(requests, seed % 1000).collect();
             let mut params = ReplayParams::new(sockets);
             params.pool_pages = pool_pages_needed(&records).max(256);
@@ -1294,7 +1862,9 @@ mod support {
             let done = Arc::new(AtomicU64::new(0));
             let seen = done.clone();
             let handle = std::thread::spawn(move || {
-                let progress = move |p: &tandem_replay::ReplayProgress| seen.store(p.requests_done, Ordering::SeqCst);
+                let progress = move |p: &tandem_replay::ReplayProgress| {
+                    seen.store(p.requests_done, Ordering::SeqCst)
+                };
                 run_replay(&params, records, Some(&progress))
             });
             Self { handle, done }
@@ -1322,7 +1892,17 @@ mod support {
 
     /// No outcome lost, duplicated or corrupted; no mismatch.
     pub fn assert_exactly_once(s: &ReplaySummary, what: &str) {
-        assert_eq!((s.verify_failures, s.lost_completions, s.duplicate_completions, s.mismatches), (0, 0, 0, 0), "{what}: {}", s.to_json());
+        assert_eq!(
+            (
+                s.verify_failures,
+                s.lost_completions,
+                s.duplicate_completions,
+                s.mismatches
+            ),
+            (0, 0, 0, 0),
+            "{what}: {}",
+            s.to_json()
+        );
     }
 
     /// The summary's figures as JSON.
@@ -1351,11 +1931,15 @@ mod support {
     impl Proxy {
         /// Listen in front of each of `g`'s engine sockets.
         pub fn start(g: &Group) -> Self {
-            let dir = tempfile::Builder::new().prefix("tandem-proxy-").tempdir().expect("tempdir");
+            let dir = tempfile::Builder::new()
+                .prefix("tandem-proxy-")
+                .tempdir()
+                .expect("tempdir");
             let live: Arc<Mutex<Vec<Pair>>> = Arc::new(Mutex::new(Vec::new()));
             let stop = Arc::new(AtomicBool::new(false));
             for rank in 0..g.world_size {
-                let listener = UnixListener::bind(dir.path().join(format!("rank{rank}.sock"))).expect("bind proxy");
+                let listener = UnixListener::bind(dir.path().join(format!("rank{rank}.sock")))
+                    .expect("bind proxy");
                 listener.set_nonblocking(true).expect("nonblocking");
                 let (target, live, stop) = (g.socket(rank), live.clone(), stop.clone());
                 std::thread::spawn(move || {
@@ -1369,8 +1953,17 @@ mod support {
                         };
                         let _ = engine.set_nonblocking(false);
                         // No agent there (restarting): the engine sees a closed connection.
-                        let Ok(agent) = UnixStream::connect(&target) else { continue };
-                        let (Ok(e2), Ok(a2), Ok(e3), Ok(a3)) = (engine.try_clone(), agent.try_clone(), engine.try_clone(), agent.try_clone()) else { continue };
+                        let Ok(agent) = UnixStream::connect(&target) else {
+                            continue;
+                        };
+                        let (Ok(e2), Ok(a2), Ok(e3), Ok(a3)) = (
+                            engine.try_clone(),
+                            agent.try_clone(),
+                            engine.try_clone(),
+                            agent.try_clone(),
+                        ) else {
+                            continue;
+                        };
                         if let Ok(mut l) = live.lock() {
                             l.push((rank, e3, a3));
                         }
@@ -1379,19 +1972,30 @@ mod support {
                     }
                 });
             }
-            Self { dir, world: g.world_size, live, stop }
+            Self {
+                dir,
+                world: g.world_size,
+                live,
+                stop,
+            }
         }
 
         /// The proxy sockets engines connect to, by rank.
         pub fn sockets(&self) -> Vec<PathBuf> {
-            (0..self.world).map(|r| self.dir.path().join(format!("rank{r}.sock"))).collect()
+            (0..self.world)
+                .map(|r| self.dir.path().join(format!("rank{r}.sock")))
+                .collect()
         }
 
         /// Cut `rank`'s newest connection in both directions at once, mid-stream; false if it
         /// has none.
         pub fn cut(&self, rank: u32) -> bool {
-            let Ok(mut l) = self.live.lock() else { return false };
-            let Some(i) = l.iter().rposition(|(r, _, _)| *r == rank) else { return false };
+            let Ok(mut l) = self.live.lock() else {
+                return false;
+            };
+            let Some(i) = l.iter().rposition(|(r, _, _)| *r == rank) else {
+                return false;
+            };
             let (_, e, a) = l.remove(i);
             let _ = e.shutdown(std::net::Shutdown::Both);
             let _ = a.shutdown(std::net::Shutdown::Both);
@@ -1423,7 +2027,6 @@ mod support {
             let _ = to.shutdown(std::net::Shutdown::Both);
         });
     }
-
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1443,7 +2046,12 @@ pub struct Netns {
 }
 
 fn ip(args: &[&str]) -> bool {
-    std::process::Command::new("ip").args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
+    std::process::Command::new("ip")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 impl Netns {
@@ -1451,14 +2059,37 @@ impl Netns {
     pub fn create() -> Option<Self> {
         let id = std::process::id() % 100_000;
         let subnet = 16 + id % 200;
-        let n = Netns { name: format!("tdm{id}"), host_if: format!("tdmh{id}"), host_ip: format!("10.213.{subnet}.1"), ns_ip: format!("10.213.{subnet}.2") };
+        let n = Netns {
+            name: format!("tdm{id}"),
+            host_if: format!("tdmh{id}"),
+            host_ip: format!("10.213.{subnet}.1"),
+            ns_ip: format!("10.213.{subnet}.2"),
+        };
         let peer = format!("tdmn{id}");
         let ok = ip(&["netns", "add", &n.name])
-            && ip(&["link", "add", &n.host_if, "type", "veth", "peer", "name", &peer])
+            && ip(&[
+                "link", "add", &n.host_if, "type", "veth", "peer", "name", &peer,
+            ])
             && ip(&["link", "set", &peer, "netns", &n.name])
-            && ip(&["addr", "add", &format!("{}/30", n.host_ip), "dev", &n.host_if])
+            && ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", n.host_ip),
+                "dev",
+                &n.host_if,
+            ])
             && ip(&["link", "set", &n.host_if, "up"])
-            && ip(&["netns", "exec", &n.name, "ip", "addr", "add", &format!("{}/30", n.ns_ip), "dev", &peer])
+            && ip(&[
+                "netns",
+                "exec",
+                &n.name,
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/30", n.ns_ip),
+                "dev",
+                &peer,
+            ])
             && ip(&["netns", "exec", &n.name, "ip", "link", "set", &peer, "up"])
             && ip(&["netns", "exec", &n.name, "ip", "link", "set", "lo", "up"]);
         if !ok {
@@ -1474,12 +2105,20 @@ impl Netns {
     /// Partition: the host side of the link goes down; packets to and from the namespace are
     /// dropped silently.
     pub fn cut(&self) {
-        assert!(ip(&["link", "set", &self.host_if, "down"]), "ip link set {} down", self.host_if);
+        assert!(
+            ip(&["link", "set", &self.host_if, "down"]),
+            "ip link set {} down",
+            self.host_if
+        );
     }
 
     /// Heal the partition.
     pub fn heal(&self) {
-        assert!(ip(&["link", "set", &self.host_if, "up"]), "ip link set {} up", self.host_if);
+        assert!(
+            ip(&["link", "set", &self.host_if, "up"]),
+            "ip link set {} up",
+            self.host_if
+        );
     }
 }
 
@@ -1505,7 +2144,9 @@ impl Tmpfs {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        ok.then(|| Tmpfs { path: path.to_path_buf() })
+        ok.then(|| Tmpfs {
+            path: path.to_path_buf(),
+        })
     }
 
     /// Fill every free byte with a filler file.
@@ -1521,6 +2162,9 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.path).status();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
     }
 }

@@ -99,11 +99,29 @@ struct Pressure {
 fn pressure(rank: u32) -> Pressure {
     match rank {
         // Reads every frame several times per step, drains one or two at a time.
-        1 => Pressure { reread_max: 4, pause: 0.02, pause_us: (100, 500), burst: (1, 2), old_reread: 0.02 },
+        1 => Pressure {
+            reread_max: 4,
+            pause: 0.02,
+            pause_us: (100, 500),
+            burst: (1, 2),
+            old_reread: 0.02,
+        },
         // Often under pressure: pauses, then catches up in bursts of up to twice the window.
-        2 => Pressure { reread_max: 0, pause: 0.35, pause_us: (300, 2_000), burst: (4, 16), old_reread: 0.0 },
+        2 => Pressure {
+            reread_max: 0,
+            pause: 0.35,
+            pause_us: (300, 2_000),
+            burst: (4, 16),
+            old_reread: 0.0,
+        },
         // Mixed, and re-reads frames it applied long ago.
-        _ => Pressure { reread_max: 2, pause: 0.15, pause_us: (100, 1_500), burst: (1, 8), old_reread: 0.1 },
+        _ => Pressure {
+            reread_max: 2,
+            pause: 0.15,
+            pause_us: (100, 1_500),
+            burst: (1, 8),
+            old_reread: 0.1,
+        },
     }
 }
 
@@ -118,7 +136,9 @@ struct Shared {
 impl Shared {
     fn check(&self, who: &str, step: u64) -> Result<(), String> {
         if self.abort.load(Ordering::SeqCst) {
-            return Err(format!("{who} stopped at step {step}: another engine failed"));
+            return Err(format!(
+                "{who} stopped at step {step}: another engine failed"
+            ));
         }
         if self.started.elapsed() > RUN_LIMIT {
             return Err(format!("{who} at step {step} after {RUN_LIMIT:?}"));
@@ -129,7 +149,12 @@ impl Shared {
 
 /// Read the frame of `step`, retrying `LeaderBehind`; `None` once the leader has finished
 /// before `step`.
-fn read(c: &mut EngineClient, step: u64, log: &mut EngineLog, shared: &Shared) -> Result<Option<Frame>, String> {
+fn read(
+    c: &mut EngineClient,
+    step: u64,
+    log: &mut EngineLog,
+    shared: &Shared,
+) -> Result<Option<Frame>, String> {
     loop {
         if step >= shared.end.load(Ordering::SeqCst) {
             return Ok(None);
@@ -148,7 +173,13 @@ type Loads = BTreeMap<TaskId, (Vec<BlockHash>, Vec<PageId>)>;
 
 /// Apply a frame as every engine does: outcomes (verify finished loads), then starts;
 /// followers fill the pages of the stores it starts. Returns the outcomes.
-fn apply(frame: &Frame, log: &mut EngineLog, loads: &mut Loads, pool: &mut PagePool, fill_stores: bool) -> Vec<(TaskId, OutcomeResult)> {
+fn apply(
+    frame: &Frame,
+    log: &mut EngineLog,
+    loads: &mut Loads,
+    pool: &mut PagePool,
+    fill_stores: bool,
+) -> Vec<(TaskId, OutcomeResult)> {
     let rank = log.rank;
     log.digests.push(frame_digest(frame));
     let mut finished = Vec::new();
@@ -156,8 +187,15 @@ fn apply(frame: &Frame, log: &mut EngineLog, loads: &mut Loads, pool: &mut PageP
         *log.outcomes.entry(o.task).or_default() += 1;
         match &o.result {
             OutcomeResult::Ok => {}
-            OutcomeResult::Failed { reason } if o.kind == TaskKind::Store && reason.contains("tier full") => log.refused_stores += 1,
-            other => log.failed.push(format!("{} {:?} at step {}: {other:?}", o.task, o.kind, frame.step.0)),
+            OutcomeResult::Failed { reason }
+                if o.kind == TaskKind::Store && reason.contains("tier full") =>
+            {
+                log.refused_stores += 1
+            }
+            other => log.failed.push(format!(
+                "{} {:?} at step {}: {other:?}",
+                o.task, o.kind, frame.step.0
+            )),
         }
         if let Some((hashes, pages)) = loads.remove(&o.task) {
             if o.result == OutcomeResult::Ok {
@@ -166,7 +204,10 @@ fn apply(frame: &Frame, log: &mut EngineLog, loads: &mut Loads, pool: &mut PageP
                     if holds(page, h.0, rank) {
                         log.verified_blocks += 1;
                     } else {
-                        log.bad_pages.push(format!("load {} finished at step {}: block {} in page {}", o.task, frame.step.0, h, p.0));
+                        log.bad_pages.push(format!(
+                            "load {} finished at step {}: block {} in page {}",
+                            o.task, frame.step.0, h, p.0
+                        ));
                     }
                 }
             }
@@ -190,8 +231,16 @@ fn apply(frame: &Frame, log: &mut EngineLog, loads: &mut Loads, pool: &mut PageP
 
 /// A follower engine: applies every frame in order, at moments its pressure chooses.
 /// Returns what the engine saw, and why it stopped early (if it did).
-fn follower(rank: u32, mut c: EngineClient, mut pool: PagePool, shared: &Shared) -> (EngineLog, Option<String>) {
-    let mut log = EngineLog { rank, ..EngineLog::default() };
+fn follower(
+    rank: u32,
+    mut c: EngineClient,
+    mut pool: PagePool,
+    shared: &Shared,
+) -> (EngineLog, Option<String>) {
+    let mut log = EngineLog {
+        rank,
+        ..EngineLog::default()
+    };
     let p = pressure(rank);
     let mut rng = Rng::new(SEED ^ u64::from(rank).wrapping_mul(0x1234_5678_9abc_def1));
     let mut loads = Loads::new();
@@ -209,19 +258,26 @@ fn follower(rank: u32, mut c: EngineClient, mut pool: PagePool, shared: &Shared)
             let burst = rng.range(p.burst.0, p.burst.1);
             let mut applied = 0;
             while applied < burst {
-                let Some(f) = read(&mut c, next, &mut log, shared)? else { return Ok(()) };
+                let Some(f) = read(&mut c, next, &mut log, shared)? else {
+                    return Ok(());
+                };
                 for _ in 0..rng.range(0, p.reread_max) {
                     log.rereads += 1;
                     let again = read(&mut c, next, &mut log, shared)?;
                     if again.as_ref() != Some(&f) {
-                        log.reread_mismatches.push(format!("step {next}: re-read differs"));
+                        log.reread_mismatches
+                            .push(format!("step {next}: re-read differs"));
                     }
                 }
                 if f.step != Step(next) {
-                    return Err(format!("rank {rank}: asked for step {next}, got the frame of step {}", f.step));
+                    return Err(format!(
+                        "rank {rank}: asked for step {next}, got the frame of step {}",
+                        f.step
+                    ));
                 }
                 apply(&f, &mut log, &mut loads, &mut pool, true);
-                c.ack(Step(next)).map_err(|e| format!("rank {rank} ack {next}: {e}"))?;
+                c.ack(Step(next))
+                    .map_err(|e| format!("rank {rank} ack {next}: {e}"))?;
                 next += 1;
                 applied += 1;
             }
@@ -231,7 +287,9 @@ fn follower(rank: u32, mut c: EngineClient, mut pool: PagePool, shared: &Shared)
                 log.old_rereads += 1;
                 let f = read(&mut c, old, &mut log, shared)?;
                 if f.map(|f| frame_digest(&f)) != Some(log.digests[old as usize]) {
-                    log.reread_mismatches.push(format!("step {old}: re-read at step {next} differs from the applied frame"));
+                    log.reread_mismatches.push(format!(
+                        "step {old}: re-read at step {next} differs from the applied frame"
+                    ));
                 }
             }
         }
@@ -292,44 +350,87 @@ impl Scheduler {
         RequestId(self.next_request)
     }
 
-    fn store(&mut self, c: &mut EngineClient, pool: &mut PagePool, run: &mut LeaderRun, step: u64) -> Result<(), String> {
+    fn store(
+        &mut self,
+        c: &mut EngineClient,
+        pool: &mut PagePool,
+        run: &mut LeaderRun,
+        step: u64,
+    ) -> Result<(), String> {
         let request = self.request();
         // Either a new prefix or an extension of a stored one (its blocks already cached are
         // not copied again; evicted ones are).
         let n = self.stored.len();
-        let mut hashes = if n > 0 && self.rng.chance(0.3) { self.stored[self.rng.range(n.saturating_sub(20) as u64, n as u64 - 1) as usize].clone() } else { Vec::new() };
+        let mut hashes = if n > 0 && self.rng.chance(0.3) {
+            self.stored[self.rng.range(n.saturating_sub(20) as u64, n as u64 - 1) as usize].clone()
+        } else {
+            Vec::new()
+        };
         let more = self.rng.range(1, 4) as usize;
         if hashes.len() + more > MAX_CHAIN {
             hashes.clear();
         }
         let prev = hashes.last().map_or(request.0, |h| h.0);
         hashes.extend(chain(prev, more as u64, request.0));
-        let pages: Vec<PageId> = hashes.iter().map(|_| self.free.pop().expect("free pages checked")).collect();
+        let pages: Vec<PageId> = hashes
+            .iter()
+            .map(|_| self.free.pop().expect("free pages checked"))
+            .collect();
         for (h, p) in hashes.iter().zip(&pages) {
             fill(pool.page_mut(*p).expect("page in range"), h.0, 0);
         }
-        let task = c.store(Step(step), request, hashes.clone(), pages.clone()).map_err(|e| format!("store at step {step}: {e}"))?;
+        let task = c
+            .store(Step(step), request, hashes.clone(), pages.clone())
+            .map_err(|e| format!("store at step {step}: {e}"))?;
         run.started.insert(task);
         run.stores += 1;
-        self.pending.insert(task, Pending { at: step, kind: TaskKind::Store, hashes, pages });
+        self.pending.insert(
+            task,
+            Pending {
+                at: step,
+                kind: TaskKind::Store,
+                hashes,
+                pages,
+            },
+        );
         Ok(())
     }
 
-    fn lookup_and_load(&mut self, c: &mut EngineClient, run: &mut LeaderRun, step: u64) -> Result<(), String> {
+    fn lookup_and_load(
+        &mut self,
+        c: &mut EngineClient,
+        run: &mut LeaderRun,
+        step: u64,
+    ) -> Result<(), String> {
         let n = self.stored.len();
-        let hashes = self.stored[self.rng.range(n.saturating_sub(30) as u64, n as u64 - 1) as usize].clone();
+        let hashes =
+            self.stored[self.rng.range(n.saturating_sub(30) as u64, n as u64 - 1) as usize].clone();
         let request = self.request();
-        let hit = c.lookup(Step(step), request, hashes.clone()).map_err(|e| format!("lookup at step {step}: {e}"))?;
+        let hit = c
+            .lookup(Step(step), request, hashes.clone())
+            .map_err(|e| format!("lookup at step {step}: {e}"))?;
         run.lookups += 1;
         let m = hit.matched_blocks as usize;
         if m == 0 || self.free.len() < m {
             return Ok(());
         }
-        let pages: Vec<PageId> = (0..m).map(|_| self.free.pop().expect("free pages checked")).collect();
-        let task = c.load(Step(step), request, hashes[..m].to_vec(), pages.clone()).map_err(|e| format!("load at step {step}: {e}"))?;
+        let pages: Vec<PageId> = (0..m)
+            .map(|_| self.free.pop().expect("free pages checked"))
+            .collect();
+        let task = c
+            .load(Step(step), request, hashes[..m].to_vec(), pages.clone())
+            .map_err(|e| format!("load at step {step}: {e}"))?;
         run.started.insert(task);
         run.loads += 1;
-        self.pending.insert(task, Pending { at: step, kind: TaskKind::Load, hashes: hashes[..m].to_vec(), pages });
+        self.pending.insert(
+            task,
+            Pending {
+                at: step,
+                kind: TaskKind::Load,
+                hashes: hashes[..m].to_vec(),
+                pages,
+            },
+        );
         Ok(())
     }
 
@@ -348,7 +449,13 @@ impl Scheduler {
 /// Returns the run, and why it stopped early (if it did).
 fn leader(mut c: EngineClient, mut pool: PagePool, shared: &Shared) -> (LeaderRun, Option<String>) {
     let mut run = LeaderRun::default();
-    let mut sched = Scheduler { rng: Rng::new(SEED), free: (0..POOL_PAGES as u32).rev().map(PageId).collect(), pending: BTreeMap::new(), stored: Vec::new(), next_request: 0 };
+    let mut sched = Scheduler {
+        rng: Rng::new(SEED),
+        free: (0..POOL_PAGES as u32).rev().map(PageId).collect(),
+        pending: BTreeMap::new(),
+        stored: Vec::new(),
+        next_request: 0,
+    };
     let mut loads = Loads::new();
     let result = (|| -> Result<(), String> {
         for step in 0..STEPS + DRAIN_STEPS {
@@ -366,16 +473,27 @@ fn leader(mut c: EngineClient, mut pool: PagePool, shared: &Shared) -> (LeaderRu
                     sched.lookup_and_load(&mut c, &mut run, step)?;
                 }
             }
-            let f = c.end_step(Step(step), WAIT).map_err(|e| format!("end_step {step}: {e}"))?;
+            let f = c
+                .end_step(Step(step), WAIT)
+                .map_err(|e| format!("end_step {step}: {e}"))?;
             if f.step != Step(step) {
-                return Err(format!("end_step {step} returned the frame of step {}", f.step));
+                return Err(format!(
+                    "end_step {step} returned the frame of step {}",
+                    f.step
+                ));
             }
             for (task, result) in apply(&f, &mut run.log, &mut loads, &mut pool, false) {
                 sched.finished(task, &result, &mut run, step);
             }
-            c.ack(Step(step)).map_err(|e| format!("leader ack {step}: {e}"))?;
+            c.ack(Step(step))
+                .map_err(|e| format!("leader ack {step}: {e}"))?;
         }
-        Err(format!("{} tasks still in flight after {} steps: {:?}", sched.pending.len(), STEPS + DRAIN_STEPS, sched.pending.keys().take(10).collect::<Vec<_>>()))
+        Err(format!(
+            "{} tasks still in flight after {} steps: {:?}",
+            sched.pending.len(),
+            STEPS + DRAIN_STEPS,
+            sched.pending.keys().take(10).collect::<Vec<_>>()
+        ))
     })();
     if result.is_err() {
         shared.abort.store(true, Ordering::SeqCst);
@@ -389,9 +507,15 @@ fn flexkv_asymmetric_drain_ten_thousand_steps() {
     let g = Group::start(&spec);
     g.wait_ready(Duration::from_secs(30));
     let world = spec.world_size();
-    let mut engines: Vec<(EngineClient, PagePool)> = (0..world).map(|r| connect_engine(&g.socket(r), &g.pool_path(r), r, POOL_PAGES)).collect();
+    let mut engines: Vec<(EngineClient, PagePool)> = (0..world)
+        .map(|r| connect_engine(&g.socket(r), &g.pool_path(r), r, POOL_PAGES))
+        .collect();
     let (lc, lpool) = engines.remove(0);
-    let shared = Arc::new(Shared { abort: AtomicBool::new(false), end: AtomicU64::new(u64::MAX), started: Instant::now() });
+    let shared = Arc::new(Shared {
+        abort: AtomicBool::new(false),
+        end: AtomicU64::new(u64::MAX),
+        started: Instant::now(),
+    });
     let followers: Vec<_> = engines
         .into_iter()
         .enumerate()
@@ -414,7 +538,11 @@ fn flexkv_asymmetric_drain_ten_thousand_steps() {
         }
     }
     let elapsed = shared.started.elapsed();
-    assert!(errors.is_empty(), "engines failed: {errors:#?}\n--- leader log tail:\n{}", tail(&g.log(0)));
+    assert!(
+        errors.is_empty(),
+        "engines failed: {errors:#?}\n--- leader log tail:\n{}",
+        tail(&g.log(0))
+    );
     println!(
         "flexkv drain: {} steps in {:.2} s = {:.0} steps/s; {} stores, {} lookups, {} loads; slowest task took {} steps",
         run.steps,
@@ -442,20 +570,73 @@ fn flexkv_asymmetric_drain_ten_thousand_steps() {
     }
 
     // Every rank applied the same frame at every step.
-    let mismatched: Vec<usize> = (0..run.steps as usize).filter(|&s| logs.iter().any(|l| l.digests.get(s) != logs[0].digests.get(s))).collect();
-    assert!(mismatched.is_empty(), "{} steps whose frame differs between ranks, first: {:?}", mismatched.len(), &mismatched[..mismatched.len().min(10)]);
+    let mismatched: Vec<usize> = (0..run.steps as usize)
+        .filter(|&s| {
+            logs.iter()
+                .any(|l| l.digests.get(s) != logs[0].digests.get(s))
+        })
+        .collect();
+    assert!(
+        mismatched.is_empty(),
+        "{} steps whose frame differs between ranks, first: {:?}",
+        mismatched.len(),
+        &mismatched[..mismatched.len().min(10)]
+    );
     for l in &logs {
-        assert_eq!(l.digests.len() as u64, run.steps, "rank {} applied every frame", l.rank);
-        assert!(l.reread_mismatches.is_empty(), "rank {}: re-reads returned another frame: {:?}", l.rank, l.reread_mismatches);
+        assert_eq!(
+            l.digests.len() as u64,
+            run.steps,
+            "rank {} applied every frame",
+            l.rank
+        );
+        assert!(
+            l.reread_mismatches.is_empty(),
+            "rank {}: re-reads returned another frame: {:?}",
+            l.rank,
+            l.reread_mismatches
+        );
         // Every outcome exactly once, for exactly the tasks the leader started.
         let twice: Vec<_> = l.outcomes.iter().filter(|(_, n)| **n != 1).collect();
-        assert!(twice.is_empty(), "rank {}: outcomes seen more than once: {twice:?}", l.rank);
-        let lost: Vec<_> = run.started.iter().filter(|t| !l.outcomes.contains_key(t)).collect();
-        assert!(lost.is_empty(), "rank {}: {} started tasks never got an outcome: {:?}", l.rank, lost.len(), lost);
-        let unknown: Vec<_> = l.outcomes.keys().chain(&l.started_in_frames).filter(|t| !run.started.contains(t)).collect();
-        assert!(unknown.is_empty(), "rank {}: frames name tasks the leader engine did not start: {unknown:?}", l.rank);
-        assert!(l.failed.is_empty(), "rank {}: {} tasks failed: {:?}", l.rank, l.failed.len(), &l.failed[..l.failed.len().min(10)]);
-        assert_eq!(l.refused_stores, logs[0].refused_stores, "rank {}: refusals are group outcomes", l.rank);
+        assert!(
+            twice.is_empty(),
+            "rank {}: outcomes seen more than once: {twice:?}",
+            l.rank
+        );
+        let lost: Vec<_> = run
+            .started
+            .iter()
+            .filter(|t| !l.outcomes.contains_key(t))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "rank {}: {} started tasks never got an outcome: {:?}",
+            l.rank,
+            lost.len(),
+            lost
+        );
+        let unknown: Vec<_> = l
+            .outcomes
+            .keys()
+            .chain(&l.started_in_frames)
+            .filter(|t| !run.started.contains(t))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "rank {}: frames name tasks the leader engine did not start: {unknown:?}",
+            l.rank
+        );
+        assert!(
+            l.failed.is_empty(),
+            "rank {}: {} tasks failed: {:?}",
+            l.rank,
+            l.failed.len(),
+            &l.failed[..l.failed.len().min(10)]
+        );
+        assert_eq!(
+            l.refused_stores, logs[0].refused_stores,
+            "rank {}: refusals are group outcomes",
+            l.rank
+        );
         assert!(
             l.bad_pages.is_empty(),
             "rank {}: {} loaded pages differ from the stored shards: {:?}",
@@ -468,13 +649,31 @@ fn flexkv_asymmetric_drain_ten_thousand_steps() {
     for rank in 0..world {
         let (_, body) = g.http_get(rank, "/status").expect("status answers");
         let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
-        assert_eq!(status["agent"]["tasks_in_flight"], serde_json::json!(0), "rank {rank} still has tasks in flight: {body}");
+        assert_eq!(
+            status["agent"]["tasks_in_flight"],
+            serde_json::json!(0),
+            "rank {rank} still has tasks in flight: {body}"
+        );
     }
     // The run exercised what it claims to: stores, loads verified on every rank, re-reads,
     // pauses and bursts.
-    assert!(run.loads > 50 && run.stores > 500, "too few tasks: {} stores, {} loads", run.stores, run.loads);
-    assert!(logs.iter().all(|l| l.verified_blocks > 0), "some rank verified no loaded block");
-    assert!(logs[1].rereads > 0 && logs[2].pauses > 0 && logs[2].largest_burst > 1 && logs[3].old_rereads > 0, "follower pressure profiles did not apply");
+    assert!(
+        run.loads > 50 && run.stores > 500,
+        "too few tasks: {} stores, {} loads",
+        run.stores,
+        run.loads
+    );
+    assert!(
+        logs.iter().all(|l| l.verified_blocks > 0),
+        "some rank verified no loaded block"
+    );
+    assert!(
+        logs[1].rereads > 0
+            && logs[2].pauses > 0
+            && logs[2].largest_burst > 1
+            && logs[3].old_rereads > 0,
+        "follower pressure profiles did not apply"
+    );
 }
 
 fn tail(s: &str) -> String {

@@ -49,7 +49,10 @@ fn leader_log_with(g: &Group, needle: &str) -> String {
         if log.contains(needle) {
             return log;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "leader log never named {needle:?}:\n{log}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "leader log never named {needle:?}:\n{log}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -63,7 +66,10 @@ fn right_follower_joins(g: &mut Group) {
 
 fn assert_no_secret(log: &str, whose: &str) {
     for secret in [TEST_SECRET, OTHER_SECRET] {
-        assert!(!log.contains(secret), "{whose} log contains a group secret:\n{log}");
+        assert!(
+            !log.contains(secret),
+            "{whose} log contains a group secret:\n{log}"
+        );
     }
 }
 
@@ -74,10 +80,19 @@ fn other_protocol_version_is_refused_naming_the_field() {
         c.arg("--test-protocol-version").arg("99");
     });
     println!("follower exit: {status}\n{log}");
-    assert!(!status.success(), "a follower of protocol version 99 was not refused:\n{log}");
-    assert!(log.contains("protocol version") && log.contains("99"), "the refusal names the field and the version:\n{log}");
+    assert!(
+        !status.success(),
+        "a follower of protocol version 99 was not refused:\n{log}"
+    );
+    assert!(
+        log.contains("protocol version") && log.contains("99"),
+        "the refusal names the field and the version:\n{log}"
+    );
     let leader = leader_log_with(&g, "protocol version");
-    assert!(leader.contains("refused"), "the leader logs the refusal:\n{leader}");
+    assert!(
+        leader.contains("refused"),
+        "the leader logs the refusal:\n{leader}"
+    );
     right_follower_joins(&mut g);
 }
 
@@ -88,10 +103,19 @@ fn wrong_group_secret_is_refused_and_never_logged() {
         c.env("TANDEM__GROUP__SECRET", OTHER_SECRET);
     });
     println!("follower exit: {status}\n{log}");
-    assert!(!status.success(), "a follower with another secret was not refused:\n{log}");
-    assert!(log.contains("bad group secret"), "the refusal names the secret:\n{log}");
+    assert!(
+        !status.success(),
+        "a follower with another secret was not refused:\n{log}"
+    );
+    assert!(
+        log.contains("bad group secret"),
+        "the refusal names the secret:\n{log}"
+    );
     let leader = leader_log_with(&g, "bad group secret");
-    assert!(leader.contains("refused"), "the leader logs the refusal:\n{leader}");
+    assert!(
+        leader.contains("refused"),
+        "the leader logs the refusal:\n{leader}"
+    );
     assert_no_secret(&log, "follower");
     assert_no_secret(&leader, "leader");
     right_follower_joins(&mut g);
@@ -106,12 +130,19 @@ fn other_model_layout_is_refused_naming_the_field() {
         c.env("TANDEM__GROUP__TOKENS_PER_BLOCK", "32");
     });
     println!("follower exit: {status}\n{log}");
-    assert!(!status.success(), "a follower with 32 tokens per block was not refused:\n{log}");
     assert!(
-        log.contains("fingerprint differs in field tokens_per_block") && log.contains("leader has 16, rank has 32"),
+        !status.success(),
+        "a follower with 32 tokens per block was not refused:\n{log}"
+    );
+    assert!(
+        log.contains("fingerprint differs in field tokens_per_block")
+            && log.contains("leader has 16, rank has 32"),
         "the refusal names the field and both values:\n{log}"
     );
     let leader = leader_log_with(&g, "tokens_per_block");
-    assert!(leader.contains("refused"), "the leader logs the refusal:\n{leader}");
+    assert!(
+        leader.contains("refused"),
+        "the leader logs the refusal:\n{leader}"
+    );
     right_follower_joins(&mut g);
 }

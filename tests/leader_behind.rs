@@ -39,26 +39,51 @@ fn follower_far_ahead_gets_leader_behind_after_its_deadline() {
 
     let deadline = Duration::from_millis(300);
     let asked = Instant::now();
-    let err = follower.frame(Step(500), deadline).expect_err("step 500 is not sealed");
+    let err = follower
+        .frame(Step(500), deadline)
+        .expect_err("step 500 is not sealed");
     let waited = asked.elapsed();
     println!("frame(Step(500), {deadline:?}) returned after {waited:?}: {err}");
     match &err {
-        ClientError::Agent(AgentError::LeaderBehind { rank, epoch: e, wanted, sealed }) => {
-            assert_eq!((*rank, *e, *wanted, *sealed), (1, epoch, Step(500), Some(Step(2))), "{err}");
+        ClientError::Agent(AgentError::LeaderBehind {
+            rank,
+            epoch: e,
+            wanted,
+            sealed,
+        }) => {
+            assert_eq!(
+                (*rank, *e, *wanted, *sealed),
+                (1, epoch, Step(500), Some(Step(2))),
+                "{err}"
+            );
         }
         other => panic!("expected LeaderBehind, got {other}"),
     }
     let text = err.to_string();
-    assert!(text.contains("wants step 500") && text.contains("sealed step 2"), "the message names both positions: {text}");
+    assert!(
+        text.contains("wants step 500") && text.contains("sealed step 2"),
+        "the message names both positions: {text}"
+    );
     // It waited for its deadline (the agent's millisecond clock may round the start down by
     // under a millisecond), and it did return.
-    assert!(waited >= deadline - Duration::from_millis(5), "returned before its deadline: {waited:?}");
-    assert!(waited < Duration::from_secs(10), "returned only after {waited:?}");
+    assert!(
+        waited >= deadline - Duration::from_millis(5),
+        "returned before its deadline: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "returned only after {waited:?}"
+    );
 
     // The refused wait changed nothing: the next step still flows to the follower.
     let sealed = leader.end_step(Step(3), WAIT).expect("end_step 3");
-    let read = follower.frame(Step(3), WAIT).expect("frame 3 after the refused wait");
-    assert_eq!(read, sealed, "the follower reads the frame the leader sealed");
+    let read = follower
+        .frame(Step(3), WAIT)
+        .expect("frame 3 after the refused wait");
+    assert_eq!(
+        read, sealed,
+        "the follower reads the frame the leader sealed"
+    );
     follower.ack(Step(3)).expect("ack 3");
 }
 
@@ -73,13 +98,18 @@ fn raw(g: &Group, rank: u32) -> (UnixStream, Epoch, Step) {
     let mut s = loop {
         match UnixStream::connect(g.socket(rank)) {
             Ok(s) => break s,
-            Err(e) if started.elapsed() > Duration::from_secs(20) => panic!("rank {rank} socket: {e}"),
+            Err(e) if started.elapsed() > Duration::from_secs(20) => {
+                panic!("rank {rank} socket: {e}")
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     };
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     match call(&mut s, &EngineRequest::Hello { rank }) {
-        EngineReply::Welcome { epoch, next_step, .. } => (s, epoch, next_step),
+        EngineReply::Welcome {
+            epoch, next_step, ..
+        } => (s, epoch, next_step),
         other => panic!("rank {rank} hello: {other:?}"),
     }
 }
@@ -89,7 +119,11 @@ fn expect_stale(reply: EngineReply, ours: Epoch, theirs: Epoch, what: &str) {
         EngineReply::Error(e @ AgentError::StaleEpoch { .. }) => {
             assert_eq!(e, AgentError::StaleEpoch { ours, theirs }, "{what}");
             let text = e.to_string();
-            assert!(text.contains(&format!("epoch {}", theirs.0)) && text.contains(&format!("epoch {}", ours.0)), "{what}: {text}");
+            assert!(
+                text.contains(&format!("epoch {}", theirs.0))
+                    && text.contains(&format!("epoch {}", ours.0)),
+                "{what}: {text}"
+            );
         }
         other => panic!("{what}: expected StaleEpoch, got {other:?}"),
     }
@@ -100,7 +134,12 @@ fn requests_of_another_epoch_are_refused_and_never_applied() {
     // The group runs epoch 3, as after two restarts.
     let mut g = Group::configure(&GroupSpec::new(1, 2));
     for rank in 0..2 {
-        let child = g.agent_command(rank).arg("--epoch").arg("3").spawn().expect("spawn agent");
+        let child = g
+            .agent_command(rank)
+            .arg("--epoch")
+            .arg("3")
+            .spawn()
+            .expect("spawn agent");
         g.agents.push(Some(ChildGuard(child)));
     }
     g.wait_ready(Duration::from_secs(30));
@@ -110,38 +149,106 @@ fn requests_of_another_epoch_are_refused_and_never_applied() {
     let old = Epoch(2);
 
     // Leader: a stale end_step, lookup and ack are refused.
-    let reply = call(&mut leader, &EngineRequest::EndStep { epoch: old, step: Step(0), deadline_ms: 100 });
+    let reply = call(
+        &mut leader,
+        &EngineRequest::EndStep {
+            epoch: old,
+            step: Step(0),
+            deadline_ms: 100,
+        },
+    );
     expect_stale(reply, ours, old, "stale end_step");
-    let reply = call(&mut leader, &EngineRequest::Lookup { epoch: old, step: Step(0), request: tandem_proto::ids::RequestId(1), block_hashes: vec![] });
+    let reply = call(
+        &mut leader,
+        &EngineRequest::Lookup {
+            epoch: old,
+            step: Step(0),
+            request: tandem_proto::ids::RequestId(1),
+            block_hashes: vec![],
+        },
+    );
     expect_stale(reply, ours, old, "stale lookup");
     // A request from a future epoch is no more current than one from the past.
-    let reply = call(&mut leader, &EngineRequest::EndStep { epoch: Epoch(4), step: Step(0), deadline_ms: 100 });
+    let reply = call(
+        &mut leader,
+        &EngineRequest::EndStep {
+            epoch: Epoch(4),
+            step: Step(0),
+            deadline_ms: 100,
+        },
+    );
     expect_stale(reply, ours, Epoch(4), "future end_step");
     // Nothing was sealed: the leader's next step is still 0, and step 0 seals now.
     match call(&mut leader, &EngineRequest::Hello { rank: 0 }) {
-        EngineReply::Welcome { next_step, .. } => assert_eq!(next_step, Step(0), "a stale end_step sealed a step"),
+        EngineReply::Welcome { next_step, .. } => {
+            assert_eq!(next_step, Step(0), "a stale end_step sealed a step")
+        }
         other => panic!("hello: {other:?}"),
     }
-    match call(&mut leader, &EngineRequest::EndStep { epoch: ours, step: Step(0), deadline_ms: 5_000 }) {
+    match call(
+        &mut leader,
+        &EngineRequest::EndStep {
+            epoch: ours,
+            step: Step(0),
+            deadline_ms: 5_000,
+        },
+    ) {
         EngineReply::Frame(f) => assert_eq!((f.epoch, f.step), (ours, Step(0))),
         other => panic!("end_step 0 in the current epoch: {other:?}"),
     }
 
     // Follower: a stale frame read and a stale ack are refused; the current ones are not.
-    let reply = call(&mut follower, &EngineRequest::Frame { epoch: old, step: Step(0), deadline_ms: 100 });
+    let reply = call(
+        &mut follower,
+        &EngineRequest::Frame {
+            epoch: old,
+            step: Step(0),
+            deadline_ms: 100,
+        },
+    );
     expect_stale(reply, ours, old, "stale frame");
-    let reply = call(&mut follower, &EngineRequest::Ack { epoch: old, step: Step(0) });
+    let reply = call(
+        &mut follower,
+        &EngineRequest::Ack {
+            epoch: old,
+            step: Step(0),
+        },
+    );
     expect_stale(reply, ours, old, "stale ack");
     let (acked, body) = acked_step(&g, 1);
-    assert_eq!(acked, serde_json::Value::Null, "a stale ack was applied: {body}");
+    assert_eq!(
+        acked,
+        serde_json::Value::Null,
+        "a stale ack was applied: {body}"
+    );
     println!("follower status after the stale requests: {body}");
-    match call(&mut follower, &EngineRequest::Frame { epoch: ours, step: Step(0), deadline_ms: 5_000 }) {
+    match call(
+        &mut follower,
+        &EngineRequest::Frame {
+            epoch: ours,
+            step: Step(0),
+            deadline_ms: 5_000,
+        },
+    ) {
         EngineReply::Frame(f) => assert_eq!((f.epoch, f.step), (ours, Step(0))),
         other => panic!("frame 0 in the current epoch: {other:?}"),
     }
-    assert_eq!(call(&mut follower, &EngineRequest::Ack { epoch: ours, step: Step(0) }), EngineReply::Acked);
+    assert_eq!(
+        call(
+            &mut follower,
+            &EngineRequest::Ack {
+                epoch: ours,
+                step: Step(0)
+            }
+        ),
+        EngineReply::Acked
+    );
     let (acked, body) = acked_step(&g, 1);
-    assert_eq!(acked, serde_json::json!(0), "the current ack is applied: {body}");
+    assert_eq!(
+        acked,
+        serde_json::json!(0),
+        "the current ack is applied: {body}"
+    );
 }
 
 /// `rank`'s engine acknowledgement as `/status` reports it (`null` before any), and the body.
@@ -149,6 +256,9 @@ fn acked_step(g: &Group, rank: u32) -> (serde_json::Value, String) {
     let (code, body) = g.http_get(rank, "/status").expect("status answers");
     assert_eq!(code, 200, "{body}");
     let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
-    let acked = status.get("agent").and_then(|a| a.get("acked_step")).unwrap_or_else(|| panic!("no agent.acked_step in {body}"));
+    let acked = status
+        .get("agent")
+        .and_then(|a| a.get("acked_step"))
+        .unwrap_or_else(|| panic!("no agent.acked_step in {body}"));
     (acked.clone(), body)
 }

@@ -34,9 +34,15 @@ const RUN_DEADLINE: Duration = Duration::from_secs(240);
 fn trace(name: &str) -> PathBuf {
     let dir = std::env::var_os("TANDEM_TRACE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/traces"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/traces")
+        });
     let path = dir.join(format!("mooncake_{name}_trace.jsonl"));
-    assert!(path.exists(), "trace {} is missing (set TANDEM_TRACE_DIR to the directory of the Mooncake traces)", path.display());
+    assert!(
+        path.exists(),
+        "trace {} is missing (set TANDEM_TRACE_DIR to the directory of the Mooncake traces)",
+        path.display()
+    );
     path
 }
 
@@ -54,7 +60,11 @@ fn replay(name: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
     let mut cmd = tandem();
-    cmd.arg("replay").arg("--trace").arg(trace(name)).args(["--limit", "300", "--json"]).args(extra);
+    cmd.arg("replay")
+        .arg("--trace")
+        .arg(trace(name))
+        .args(["--limit", "300", "--json"])
+        .args(extra);
     // The command starts its own redis-server unless REDIS_URL names one: the test never
     // uses a server it did not start.
     cmd.env_remove("REDIS_URL");
@@ -73,7 +83,10 @@ fn replay(name: &str, extra: &[&str]) -> Run {
             unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
             std::thread::sleep(Duration::from_secs(5));
             drop(child);
-            panic!("tandem replay {name} {extra:?} did not end within {RUN_DEADLINE:?}; stderr:\n{}", std::fs::read_to_string(&err).unwrap_or_default());
+            panic!(
+                "tandem replay {name} {extra:?} did not end within {RUN_DEADLINE:?}; stderr:\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -86,41 +99,101 @@ fn replay(name: &str, extra: &[&str]) -> Run {
         .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok().filter(serde_json::Value::is_object))
         .unwrap_or_else(|| panic!("tandem replay {name} {extra:?} printed no JSON object ({status}); stdout:\n{stdout}\nstderr:\n{stderr}"));
     eprintln!("replay {name} {extra:?}: {seconds:.1} s, {status}");
-    Run { json, success: status.success(), stderr, seconds }
+    Run {
+        json,
+        success: status.success(),
+        stderr,
+        seconds,
+    }
 }
 
 fn field(run: &Run, key: &str) -> u64 {
-    run.json[key].as_u64().unwrap_or_else(|| panic!("`{key}` is a number in {}", run.json))
+    run.json[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("`{key}` is a number in {}", run.json))
 }
 
 /// The run verified every byte and every completion was delivered exactly once.
 fn assert_clean(run: &Run) {
-    for key in ["verify_failures", "lost_completions", "duplicate_completions", "mismatches"] {
-        assert_eq!(field(run, key), 0, "{key} must be 0 in {}\nstderr:\n{}", run.json, run.stderr);
+    for key in [
+        "verify_failures",
+        "lost_completions",
+        "duplicate_completions",
+        "mismatches",
+    ] {
+        assert_eq!(
+            field(run, key),
+            0,
+            "{key} must be 0 in {}\nstderr:\n{}",
+            run.json,
+            run.stderr
+        );
     }
-    assert_eq!(field(run, "requests"), 300, "every request completed: {}", run.json);
-    assert!(run.success, "tandem replay exited with an error:\n{}", run.stderr);
+    assert_eq!(
+        field(run, "requests"),
+        300,
+        "every request completed: {}",
+        run.json
+    );
+    assert!(
+        run.success,
+        "tandem replay exited with an error:\n{}",
+        run.stderr
+    );
 }
 
 fn without_chaos(name: &str) {
     let _serial = serial();
     let run = replay(name, &[]);
     assert_clean(&run);
-    let observed = run.json["token_prefix_hit_ratio"].as_f64().expect("token_prefix_hit_ratio");
-    let expected = run.json["expected_token_prefix_hit_ratio"].as_f64().expect("expected_token_prefix_hit_ratio");
-    assert_eq!(observed, expected, "with unlimited capacity and no failure the cluster's hits are the simulator's: {}", run.json);
-    assert_eq!(field(&run, "epochs"), 1, "no restart without chaos: {}", run.json);
-    assert_eq!(field(&run, "restarts"), 0, "no restart without chaos: {}", run.json);
-    eprintln!("replay {name}: token prefix-hit ratio {observed:.4} ({:.1} s)", run.seconds);
+    let observed = run.json["token_prefix_hit_ratio"]
+        .as_f64()
+        .expect("token_prefix_hit_ratio");
+    let expected = run.json["expected_token_prefix_hit_ratio"]
+        .as_f64()
+        .expect("expected_token_prefix_hit_ratio");
+    assert_eq!(
+        observed, expected,
+        "with unlimited capacity and no failure the cluster's hits are the simulator's: {}",
+        run.json
+    );
+    assert_eq!(
+        field(&run, "epochs"),
+        1,
+        "no restart without chaos: {}",
+        run.json
+    );
+    assert_eq!(
+        field(&run, "restarts"),
+        0,
+        "no restart without chaos: {}",
+        run.json
+    );
+    eprintln!(
+        "replay {name}: token prefix-hit ratio {observed:.4} ({:.1} s)",
+        run.seconds
+    );
 }
 
 fn with_chaos(name: &str) {
     let _serial = serial();
     let run = replay(name, &["--speed", "20", "--chaos", "kill-agent:1.5"]);
     assert_clean(&run);
-    assert!(field(&run, "agents_killed") >= 1, "chaos killed an agent: {}", run.json);
-    assert!(field(&run, "epochs") >= 2, "the kills moved the group to new epochs: {}", run.json);
-    assert!(field(&run, "restarts") >= 1, "the group restarted: {}", run.json);
+    assert!(
+        field(&run, "agents_killed") >= 1,
+        "chaos killed an agent: {}",
+        run.json
+    );
+    assert!(
+        field(&run, "epochs") >= 2,
+        "the kills moved the group to new epochs: {}",
+        run.json
+    );
+    assert!(
+        field(&run, "restarts") >= 1,
+        "the group restarted: {}",
+        run.json
+    );
     eprintln!(
         "replay {name} with chaos: {} agents killed, {} restarts, recovery_ms_mean {} ({:.1} s)",
         field(&run, "agents_killed"),

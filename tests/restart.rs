@@ -71,7 +71,10 @@ impl Cluster {
         let (host, port) = addr.rsplit_once(':').expect("host:port");
         let supervisor_http = (host.to_string(), port.parse().expect("supervisor port"));
         for rank in 0..group.world_size {
-            let child = group.agent_command(rank).spawn().expect("spawn tandem agent");
+            let child = group
+                .agent_command(rank)
+                .spawn()
+                .expect("spawn tandem agent");
             group.agents.push(Some(ChildGuard(child)));
         }
         let mut c = Cluster {
@@ -80,7 +83,10 @@ impl Cluster {
             redis,
             supervisor: None,
             supervisor_http,
-            supervisor_env: supervisor_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            supervisor_env: supervisor_env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             supervisor_runs: 0,
         };
         c.start_supervisor();
@@ -96,9 +102,12 @@ impl Cluster {
     /// The command of a `tandem supervisor` process for this group (log in the group dir).
     fn supervisor_command(&mut self) -> Command {
         self.supervisor_runs += 1;
-        let log = std::fs::File::create(self.supervisor_log_path(self.supervisor_runs)).expect("supervisor log");
+        let log = std::fs::File::create(self.supervisor_log_path(self.supervisor_runs))
+            .expect("supervisor log");
         let mut cmd = tandem();
-        cmd.arg("supervisor").arg("--config").arg(&self.group.config);
+        cmd.arg("supervisor")
+            .arg("--config")
+            .arg(&self.group.config);
         for (k, v) in &self.supervisor_env {
             cmd.env(k, v);
         }
@@ -107,7 +116,10 @@ impl Cluster {
     }
 
     fn start_supervisor(&mut self) {
-        let child = self.supervisor_command().spawn().expect("spawn tandem supervisor");
+        let child = self
+            .supervisor_command()
+            .spawn()
+            .expect("spawn tandem supervisor");
         self.supervisor = Some(ChildGuard(child));
     }
 
@@ -122,7 +134,8 @@ impl Cluster {
 
     /// The supervisor's `/status` as JSON.
     fn supervisor_status(&self) -> Option<serde_json::Value> {
-        self.supervisor_get("/status").and_then(|(_, body)| serde_json::from_str(&body).ok())
+        self.supervisor_get("/status")
+            .and_then(|(_, body)| serde_json::from_str(&body).ok())
     }
 
     /// Wait until the supervisor's `/readyz` answers 200.
@@ -134,7 +147,10 @@ impl Cluster {
                 return;
             }
             if start.elapsed() > timeout {
-                panic!("supervisor not ready within {timeout:?} (last answer {answer:?})\n{}", self.diagnostics());
+                panic!(
+                    "supervisor not ready within {timeout:?} (last answer {answer:?})\n{}",
+                    self.diagnostics()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -147,16 +163,25 @@ impl Cluster {
 
     /// SIGKILL `rank`'s agent and reap it; its log is kept as `rank<r>.run<n>.log`.
     fn kill_agent(&mut self, rank: u32) {
-        let guard = self.group.agents[rank as usize].take().expect("the agent runs");
+        let guard = self.group.agents[rank as usize]
+            .take()
+            .expect("the agent runs");
         drop(guard);
         let run = self.agent_runs[rank as usize];
-        let _ = std::fs::rename(self.group.log_path(rank), self.group.path().join(format!("rank{rank}.run{run}.log")));
+        let _ = std::fs::rename(
+            self.group.log_path(rank),
+            self.group.path().join(format!("rank{rank}.run{run}.log")),
+        );
     }
 
     /// Start `rank`'s agent again, as a restart policy would.
     fn restart_agent(&mut self, rank: u32) {
         self.agent_runs[rank as usize] += 1;
-        let child = self.group.agent_command(rank).spawn().expect("respawn tandem agent");
+        let child = self
+            .group
+            .agent_command(rank)
+            .spawn()
+            .expect("respawn tandem agent");
         self.group.agents[rank as usize] = Some(ChildGuard(child));
     }
 
@@ -168,7 +193,10 @@ impl Cluster {
                 return e;
             }
             if start.elapsed() > timeout {
-                panic!("the supervisor did not move past epoch {epoch} within {timeout:?}\n{}", self.diagnostics());
+                panic!(
+                    "the supervisor did not move past epoch {epoch} within {timeout:?}\n{}",
+                    self.diagnostics()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -176,10 +204,20 @@ impl Cluster {
 
     /// Logs of every process, their last lines, for failure messages.
     fn diagnostics(&self) -> String {
-        let mut out = format!("--- supervisor /status: {:?}\n", self.supervisor_get("/status"));
-        out += &format!("--- supervisor log (run {}):\n{}\n", self.supervisor_runs, tail(&self.supervisor_log(), 40));
+        let mut out = format!(
+            "--- supervisor /status: {:?}\n",
+            self.supervisor_get("/status")
+        );
+        out += &format!(
+            "--- supervisor log (run {}):\n{}\n",
+            self.supervisor_runs,
+            tail(&self.supervisor_log(), 40)
+        );
         for rank in 0..self.group.world_size {
-            out += &format!("--- rank {rank} log:\n{}\n", tail(&self.group.log(rank), 25));
+            out += &format!(
+                "--- rank {rank} log:\n{}\n",
+                tail(&self.group.log(rank), 25)
+            );
         }
         out += &format!("--- redis log:\n{}\n", tail(&self.redis.log(), 10));
         out
@@ -201,14 +239,17 @@ impl Replay {
     /// Replay `requests` synthetic requests (seed `seed`) through `c`'s engine sockets.
     fn start(c: &Cluster, requests: usize, seed: u64) -> Self {
         let records: Vec<_> = SynthWorkload::new(requests, seed).collect();
-        let mut params = ReplayParams::new((0..c.group.world_size).map(|r| c.group.socket(r)).collect());
+        let mut params =
+            ReplayParams::new((0..c.group.world_size).map(|r| c.group.socket(r)).collect());
         params.pool_pages = pool_pages_needed(&records).max(256);
         params.pool_dir = c.group.path().join("pools");
         params.deadlines.stall = Duration::from_secs(60);
         let done = Arc::new(AtomicU64::new(0));
         let seen = done.clone();
         let handle = std::thread::spawn(move || {
-            let progress = move |p: &tandem_replay::ReplayProgress| seen.store(p.requests_done, Ordering::SeqCst);
+            let progress = move |p: &tandem_replay::ReplayProgress| {
+                seen.store(p.requests_done, Ordering::SeqCst)
+            };
             run_replay(&params, records, Some(&progress))
         });
         Replay { handle, done }
@@ -218,9 +259,15 @@ impl Replay {
     fn wait_done(&self, n: u64, c: &Cluster) {
         let start = Instant::now();
         while self.done.load(Ordering::SeqCst) < n {
-            assert!(!self.handle.is_finished(), "the replay ended before {n} requests completed");
+            assert!(
+                !self.handle.is_finished(),
+                "the replay ended before {n} requests completed"
+            );
             if start.elapsed() > Duration::from_secs(60) {
-                panic!("the replay did not reach {n} requests within 60 s\n{}", c.diagnostics());
+                panic!(
+                    "the replay did not reach {n} requests within 60 s\n{}",
+                    c.diagnostics()
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -242,9 +289,24 @@ fn assert_exactly_once(s: &ReplaySummary, c: &Cluster, requests: u64) {
     let ctx = || format!("summary: {}\n{}", s.to_json(), c.diagnostics());
     assert_eq!(s.requests, requests, "every request completed; {}", ctx());
     assert_eq!(s.lost_completions, 0, "no completion lost; {}", ctx());
-    assert_eq!(s.duplicate_completions, 0, "no completion delivered twice; {}", ctx());
-    assert_eq!(s.mismatches, 0, "every rank read the same frames; {}", ctx());
-    assert_eq!(s.verify_failures, 0, "every loaded byte verified; {}", ctx());
+    assert_eq!(
+        s.duplicate_completions,
+        0,
+        "no completion delivered twice; {}",
+        ctx()
+    );
+    assert_eq!(
+        s.mismatches,
+        0,
+        "every rank read the same frames; {}",
+        ctx()
+    );
+    assert_eq!(
+        s.verify_failures,
+        0,
+        "every loaded byte verified; {}",
+        ctx()
+    );
 }
 
 /// Wait for `child` to exit within `timeout`.
@@ -277,10 +339,18 @@ fn kill_agent_mid_replay(rank: u32, respawn_at_once: bool, seed: u64) {
     c.restart_agent(rank);
     let s = replay.finish(&c);
     assert_exactly_once(&s, &c, REQUESTS as u64);
-    assert!(s.epochs >= 2, "the kill moved the group to a new epoch: {}\n{}", s.to_json(), c.diagnostics());
+    assert!(
+        s.epochs >= 2,
+        "the kill moved the group to a new epoch: {}\n{}",
+        s.to_json(),
+        c.diagnostics()
+    );
     assert!(s.restarts >= 1, "restarts counted: {}", s.to_json());
     let epoch_after = c.supervisor_epoch().expect("supervisor epoch");
-    assert!(epoch_after > epoch_before, "the supervisor's epoch moved from {epoch_before}: now {epoch_after}");
+    assert!(
+        epoch_after > epoch_before,
+        "the supervisor's epoch moved from {epoch_before}: now {epoch_after}"
+    );
     c.group.wait_ready(READY);
     c.wait_supervisor_ready(READY);
     eprintln!(
@@ -314,7 +384,11 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
     let status = c.supervisor_status().expect("supervisor /status");
     let epoch = status["epoch"].as_u64().expect("epoch");
     let stored_before = c.redis.hgetall(&key("supervisor"));
-    assert_eq!(stored_before.get("state").map(String::as_str), Some("healthy"), "stored state: {stored_before:?}");
+    assert_eq!(
+        stored_before.get("state").map(String::as_str),
+        Some("healthy"),
+        "stored state: {stored_before:?}"
+    );
     assert_eq!(c.redis.get(&key("epoch")), Some(epoch.to_string()));
 
     // A replay runs across the supervisor's death and its successor's start.
@@ -324,7 +398,10 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
     // Longer than the heartbeat timeout (1 s): the new supervisor must not take the gap in
     // its own watch for a silent group.
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(c.supervisor_get("/readyz").is_none(), "the old supervisor is gone");
+    assert!(
+        c.supervisor_get("/readyz").is_none(),
+        "the old supervisor is gone"
+    );
     c.start_supervisor();
     c.wait_supervisor_ready(READY);
     let s = replay.finish(&c);
@@ -334,19 +411,43 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
 
     // Watch three heartbeat timeouts more: still no restart.
     std::thread::sleep(Duration::from_secs(3));
-    let (code, body) = c.supervisor_get("/readyz").expect("supervisor /readyz answers");
+    let (code, body) = c
+        .supervisor_get("/readyz")
+        .expect("supervisor /readyz answers");
     assert_eq!(code, 200, "ready: {body}\n{}", c.diagnostics());
     let status = c.supervisor_status().expect("supervisor /status");
-    assert_eq!(status["epoch"].as_u64(), Some(epoch), "same epoch: {status}");
-    assert_eq!(status["restarts_total"].as_u64(), Some(0), "no restart by the new supervisor: {status}");
+    assert_eq!(
+        status["epoch"].as_u64(),
+        Some(epoch),
+        "same epoch: {status}"
+    );
+    assert_eq!(
+        status["restarts_total"].as_u64(),
+        Some(0),
+        "no restart by the new supervisor: {status}"
+    );
     assert_eq!(status["state"].as_str(), Some("healthy"), "{status}");
-    assert_eq!(c.redis.get(&key("epoch")), Some(epoch.to_string()), "the epoch counter did not move");
+    assert_eq!(
+        c.redis.get(&key("epoch")),
+        Some(epoch.to_string()),
+        "the epoch counter did not move"
+    );
     let stored_after = c.redis.hgetall(&key("supervisor"));
-    assert_eq!(stored_after.get("restarts_ms"), stored_before.get("restarts_ms"), "restart history unchanged");
+    assert_eq!(
+        stored_after.get("restarts_ms"),
+        stored_before.get("restarts_ms"),
+        "restart history unchanged"
+    );
     assert_eq!(stored_after.get("epoch"), Some(&epoch.to_string()));
     let log = c.supervisor_log();
-    assert!(log.contains("continuing from the stored supervisor state"), "the new supervisor read the stored state:\n{log}");
-    assert!(!log.contains("group restarting into a new epoch"), "the new supervisor restarted the group:\n{log}");
+    assert!(
+        log.contains("continuing from the stored supervisor state"),
+        "the new supervisor read the stored state:\n{log}"
+    );
+    assert!(
+        !log.contains("group restarting into a new epoch"),
+        "the new supervisor restarted the group:\n{log}"
+    );
     c.group.wait_ready(Duration::from_secs(5));
     eprintln!("supervisor kill: {:.1} s", t0.elapsed().as_secs_f64());
 }
@@ -359,7 +460,11 @@ fn a_redis_restart_loses_no_acknowledged_outcome() {
     let epoch_before = c.supervisor_epoch().expect("supervisor epoch");
     let replay = Replay::start(&c, REQUESTS, 14);
     replay.wait_done(REQUESTS as u64 / 4, &c);
-    let entries_before = c.redis.command(&["XLEN", &key("completions")]).ok().and_then(|r| r.text());
+    let entries_before = c
+        .redis
+        .command(&["XLEN", &key("completions")])
+        .ok()
+        .and_then(|r| r.text());
     c.redis.kill();
     std::thread::sleep(Duration::from_millis(1000));
     c.redis.restart();
@@ -371,7 +476,11 @@ fn a_redis_restart_loses_no_acknowledged_outcome() {
     let status = c.supervisor_status().expect("supervisor /status");
     assert_eq!(status["redis"].as_str(), Some("ok"), "{status}");
     let epoch = status["epoch"].as_u64().expect("epoch");
-    assert_eq!(c.redis.get(&key("epoch")), Some(epoch.to_string()), "the epoch counter survived the restart");
+    assert_eq!(
+        c.redis.get(&key("epoch")),
+        Some(epoch.to_string()),
+        "the epoch counter survived the restart"
+    );
     assert!(epoch >= epoch_before);
     eprintln!(
         "redis restart: {:.1} s; stream entries before the kill {:?}; epochs {} (supervisor epoch {epoch_before} -> {epoch}); redelivered_unacked {} stores_failed {}",
@@ -387,7 +496,13 @@ fn a_redis_restart_loses_no_acknowledged_outcome() {
 fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
     let _serial = serial();
     let t0 = Instant::now();
-    let mut c = Cluster::start(RedisServer::start(), &[("TANDEM__SUPERVISOR__MAX_RESTARTS", "2"), ("TANDEM__SUPERVISOR__RESTART_WINDOW_S", "60")]);
+    let mut c = Cluster::start(
+        RedisServer::start(),
+        &[
+            ("TANDEM__SUPERVISOR__MAX_RESTARTS", "2"),
+            ("TANDEM__SUPERVISOR__RESTART_WINDOW_S", "60"),
+        ],
+    );
     // Two restarts are allowed.
     for _ in 0..2 {
         let epoch = c.supervisor_epoch().expect("supervisor epoch");
@@ -416,22 +531,67 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
         std::thread::sleep(Duration::from_millis(10));
     };
     let Some(status) = status else {
-        panic!("the supervisor did not give up within 30 s\n{}", c.diagnostics());
+        panic!(
+            "the supervisor did not give up within 30 s\n{}",
+            c.diagnostics()
+        );
     };
-    assert_eq!(status.code(), Some(3), "exit code 3 (group failed); {}", c.diagnostics());
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "exit code 3 (group failed); {}",
+        c.diagnostics()
+    );
     let log = c.supervisor_log();
-    let line = log.lines().find(|l| l.contains("the group is marked failed")).unwrap_or_else(|| panic!("a log line says the group is marked failed:\n{log}"));
-    assert!(line.contains("reached the limit of 2"), "the line names the limit: {line}");
-    assert!(line.contains("within 60 s"), "the line names the window: {line}");
-    assert!(log.contains("tandem: error: group failed: "), "the exit error names the failure:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("the group is marked failed"))
+        .unwrap_or_else(|| panic!("a log line says the group is marked failed:\n{log}"));
+    assert!(
+        line.contains("reached the limit of 2"),
+        "the line names the limit: {line}"
+    );
+    assert!(
+        line.contains("within 60 s"),
+        "the line names the window: {line}"
+    );
+    assert!(
+        log.contains("tandem: error: group failed: "),
+        "the exit error names the failure:\n{log}"
+    );
     let stored = c.redis.hgetall(&key("supervisor"));
-    assert_eq!(stored.get("state").map(String::as_str), Some("failed"), "stored state: {stored:?}");
-    assert!(stored.get("reason").is_some_and(|r| r.contains("reached the limit of 2")), "stored reason names the limit: {stored:?}");
+    assert_eq!(
+        stored.get("state").map(String::as_str),
+        Some("failed"),
+        "stored state: {stored:?}"
+    );
+    assert!(
+        stored
+            .get("reason")
+            .is_some_and(|r| r.contains("reached the limit of 2")),
+        "stored reason names the limit: {stored:?}"
+    );
 
     // A new supervisor does not resurrect a failed group: it exits 3 at once.
     c.start_supervisor();
-    let again = wait_exit(&mut c.supervisor.as_mut().expect("supervisor").0, Duration::from_secs(20));
-    assert_eq!(again.and_then(|s| s.code()), Some(3), "a new supervisor also reports the failed group; {}", c.diagnostics());
-    assert!(c.supervisor_log().contains("marked failed by an earlier supervisor"), "{}", c.supervisor_log());
-    eprintln!("restart storm: {:.1} s; /status showed failed before exit: {seen_failed}", t0.elapsed().as_secs_f64());
+    let again = wait_exit(
+        &mut c.supervisor.as_mut().expect("supervisor").0,
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        again.and_then(|s| s.code()),
+        Some(3),
+        "a new supervisor also reports the failed group; {}",
+        c.diagnostics()
+    );
+    assert!(
+        c.supervisor_log()
+            .contains("marked failed by an earlier supervisor"),
+        "{}",
+        c.supervisor_log()
+    );
+    eprintln!(
+        "restart storm: {:.1} s; /status showed failed before exit: {seen_failed}",
+        t0.elapsed().as_secs_f64()
+    );
 }

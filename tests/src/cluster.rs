@@ -29,7 +29,15 @@ pub struct GroupSpec {
 impl GroupSpec {
     /// `pp × tp` ranks with small tiers.
     pub fn new(pp: u32, tp: u32) -> Self {
-        Self { pp, tp, host_capacity_blocks: 64, disk_capacity_blocks: 64, window_steps: 8, extra_toml: String::new(), redis_url: String::new() }
+        Self {
+            pp,
+            tp,
+            host_capacity_blocks: 64,
+            disk_capacity_blocks: 64,
+            window_steps: 8,
+            extra_toml: String::new(),
+            redis_url: String::new(),
+        }
     }
 
     /// Ranks in the group.
@@ -119,7 +127,13 @@ level = "info"
         );
         let config = dir.path().join("tandem.toml");
         std::fs::write(&config, text).expect("write config");
-        Self { dir, config, world_size, http_base_port, agents: Vec::new() }
+        Self {
+            dir,
+            config,
+            world_size,
+            http_base_port,
+            agents: Vec::new(),
+        }
     }
 
     /// Configure and start one agent process per rank.
@@ -136,7 +150,11 @@ level = "info"
     pub fn agent_command(&self, rank: u32) -> Command {
         let log = std::fs::File::create(self.log_path(rank)).expect("log file");
         let mut cmd = tandem();
-        cmd.arg("agent").arg("--rank").arg(rank.to_string()).arg("--config").arg(&self.config);
+        cmd.arg("agent")
+            .arg("--rank")
+            .arg(rank.to_string())
+            .arg("--config")
+            .arg(&self.config);
         cmd.stdout(Stdio::null()).stderr(log);
         cmd
     }
@@ -153,7 +171,10 @@ level = "info"
 
     /// `rank`'s engine socket.
     pub fn socket(&self, rank: u32) -> PathBuf {
-        self.dir.path().join("sock").join(format!("rank{rank}.sock"))
+        self.dir
+            .path()
+            .join("sock")
+            .join(format!("rank{rank}.sock"))
     }
 
     /// A page-pool file path for `rank`'s simulated engine.
@@ -178,12 +199,22 @@ level = "info"
     pub fn wait_ready(&self, timeout: Duration) {
         let start = Instant::now();
         loop {
-            let answers: Vec<Option<(u16, String)>> = (0..self.world_size).map(|r| self.http_get(r, "/readyz")).collect();
+            let answers: Vec<Option<(u16, String)>> = (0..self.world_size)
+                .map(|r| self.http_get(r, "/readyz"))
+                .collect();
             if answers.iter().all(|a| matches!(a, Some((200, _)))) {
                 return;
             }
             if start.elapsed() > timeout {
-                let logs: Vec<String> = (0..self.world_size).map(|r| format!("--- rank {r}: {:?}\n{}", answers[r as usize], tail(&self.log(r)))).collect();
+                let logs: Vec<String> = (0..self.world_size)
+                    .map(|r| {
+                        format!(
+                            "--- rank {r}: {:?}\n{}",
+                            answers[r as usize],
+                            tail(&self.log(r))
+                        )
+                    })
+                    .collect();
                 panic!("group not ready within {timeout:?}:\n{}", logs.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -199,7 +230,11 @@ fn tail(s: &str) -> String {
 /// A minimal HTTP/1.0 GET over loopback TCP: `(status, body)`.
 pub fn http_get(addr: (&str, u16), path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&format!("{}:{}", addr.0, addr.1).parse().ok()?, Duration::from_millis(500)).ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(
+        &format!("{}:{}", addr.0, addr.1).parse().ok()?,
+        Duration::from_millis(500),
+    )
+    .ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
     let mut buf = String::new();

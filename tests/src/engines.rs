@@ -70,7 +70,9 @@ impl Rng {
 /// When the frame cannot be encoded (it came from the agent, so that is a bug).
 pub fn frame_digest(frame: &Frame) -> u64 {
     let bytes = tandem_client::wire::encode(frame).expect("a frame from the agent encodes");
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Connect `rank`'s engine to the agent at `socket` and register a pool of `pages` pages at
@@ -78,11 +80,19 @@ pub fn frame_digest(frame: &Frame) -> u64 {
 ///
 /// # Panics
 /// When the agent does not answer within 20 s or refuses the pool.
-pub fn connect_engine(socket: &std::path::Path, pool_path: &std::path::Path, rank: u32, pages: u64) -> (EngineClient, PagePool) {
-    let mut c = EngineClient::connect(socket, rank, Duration::from_secs(20)).unwrap_or_else(|e| panic!("rank {rank} engine connects: {e}"));
+pub fn connect_engine(
+    socket: &std::path::Path,
+    pool_path: &std::path::Path,
+    rank: u32,
+    pages: u64,
+) -> (EngineClient, PagePool) {
+    let mut c = EngineClient::connect(socket, rank, Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("rank {rank} engine connects: {e}"));
     let shard = c.welcome().shard_bytes;
-    let pool = PagePool::create(pool_path, pages, shard).unwrap_or_else(|e| panic!("rank {rank} page pool: {e}"));
-    c.register_buffer(&pool).unwrap_or_else(|e| panic!("rank {rank} registers its pool: {e}"));
+    let pool = PagePool::create(pool_path, pages, shard)
+        .unwrap_or_else(|e| panic!("rank {rank} page pool: {e}"));
+    c.register_buffer(&pool)
+        .unwrap_or_else(|e| panic!("rank {rank} registers its pool: {e}"));
     (c, pool)
 }
 

@@ -24,9 +24,15 @@ pub fn tandem_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
     let bin = target.join("debug").join("tandem");
-    assert!(bin.exists(), "{} is missing: run `cargo build -p tandem-cli` (scripts/test.sh does)", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p tandem-cli` (scripts/test.sh does)",
+        bin.display()
+    );
     bin
 }
 

@@ -71,15 +71,26 @@ impl RedisServer {
     }
 
     fn start_with(aof: bool) -> Self {
-        let dir = tempfile::Builder::new().prefix("tandem-redis-").tempdir().expect("temporary directory for redis-server");
-        let mut server = Self { child: None, port: 0, dir, aof };
+        let dir = tempfile::Builder::new()
+            .prefix("tandem-redis-")
+            .tempdir()
+            .expect("temporary directory for redis-server");
+        let mut server = Self {
+            child: None,
+            port: 0,
+            dir,
+            aof,
+        };
         for _ in 0..5 {
             server.port = free_port();
             if server.spawn() {
                 return server;
             }
         }
-        panic!("redis-server did not start on a free port after 5 tries; its log:\n{}", server.log());
+        panic!(
+            "redis-server did not start on a free port after 5 tries; its log:\n{}",
+            server.log()
+        );
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -133,7 +144,11 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("redis-server did not restart on port {}; its log:\n{}", self.port, self.log());
+        panic!(
+            "redis-server did not restart on port {}; its log:\n{}",
+            self.port,
+            self.log()
+        );
     }
 
     /// Spawn on `self.port` and wait until PING answers PONG (so the append-only file is
@@ -178,15 +193,18 @@ impl RedisServer {
     /// # Errors
     /// The connection or protocol error, as text.
     pub fn command(&self, args: &[&str]) -> Result<Resp, String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| format!("connect to redis on port {}: {e}", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))
+            .map_err(|e| format!("connect to redis on port {}: {e}", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
         let mut req = format!("*{}\r\n", args.len()).into_bytes();
         for a in args {
             req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
             req.extend_from_slice(a.as_bytes());
             req.extend_from_slice(b"\r\n");
         }
-        s.write_all(&req).map_err(|e| format!("send {args:?}: {e}"))?;
+        s.write_all(&req)
+            .map_err(|e| format!("send {args:?}: {e}"))?;
         read_reply(&mut BufReader::new(s))
     }
 
@@ -200,7 +218,10 @@ impl RedisServer {
         let Ok(Resp::Array(Some(items))) = self.command(&["HGETALL", key]) else {
             return BTreeMap::new();
         };
-        items.chunks(2).filter_map(|kv| Some((kv.first()?.text()?, kv.get(1)?.text()?))).collect()
+        items
+            .chunks(2)
+            .filter_map(|kv| Some((kv.first()?.text()?, kv.get(1)?.text()?)))
+            .collect()
     }
 }
 
@@ -226,10 +247,14 @@ fn ping(port: u16) -> bool {
 /// Read one RESP reply.
 fn read_reply(r: &mut impl BufRead) -> Result<Resp, String> {
     let mut line = String::new();
-    r.read_line(&mut line).map_err(|e| format!("read reply: {e}"))?;
+    r.read_line(&mut line)
+        .map_err(|e| format!("read reply: {e}"))?;
     let line = line.trim_end_matches(['\r', '\n']);
     let (kind, rest) = line.split_at(line.len().min(1));
-    let int = |s: &str| s.parse::<i64>().map_err(|_| format!("bad length or integer in reply line {line:?}"));
+    let int = |s: &str| {
+        s.parse::<i64>()
+            .map_err(|_| format!("bad length or integer in reply line {line:?}"))
+    };
     match kind {
         "+" => Ok(Resp::Simple(rest.to_string())),
         "-" => Ok(Resp::Error(rest.to_string())),
@@ -240,7 +265,8 @@ fn read_reply(r: &mut impl BufRead) -> Result<Resp, String> {
                 return Ok(Resp::Bulk(None));
             }
             let mut buf = vec![0u8; n as usize + 2];
-            r.read_exact(&mut buf).map_err(|e| format!("read bulk string: {e}"))?;
+            r.read_exact(&mut buf)
+                .map_err(|e| format!("read bulk string: {e}"))?;
             buf.truncate(n as usize);
             Ok(Resp::Bulk(Some(buf)))
         }
@@ -249,7 +275,10 @@ fn read_reply(r: &mut impl BufRead) -> Result<Resp, String> {
             if n < 0 {
                 return Ok(Resp::Array(None));
             }
-            (0..n).map(|_| read_reply(r)).collect::<Result<Vec<_>, _>>().map(|v| Resp::Array(Some(v)))
+            (0..n)
+                .map(|_| read_reply(r))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| Resp::Array(Some(v)))
         }
         _ => Err(format!("unexpected reply line {line:?}")),
     }
@@ -263,21 +292,43 @@ mod tests {
     fn replies_parse() {
         let mut r = std::io::Cursor::new(b"*3\r\n$5\r\nhello\r\n:7\r\n$-1\r\n".to_vec());
         let reply = read_reply(&mut r).unwrap();
-        assert_eq!(reply, Resp::Array(Some(vec![Resp::Bulk(Some(b"hello".to_vec())), Resp::Int(7), Resp::Bulk(None)])));
+        assert_eq!(
+            reply,
+            Resp::Array(Some(vec![
+                Resp::Bulk(Some(b"hello".to_vec())),
+                Resp::Int(7),
+                Resp::Bulk(None)
+            ]))
+        );
         let mut r = std::io::Cursor::new(b"-ERR no\r\n".to_vec());
         assert_eq!(read_reply(&mut r).unwrap(), Resp::Error("ERR no".into()));
         let mut r = std::io::Cursor::new(b"?\r\n".to_vec());
-        assert_eq!(read_reply(&mut r).unwrap_err(), "unexpected reply line \"?\"");
+        assert_eq!(
+            read_reply(&mut r).unwrap_err(),
+            "unexpected reply line \"?\""
+        );
     }
 
     #[test]
     fn a_server_keeps_its_append_only_data_across_a_kill() {
         let mut redis = RedisServer::start_with_aof();
-        assert_eq!(redis.command(&["SET", "k", "v1"]).unwrap(), Resp::Simple("OK".into()));
-        assert_eq!(redis.command(&["HSET", "h", "a", "1", "b", "2"]).unwrap(), Resp::Int(2));
+        assert_eq!(
+            redis.command(&["SET", "k", "v1"]).unwrap(),
+            Resp::Simple("OK".into())
+        );
+        assert_eq!(
+            redis.command(&["HSET", "h", "a", "1", "b", "2"]).unwrap(),
+            Resp::Int(2)
+        );
         redis.restart();
         assert_eq!(redis.get("k").as_deref(), Some("v1"));
-        assert_eq!(redis.hgetall("h"), BTreeMap::from([("a".to_string(), "1".to_string()), ("b".to_string(), "2".to_string())]));
+        assert_eq!(
+            redis.hgetall("h"),
+            BTreeMap::from([
+                ("a".to_string(), "1".to_string()),
+                ("b".to_string(), "2".to_string())
+            ])
+        );
         assert!(redis.is_running());
         redis.kill();
         assert!(!redis.is_running());

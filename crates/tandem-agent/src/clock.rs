@@ -11,7 +11,9 @@ pub struct Clock {
 impl Clock {
     /// A clock starting at 0 now.
     pub fn new() -> Self {
-        Self { start: Instant::now() }
+        Self {
+            start: Instant::now(),
+        }
     }
 
     /// Milliseconds since [`Clock::new`].

@@ -29,12 +29,15 @@ async fn healthz() -> HttpResponse {
 
 async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
     let Some(protocol) = state.router.current() else {
-        return HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "reason": "between epochs" }));
+        return HttpResponse::ServiceUnavailable()
+            .json(json!({ "ready": false, "reason": "between epochs" }));
     };
     match protocol.send(GetStatus).await {
         Ok(s) if s.ready => HttpResponse::Ok().json(json!({ "ready": true, "epoch": s.epoch })),
-        Ok(s) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "epoch": s.epoch, "reason": s.reason })),
-        Err(e) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "reason": format!("protocol actor unavailable: {e}") })),
+        Ok(s) => HttpResponse::ServiceUnavailable()
+            .json(json!({ "ready": false, "epoch": s.epoch, "reason": s.reason })),
+        Err(e) => HttpResponse::ServiceUnavailable()
+            .json(json!({ "ready": false, "reason": format!("protocol actor unavailable: {e}") })),
     }
 }
 
@@ -47,16 +50,23 @@ async fn metrics(state: web::Data<HttpState>, req: actix_web::HttpRequest) -> Ht
 async fn page(state: web::Data<HttpState>) -> HttpResponse {
     let status = status_json(&state).await;
     let html = tandem_metrics::render_status_html("Tandem agent", &status);
-    HttpResponse::Ok().content_type(tandem_metrics::HTML_CONTENT_TYPE).body(html)
+    HttpResponse::Ok()
+        .content_type(tandem_metrics::HTML_CONTENT_TYPE)
+        .body(html)
 }
 
 async fn status_json(state: &HttpState) -> serde_json::Value {
     let Some(protocol) = state.router.current() else {
         return json!({ "ready": false, "reason": "between epochs" });
     };
-    match (protocol.send(GetStatus).await, state.store.send(GetStoreStats).await) {
+    match (
+        protocol.send(GetStatus).await,
+        state.store.send(GetStoreStats).await,
+    ) {
         (Ok(p), Ok(s)) => json!({ "agent": p, "store": s }),
-        (p, s) => json!({ "ready": false, "reason": format!("actors unavailable: protocol {:?}, store {:?}", p.err(), s.err()) }),
+        (p, s) => {
+            json!({ "ready": false, "reason": format!("actors unavailable: protocol {:?}, store {:?}", p.err(), s.err()) })
+        }
     }
 }
 
@@ -78,7 +88,10 @@ async fn status(state: web::Data<HttpState>) -> HttpResponse {
 ///
 /// # Errors
 /// The bind error.
-pub fn start(addr: std::net::SocketAddr, state: HttpState) -> std::io::Result<actix_web::dev::Server> {
+pub fn start(
+    addr: std::net::SocketAddr,
+    state: HttpState,
+) -> std::io::Result<actix_web::dev::Server> {
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(state.clone()))

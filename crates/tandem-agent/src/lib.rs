@@ -73,7 +73,11 @@ pub enum AgentRunError {
 
 /// Substitute `{group}` and `{rank}` in a configured directory.
 fn tier_dir(template: &str, settings: &AgentSettings) -> PathBuf {
-    PathBuf::from(template.replace("{group}", &settings.membership.group_id.0).replace("{rank}", &settings.rank.0.to_string()))
+    PathBuf::from(
+        template
+            .replace("{group}", &settings.membership.group_id.0)
+            .replace("{rank}", &settings.rank.0.to_string()),
+    )
 }
 
 /// Run one agent until SIGTERM or SIGINT (a clean stop, `Ok`) or a fatal error. With
@@ -93,7 +97,12 @@ pub fn run(settings: AgentSettings, fixed_epoch: bool) -> Result<(), AgentRunErr
         disk_io: Default::default(),
     };
     let (store, report) = Store::open(store_config)?;
-    tracing::info!(verified = report.verified, corrupt = report.corrupt.len(), invalid = report.invalid, "store opened");
+    tracing::info!(
+        verified = report.verified,
+        corrupt = report.corrupt.len(),
+        invalid = report.invalid,
+        "store opened"
+    );
     let system = actix::System::new();
     let result = system.block_on(runtime::serve(settings, store, fixed_epoch));
     actix::System::current().stop();

@@ -33,7 +33,10 @@ use crate::store_actor::StoreActor;
 use crate::{engine, http, peer, AgentRunError};
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// What a started epoch needs from the runtime afterwards.
@@ -44,19 +47,28 @@ struct EpochRun {
 }
 
 /// Run the agent (see the module docs).
-pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> Result<(), AgentRunError> {
+pub async fn serve(
+    settings: AgentSettings,
+    store: Store,
+    fixed_epoch: bool,
+) -> Result<(), AgentRunError> {
     let settings = Arc::new(settings);
     let clock = Clock::new();
     let shard_bytes = settings.shard_bytes;
     let store_arbiter = Arbiter::new();
-    let metrics = Arc::new(tandem_metrics::AgentMetrics::new(&settings.membership.group_id.0, settings.rank.0));
+    let metrics = Arc::new(tandem_metrics::AgentMetrics::new(
+        &settings.membership.group_id.0,
+        settings.rank.0,
+    ));
     let store_metrics = metrics.clone();
     // The store's thread logs inside the agent's span too (group, rank, epoch).
     let span = tracing::Span::current();
     store_arbiter.spawn_fn(move || {
         std::mem::forget(span.entered());
     });
-    let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| StoreActor::new(store, shard_bytes, store_metrics));
+    let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
+        StoreActor::new(store, shard_bytes, store_metrics)
+    });
     let router = Router::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
@@ -64,18 +76,41 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     let mut int = signal(SignalKind::interrupt()).map_err(AgentRunError::System)?;
 
     if settings.is_leader() {
-        let listener = tokio::net::TcpListener::bind(&settings.leader_addr).await.map_err(|source| AgentRunError::Bind {
-            what: "leader address",
-            addr: settings.leader_addr.clone(),
-            source,
-        })?;
-        actix_rt::spawn(peer::listen::serve(listener, router.clone(), settings.handshake_timeout_ms, settings.max_frame_bytes));
+        let listener = tokio::net::TcpListener::bind(&settings.leader_addr)
+            .await
+            .map_err(|source| AgentRunError::Bind {
+                what: "leader address",
+                addr: settings.leader_addr.clone(),
+                source,
+            })?;
+        actix_rt::spawn(peer::listen::serve(
+            listener,
+            router.clone(),
+            settings.handshake_timeout_ms,
+            settings.max_frame_bytes,
+        ));
         tracing::info!(addr = %settings.leader_addr, world_size = settings.world_size, "leader listening for followers");
     }
     let listener = engine::endpoint::bind(&settings.engine_socket)?;
-    actix_rt::spawn(engine::endpoint::serve(listener, settings.engine_socket.clone(), router.clone(), store_addr.clone()));
-    let server = http::start(settings.http_addr, http::HttpState { router: router.clone(), store: store_addr.clone(), metrics: metrics.clone() })
-        .map_err(|source| AgentRunError::Bind { what: "HTTP address", addr: settings.http_addr.to_string(), source })?;
+    actix_rt::spawn(engine::endpoint::serve(
+        listener,
+        settings.engine_socket.clone(),
+        router.clone(),
+        store_addr.clone(),
+    ));
+    let server = http::start(
+        settings.http_addr,
+        http::HttpState {
+            router: router.clone(),
+            store: store_addr.clone(),
+            metrics: metrics.clone(),
+        },
+    )
+    .map_err(|source| AgentRunError::Bind {
+        what: "HTTP address",
+        addr: settings.http_addr.to_string(),
+        source,
+    })?;
     let server_handle = server.handle();
     actix_rt::spawn(server);
     tracing::info!(http = %settings.http_addr, engine_socket = %settings.engine_socket.display(), "agent serving");
@@ -84,7 +119,11 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
         tracing::warn!("redis.url is empty: completions are NOT durable and the group cannot be restarted by a supervisor");
         None
     } else {
-        let cfg = DurableConfig::new(settings.config.redis.url.clone(), settings.membership.group_id.0.clone(), settings.world_size);
+        let cfg = DurableConfig::new(
+            settings.config.redis.url.clone(),
+            settings.membership.group_id.0.clone(),
+            settings.world_size,
+        );
         let mut warned = false;
         loop {
             tokio::select! {
@@ -108,7 +147,9 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
         (Some(log), false) => loop {
             match log.current_epoch().await {
                 Ok(e) if e.0 > 0 => break e,
-                Ok(_) => tracing::info!("waiting for the supervisor to start the group's first epoch"),
+                Ok(_) => {
+                    tracing::info!("waiting for the supervisor to start the group's first epoch")
+                }
                 Err(e) => tracing::warn!(error = %e, "cannot read the epoch; retrying"),
             }
             tokio::select! {
@@ -126,11 +167,24 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     if let (Some(log), false) = (&log, fixed_epoch) {
         if log.members(epoch).await.is_ok_and(|m| m.contains(&rank)) {
             tracing::warn!(epoch = epoch.0, "this rank already joined the running epoch before a restart: waiting for the next one");
-            let report = FailureReport { epoch, rank, reason: format!("agent of rank {rank} restarted inside epoch {epoch}") };
+            let report = FailureReport {
+                epoch,
+                rank,
+                reason: format!("agent of rank {rank} restarted inside epoch {epoch}"),
+            };
             let beat_ttl = settings.heartbeat_timeout_ms.saturating_mul(10);
             epoch = loop {
                 let _ = log.report_failure(&report).await;
-                let _ = log.heartbeat(rank, Heartbeat { epoch, unix_ms: unix_ms() }, beat_ttl).await;
+                let _ = log
+                    .heartbeat(
+                        rank,
+                        Heartbeat {
+                            epoch,
+                            unix_ms: unix_ms(),
+                        },
+                        beat_ttl,
+                    )
+                    .await;
                 match log.current_epoch().await {
                     Ok(e) if e > epoch => break e,
                     _ => {}
@@ -150,7 +204,18 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
         // Every log line of this epoch on this thread (the protocol actor's too) carries it.
         let _epoch_span = tracing::info_span!("epoch", epoch = epoch.0).entered();
         metrics.set_epoch(epoch.0);
-        let run = start_epoch(&settings, epoch, log.as_ref(), &store_addr, &router, &events_tx, &fatal_tx, clock, &metrics).await?;
+        let run = start_epoch(
+            &settings,
+            epoch,
+            log.as_ref(),
+            &store_addr,
+            &router,
+            &events_tx,
+            &fatal_tx,
+            clock,
+            &metrics,
+        )
+        .await?;
         let mut ack_through = run.ack_through;
         let mut pending_reports: Vec<FailureReport> = Vec::new();
         let mut join_pending = false;
@@ -221,8 +286,17 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
                 }
             }
         };
-        tracing::info!(from = epoch.0, to = next.0, "the group moved to a new epoch: restarting the protocol actor");
-        let _ = run.protocol.send(StopEpoch { reason: format!("the group moved to epoch {next}") }).await;
+        tracing::info!(
+            from = epoch.0,
+            to = next.0,
+            "the group moved to a new epoch: restarting the protocol actor"
+        );
+        let _ = run
+            .protocol
+            .send(StopEpoch {
+                reason: format!("the group moved to epoch {next}"),
+            })
+            .await;
         router.set(None);
         metrics.restarts().inc();
         epoch = next;
@@ -230,11 +304,21 @@ pub async fn serve(settings: AgentSettings, store: Store, fixed_epoch: bool) -> 
     if let Some(p) = router.current() {
         if outcome.is_ok() {
             let drain = Duration::from_millis(settings.config.protocol.drain_timeout_ms);
-            if tokio::time::timeout(drain, p.send(crate::protocol::Drain)).await.is_err() {
-                tracing::warn!(timeout_ms = drain.as_millis() as u64, "drain did not finish in time");
+            if tokio::time::timeout(drain, p.send(crate::protocol::Drain))
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    timeout_ms = drain.as_millis() as u64,
+                    "drain did not finish in time"
+                );
             }
         }
-        let _ = p.send(StopEpoch { reason: "agent stopping".into() }).await;
+        let _ = p
+            .send(StopEpoch {
+                reason: "agent stopping".into(),
+            })
+            .await;
     }
     server_handle.stop(true).await;
     let _ = std::fs::remove_file(&settings.engine_socket);
@@ -283,19 +367,32 @@ async fn start_epoch(
         Some(log) => Some(recover(log).await?),
         None => None,
     };
-    let acknowledged: std::collections::BTreeSet<TaskId> =
-        recovery.as_ref().and_then(|r| r.acknowledged_by_rank.get(s.rank.0 as usize).cloned()).unwrap_or_default();
+    let acknowledged: std::collections::BTreeSet<TaskId> = recovery
+        .as_ref()
+        .and_then(|r| r.acknowledged_by_rank.get(s.rank.0 as usize).cloned())
+        .unwrap_or_default();
     let ack_through = recovery.as_ref().and_then(|r| r.last_entry_id);
     if let Some(log) = log {
         publish_manifest(log, &s, store).await;
     }
-    let wiring = Wiring { events: Some(events.clone()), log: log.cloned(), acknowledged, metrics: metrics.clone() };
+    let wiring = Wiring {
+        events: Some(events.clone()),
+        log: log.cloned(),
+        acknowledged,
+        metrics: metrics.clone(),
+    };
     let protocol = if s.is_leader() {
         let (reconciliation, aborted) = match &recovery {
             Some(r) => {
                 let rec = reconcile(&r.redelivered, &r.in_flight, &[]);
-                let empty = rec.redelivered.is_empty() && rec.aborted.is_empty() && rec.released_pins.is_empty();
-                tracing::info!(redelivered = rec.redelivered.len(), aborted = rec.aborted.len(), "reconciliation for the new epoch");
+                let empty = rec.redelivered.is_empty()
+                    && rec.aborted.is_empty()
+                    && rec.released_pins.is_empty();
+                tracing::info!(
+                    redelivered = rec.redelivered.len(),
+                    aborted = rec.aborted.len(),
+                    "reconciliation for the new epoch"
+                );
                 ((!empty).then_some(rec), r.aborted())
             }
             None => (None, Vec::new()),
@@ -324,7 +421,10 @@ async fn start_epoch(
         addr
     };
     router.set(Some(protocol.clone()));
-    Ok(EpochRun { protocol, ack_through })
+    Ok(EpochRun {
+        protocol,
+        ack_through,
+    })
 }
 
 /// Publish this rank's shards for the leader's rebuild of the group index.
@@ -357,7 +457,11 @@ async fn publish_manifest(log: &CompletionLog, s: &AgentSettings, store: &Addr<S
 /// A follower joins its leader, retrying while the two are in different epochs (one of them
 /// has not noticed the restart yet). Refusals for configuration (version, group, fingerprint,
 /// secret) are fatal: restarting would not change them.
-async fn join_leader(s: Arc<AgentSettings>, actor: Addr<ProtocolActor>, fatal: mpsc::UnboundedSender<AgentRunError>) {
+async fn join_leader(
+    s: Arc<AgentSettings>,
+    actor: Addr<ProtocolActor>,
+    fatal: mpsc::UnboundedSender<AgentRunError>,
+) {
     loop {
         if !actor.connected() {
             return;
@@ -374,10 +478,17 @@ async fn join_leader(s: Arc<AgentSettings>, actor: Addr<ProtocolActor>, fatal: m
         .await;
         match joined {
             Ok(()) => return,
-            Err(JoinError::Refused { reason: HandshakeError::StaleEpoch { .. }, .. }) | Err(JoinError::Io(_)) => {
+            Err(JoinError::Refused {
+                reason: HandshakeError::StaleEpoch { .. },
+                ..
+            })
+            | Err(JoinError::Io(_)) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(JoinError::Refused { reason: HandshakeError::DuplicateRank { .. }, .. }) => {
+            Err(JoinError::Refused {
+                reason: HandshakeError::DuplicateRank { .. },
+                ..
+            }) => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => {
@@ -387,4 +498,3 @@ async fn join_leader(s: Arc<AgentSettings>, actor: Addr<ProtocolActor>, fatal: m
         }
     }
 }
-

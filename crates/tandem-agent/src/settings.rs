@@ -84,16 +84,20 @@ impl AgentSettings {
         if rank >= world_size {
             return Err(SettingsError::RankOutOfRange { rank, world_size });
         }
-        let fingerprint: ConfigFingerprint =
-            config.fingerprint().map_err(tandem_config::ConfigError::from)?;
+        let fingerprint: ConfigFingerprint = config
+            .fingerprint()
+            .map_err(tandem_config::ConfigError::from)?;
         let http_host = config.network.http_host.clone();
         let port = u32::from(config.network.http_base_port) + rank;
         let http_text = format!("{http_host}:{port}");
-        let http_addr = http_text.parse().map_err(|e: std::net::AddrParseError| SettingsError::Address {
-            key: "network.http_host/http_base_port",
-            value: http_text.clone(),
-            reason: e.to_string(),
-        })?;
+        let http_addr =
+            http_text
+                .parse()
+                .map_err(|e: std::net::AddrParseError| SettingsError::Address {
+                    key: "network.http_host/http_base_port",
+                    value: http_text.clone(),
+                    reason: e.to_string(),
+                })?;
         let membership = Membership {
             protocol_version: PROTOCOL_VERSION,
             group_id: GroupId(config.group.id.clone()),
@@ -116,7 +120,8 @@ impl AgentSettings {
             heartbeat_interval_ms: config.supervisor.heartbeat_interval_ms,
             heartbeat_timeout_ms: config.supervisor.heartbeat_timeout_ms,
             leader_addr: config.network.leader_addr.clone(),
-            engine_socket: PathBuf::from(&config.network.engine_socket_dir).join(format!("rank{rank}.sock")),
+            engine_socket: PathBuf::from(&config.network.engine_socket_dir)
+                .join(format!("rank{rank}.sock")),
             http_addr,
             config,
         })

@@ -121,8 +121,13 @@ pub struct StoreActor {
 
 impl StoreActor {
     /// Wrap an opened store; `shard_bytes` is the page size engines must register.
-    pub fn new(store: Store, shard_bytes: u64, metrics: std::sync::Arc<tandem_metrics::AgentMetrics>) -> Self {
-        let (writer, snapshots) = std::sync::mpsc::channel::<(tandem_store::manifest::Manifest, std::path::PathBuf)>();
+    pub fn new(
+        store: Store,
+        shard_bytes: u64,
+        metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
+    ) -> Self {
+        let (writer, snapshots) =
+            std::sync::mpsc::channel::<(tandem_store::manifest::Manifest, std::path::PathBuf)>();
         std::thread::Builder::new()
             .name("manifest-writer".into())
             .spawn(move || {
@@ -137,7 +142,17 @@ impl StoreActor {
                 }
             })
             .ok();
-        Self { metrics, manifest_changed: false, writer, epoch: Epoch(0), store, buffers: EngineBuffers::new(), shard_bytes, report_to: None, stats: StoreStats::default() }
+        Self {
+            metrics,
+            manifest_changed: false,
+            writer,
+            epoch: Epoch(0),
+            store,
+            buffers: EngineBuffers::new(),
+            shard_bytes,
+            report_to: None,
+            stats: StoreStats::default(),
+        }
     }
 
     fn report(&self, task: TaskId, result: Result<(), String>) {
@@ -151,7 +166,11 @@ impl StoreActor {
     fn current(&mut self, epoch: Epoch) -> bool {
         if epoch != self.epoch {
             self.stats.stale_epoch_rejected += 1;
-            tracing::debug!(ours = self.epoch.0, theirs = epoch.0, "stale-epoch store work rejected");
+            tracing::debug!(
+                ours = self.epoch.0,
+                theirs = epoch.0,
+                "stale-epoch store work rejected"
+            );
             return false;
         }
         true
@@ -175,7 +194,13 @@ impl StoreActor {
             return Err("no engine buffer registered on this rank".into());
         }
         for ((hash, page), tier) in t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers) {
-            match self.store.store_pages(*hash, store_tier(*tier), &self.buffers, ENGINE_REGION, &[*page]) {
+            match self.store.store_pages(
+                *hash,
+                store_tier(*tier),
+                &self.buffers,
+                ENGINE_REGION,
+                &[*page],
+            ) {
                 Ok(loc) => {
                     self.manifest_changed = true;
                     self.stats.bytes_stored += self.shard_bytes;
@@ -191,13 +216,21 @@ impl StoreActor {
 
     fn copy_load(&mut self, t: &TaskStart) -> Result<(), String> {
         if t.block_hashes.len() != t.page_ids.len() {
-            return Err(format!("task {}: {} blocks, {} pages", t.task, t.block_hashes.len(), t.page_ids.len()));
+            return Err(format!(
+                "task {}: {} blocks, {} pages",
+                t.task,
+                t.block_hashes.len(),
+                t.page_ids.len()
+            ));
         }
         if !self.registered() {
             return Err("no engine buffer registered on this rank".into());
         }
         for (hash, page) in t.block_hashes.iter().zip(&t.page_ids) {
-            match self.store.load_pages(*hash, &mut self.buffers, ENGINE_REGION, &[*page]) {
+            match self
+                .store
+                .load_pages(*hash, &mut self.buffers, ENGINE_REGION, &[*page])
+            {
                 Ok(loc) => {
                     self.stats.bytes_loaded += self.shard_bytes;
                     self.moved(loc.tier, tandem_metrics::Direction::Load);
@@ -219,7 +252,9 @@ impl StoreActor {
             tandem_store::tier::TierKind::Disk => tandem_metrics::Tier::Disk,
             _ => tandem_metrics::Tier::Host,
         };
-        self.metrics.moved_bytes(tier, direction).add(self.shard_bytes);
+        self.metrics
+            .moved_bytes(tier, direction)
+            .add(self.shard_bytes);
     }
 
     /// Occupancy gauges, from the store's free slots.
@@ -227,11 +262,20 @@ impl StoreActor {
         use tandem_store::tier::TierKind;
         let cfg = self.store.config();
         for (kind, tier, capacity) in [
-            (TierKind::Host, tandem_metrics::Tier::Host, cfg.host_capacity_blocks),
-            (TierKind::Disk, tandem_metrics::Tier::Disk, cfg.disk_capacity_blocks),
+            (
+                TierKind::Host,
+                tandem_metrics::Tier::Host,
+                cfg.host_capacity_blocks,
+            ),
+            (
+                TierKind::Disk,
+                tandem_metrics::Tier::Disk,
+                cfg.disk_capacity_blocks,
+            ),
         ] {
             self.metrics.set_tier_capacity(tier, capacity);
-            self.metrics.set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(kind)));
+            self.metrics
+                .set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(kind)));
         }
     }
 
@@ -243,7 +287,10 @@ impl StoreActor {
             return;
         }
         self.manifest_changed = false;
-        let snapshot = (self.store.manifest().clone(), self.store.manifest_path().to_path_buf());
+        let snapshot = (
+            self.store.manifest().clone(),
+            self.store.manifest_path().to_path_buf(),
+        );
         if self.writer.send(snapshot).is_err() {
             tracing::error!("the manifest writer thread is gone");
         }
@@ -281,13 +328,23 @@ impl Handler<BeginEpoch> for StoreActor {
         self.epoch = msg.epoch;
         self.report_to = Some(msg.report_to);
         if msg.wipe {
-            let blocks: Vec<_> = self.store.rank_blocks().blocks.iter().map(|(h, _)| *h).collect();
+            let blocks: Vec<_> = self
+                .store
+                .rank_blocks()
+                .blocks
+                .iter()
+                .map(|(h, _)| *h)
+                .collect();
             for h in &blocks {
                 self.store.evict(*h);
             }
             self.manifest_changed = true;
             self.flush();
-            tracing::info!(epoch = msg.epoch.0, dropped = blocks.len(), "store wiped for the new epoch");
+            tracing::info!(
+                epoch = msg.epoch.0,
+                dropped = blocks.len(),
+                "store wiped for the new epoch"
+            );
         }
     }
 }
@@ -307,12 +364,25 @@ impl Handler<RegisterBuffer> for StoreActor {
         if self.registered() {
             let _ = self.buffers.unregister(ENGINE_REGION);
         }
-        let spec = RegionSpec { name: ENGINE_REGION.into(), size_bytes: msg.size_bytes, page_size_bytes: msg.page_size_bytes };
+        let spec = RegionSpec {
+            name: ENGINE_REGION.into(),
+            size_bytes: msg.size_bytes,
+            page_size_bytes: msg.page_size_bytes,
+        };
         let pages = spec.pages();
-        self.buffers.register(spec).map_err(|e| AgentError::Buffer { reason: e.to_string() })?;
-        if let Err(e) = self.buffers.map(ENGINE_REGION, std::path::Path::new(&msg.path)) {
+        self.buffers
+            .register(spec)
+            .map_err(|e| AgentError::Buffer {
+                reason: e.to_string(),
+            })?;
+        if let Err(e) = self
+            .buffers
+            .map(ENGINE_REGION, std::path::Path::new(&msg.path))
+        {
             let _ = self.buffers.unregister(ENGINE_REGION);
-            return Err(AgentError::Buffer { reason: e.to_string() });
+            return Err(AgentError::Buffer {
+                reason: e.to_string(),
+            });
         }
         Ok(pages)
     }

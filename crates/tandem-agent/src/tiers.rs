@@ -52,7 +52,11 @@ mod tests {
         for t in [Tier::Host, Tier::Disk] {
             assert_eq!(frame_tier(store_tier(t)), Some(t));
         }
-        for op in [TierOp::Evict(BlockHash(1)), TierOp::Demote(BlockHash(2)), TierOp::Promote(BlockHash(3))] {
+        for op in [
+            TierOp::Evict(BlockHash(1)),
+            TierOp::Demote(BlockHash(2)),
+            TierOp::Promote(BlockHash(3)),
+        ] {
             assert_eq!(tier_op(store_move(op)), op);
         }
     }

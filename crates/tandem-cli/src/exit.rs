@@ -23,7 +23,10 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
         e.downcast_ref::<tandem_config::ConfigError>().is_some()
             || e.downcast_ref::<tandem_agent::SettingsError>().is_some()
     });
-    if err.chain().any(|e| e.downcast_ref::<GroupFailed>().is_some()) {
+    if err
+        .chain()
+        .any(|e| e.downcast_ref::<GroupFailed>().is_some())
+    {
         return GROUP_FAILED;
     }
     if config_error {

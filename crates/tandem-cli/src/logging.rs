@@ -10,9 +10,15 @@ pub fn init(log: &LogConfig, force_json: bool) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = if force_json || log.format == LogFormat::Json {
-        builder.json().with_current_span(true).with_span_list(false).try_init()
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
     } else {
         builder.with_ansi(false).try_init()
     };

@@ -133,7 +133,9 @@ pub enum EngineReply {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum AgentError {
     /// A leader-only request reached a follower.
-    #[error("rank {rank} is a follower: lookup, store, load and end_step go to the leader (rank 0)")]
+    #[error(
+        "rank {rank} is a follower: lookup, store, load and end_step go to the leader (rank 0)"
+    )]
     NotLeader {
         /// This agent's rank.
         rank: u32,
@@ -228,26 +230,84 @@ mod tests {
 
     #[test]
     fn messages_name_both_positions() {
-        let e = AgentError::LeaderBehind { rank: 2, epoch: Epoch(3), wanted: Step(812), sealed: Some(Step(790)) };
-        assert_eq!(e.to_string(), "leader behind: rank 2 wants step 812 of epoch 3; leader has sealed step 790");
-        let e = AgentError::LeaderBehind { rank: 1, epoch: Epoch(1), wanted: Step(0), sealed: None };
-        assert_eq!(e.to_string(), "leader behind: rank 1 wants step 0 of epoch 1; leader has sealed no step yet");
-        let e = AgentError::WindowFull { step: Step(20), slowest_ack: Some(Step(11)), window: 8 };
+        let e = AgentError::LeaderBehind {
+            rank: 2,
+            epoch: Epoch(3),
+            wanted: Step(812),
+            sealed: Some(Step(790)),
+        };
+        assert_eq!(
+            e.to_string(),
+            "leader behind: rank 2 wants step 812 of epoch 3; leader has sealed step 790"
+        );
+        let e = AgentError::LeaderBehind {
+            rank: 1,
+            epoch: Epoch(1),
+            wanted: Step(0),
+            sealed: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "leader behind: rank 1 wants step 0 of epoch 1; leader has sealed no step yet"
+        );
+        let e = AgentError::WindowFull {
+            step: Step(20),
+            slowest_ack: Some(Step(11)),
+            window: 8,
+        };
         assert_eq!(e.to_string(), "window full: cannot seal step 20; slowest follower acknowledged step 11, window is 8 steps");
-        let e = AgentError::WindowFull { step: Step(9), slowest_ack: None, window: 8 };
+        let e = AgentError::WindowFull {
+            step: Step(9),
+            slowest_ack: None,
+            window: 8,
+        };
         assert_eq!(e.to_string(), "window full: cannot seal step 9; slowest follower acknowledged no step, window is 8 steps");
-        let e = AgentError::StaleEpoch { ours: Epoch(4), theirs: Epoch(3) };
-        assert_eq!(e.to_string(), "stale epoch: request for epoch 3, the group is at epoch 4");
-        let e = AgentError::FrameExpired { epoch: Epoch(2), wanted: Step(1), oldest: Step(100) };
-        assert_eq!(e.to_string(), "frame expired: step 1 of epoch 2 is older than the oldest retained step 100");
-        let e = AgentError::WrongStep { expected: Step(5), got: Step(7) };
-        assert_eq!(e.to_string(), "wrong step: the leader's next step is 5, the engine asked to seal 7");
+        let e = AgentError::StaleEpoch {
+            ours: Epoch(4),
+            theirs: Epoch(3),
+        };
+        assert_eq!(
+            e.to_string(),
+            "stale epoch: request for epoch 3, the group is at epoch 4"
+        );
+        let e = AgentError::FrameExpired {
+            epoch: Epoch(2),
+            wanted: Step(1),
+            oldest: Step(100),
+        };
+        assert_eq!(
+            e.to_string(),
+            "frame expired: step 1 of epoch 2 is older than the oldest retained step 100"
+        );
+        let e = AgentError::WrongStep {
+            expected: Step(5),
+            got: Step(7),
+        };
+        assert_eq!(
+            e.to_string(),
+            "wrong step: the leader's next step is 5, the engine asked to seal 7"
+        );
         assert_eq!(
             AgentError::NotLeader { rank: 3 }.to_string(),
             "rank 3 is a follower: lookup, store, load and end_step go to the leader (rank 0)"
         );
-        assert_eq!(AgentError::NotReady { reason: "rank 2 has not joined".into() }.to_string(), "not ready: rank 2 has not joined");
-        assert_eq!(AgentError::Buffer { reason: "page 9 out of range".into() }.to_string(), "buffer refused: page 9 out of range");
-        assert_eq!(AgentError::BadRequest { reason: "x".into() }.to_string(), "bad request: x");
+        assert_eq!(
+            AgentError::NotReady {
+                reason: "rank 2 has not joined".into()
+            }
+            .to_string(),
+            "not ready: rank 2 has not joined"
+        );
+        assert_eq!(
+            AgentError::Buffer {
+                reason: "page 9 out of range".into()
+            }
+            .to_string(),
+            "buffer refused: page 9 out of range"
+        );
+        assert_eq!(
+            AgentError::BadRequest { reason: "x".into() }.to_string(),
+            "bad request: x"
+        );
     }
 }

@@ -86,12 +86,22 @@ impl EngineClient {
     ///
     /// # Errors
     /// [`ClientError::Connect`], or the agent's refusal (for example a rank mismatch).
-    pub fn connect(path: impl AsRef<Path>, rank: u32, timeout: Duration) -> Result<Self, ClientError> {
+    pub fn connect(
+        path: impl AsRef<Path>,
+        rank: u32,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
         let stream = open(path.as_ref(), timeout)?;
         let mut client = Self {
             stream,
             path: path.as_ref().to_path_buf(),
-            welcome: Welcome { epoch: Epoch(0), rank, world_size: 0, shard_bytes: 0, next_step: Step(0) },
+            welcome: Welcome {
+                epoch: Epoch(0),
+                rank,
+                world_size: 0,
+                shard_bytes: 0,
+                next_step: Step(0),
+            },
             seen: std::collections::BTreeSet::new(),
             frame0: None,
         };
@@ -115,9 +125,26 @@ impl EngineClient {
     /// # Errors
     /// As [`EngineClient::connect`].
     pub fn hello(&mut self) -> Result<Welcome, ClientError> {
-        match self.call(EngineRequest::Hello { rank: self.welcome.rank }, 0)? {
-            EngineReply::Welcome { epoch, rank, world_size, shard_bytes, next_step } => {
-                self.welcome = Welcome { epoch, rank, world_size, shard_bytes, next_step };
+        match self.call(
+            EngineRequest::Hello {
+                rank: self.welcome.rank,
+            },
+            0,
+        )? {
+            EngineReply::Welcome {
+                epoch,
+                rank,
+                world_size,
+                shard_bytes,
+                next_step,
+            } => {
+                self.welcome = Welcome {
+                    epoch,
+                    rank,
+                    world_size,
+                    shard_bytes,
+                    next_step,
+                };
                 Ok(self.welcome)
             }
             other => Err(unexpected("hello", other)),
@@ -156,8 +183,18 @@ impl EngineClient {
     ///
     /// # Errors
     /// [`AgentError::NotLeader`], [`AgentError::StaleEpoch`], [`AgentError::NotReady`].
-    pub fn lookup(&mut self, step: Step, request: RequestId, block_hashes: Vec<BlockHash>) -> Result<LookupResult, ClientError> {
-        let req = EngineRequest::Lookup { epoch: self.epoch(), step, request, block_hashes };
+    pub fn lookup(
+        &mut self,
+        step: Step,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+    ) -> Result<LookupResult, ClientError> {
+        let req = EngineRequest::Lookup {
+            epoch: self.epoch(),
+            step,
+            request,
+            block_hashes,
+        };
         match self.call(req, 0)? {
             EngineReply::Lookup(r) => Ok(r),
             other => Err(unexpected("lookup", other)),
@@ -169,8 +206,20 @@ impl EngineClient {
     ///
     /// # Errors
     /// [`AgentError::BadRequest`] for mismatched lists, and as [`EngineClient::lookup`].
-    pub fn store(&mut self, step: Step, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> Result<TaskId, ClientError> {
-        let req = EngineRequest::Store { epoch: self.epoch(), step, request, block_hashes, page_ids };
+    pub fn store(
+        &mut self,
+        step: Step,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> Result<TaskId, ClientError> {
+        let req = EngineRequest::Store {
+            epoch: self.epoch(),
+            step,
+            request,
+            block_hashes,
+            page_ids,
+        };
         self.started("store", req)
     }
 
@@ -179,8 +228,20 @@ impl EngineClient {
     ///
     /// # Errors
     /// As [`EngineClient::store`].
-    pub fn load(&mut self, step: Step, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> Result<TaskId, ClientError> {
-        let req = EngineRequest::Load { epoch: self.epoch(), step, request, block_hashes, page_ids };
+    pub fn load(
+        &mut self,
+        step: Step,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> Result<TaskId, ClientError> {
+        let req = EngineRequest::Load {
+            epoch: self.epoch(),
+            step,
+            request,
+            block_hashes,
+            page_ids,
+        };
         self.started("load", req)
     }
 
@@ -191,7 +252,11 @@ impl EngineClient {
     /// [`AgentError::WindowFull`], [`AgentError::WrongStep`], [`AgentError::StaleEpoch`].
     pub fn end_step(&mut self, step: Step, deadline: Duration) -> Result<Frame, ClientError> {
         let deadline_ms = deadline.as_millis() as u64;
-        let req = EngineRequest::EndStep { epoch: self.epoch(), step, deadline_ms };
+        let req = EngineRequest::EndStep {
+            epoch: self.epoch(),
+            step,
+            deadline_ms,
+        };
         self.frame_reply("end_step", req, deadline_ms)
     }
 
@@ -203,7 +268,11 @@ impl EngineClient {
     /// [`AgentError::StaleEpoch`].
     pub fn frame(&mut self, step: Step, deadline: Duration) -> Result<Frame, ClientError> {
         let deadline_ms = deadline.as_millis() as u64;
-        let req = EngineRequest::Frame { epoch: self.epoch(), step, deadline_ms };
+        let req = EngineRequest::Frame {
+            epoch: self.epoch(),
+            step,
+            deadline_ms,
+        };
         self.frame_reply("frame", req, deadline_ms)
     }
 
@@ -212,7 +281,13 @@ impl EngineClient {
     /// # Errors
     /// [`AgentError::StaleEpoch`].
     pub fn ack(&mut self, step: Step) -> Result<(), ClientError> {
-        match self.call(EngineRequest::Ack { epoch: self.epoch(), step }, 0)? {
+        match self.call(
+            EngineRequest::Ack {
+                epoch: self.epoch(),
+                step,
+            },
+            0,
+        )? {
             EngineReply::Acked => Ok(()),
             other => Err(unexpected("ack", other)),
         }
@@ -225,7 +300,12 @@ impl EngineClient {
         }
     }
 
-    fn frame_reply(&mut self, what: &'static str, req: EngineRequest, deadline_ms: u64) -> Result<Frame, ClientError> {
+    fn frame_reply(
+        &mut self,
+        what: &'static str,
+        req: EngineRequest,
+        deadline_ms: u64,
+    ) -> Result<Frame, ClientError> {
         match self.call(req, deadline_ms)? {
             EngineReply::Frame(f) => Ok(self.deduplicate(*f)),
             other => Err(unexpected(what, other)),
@@ -248,7 +328,10 @@ impl EngineClient {
         }
         let floor = frame.epoch.0.saturating_sub(DEDUP_EPOCHS);
         if self.seen.first().is_some_and(|t| t.epoch < floor) {
-            self.seen = self.seen.split_off(&tandem_proto::ids::TaskId { epoch: floor, seq: 0 });
+            self.seen = self.seen.split_off(&tandem_proto::ids::TaskId {
+                epoch: floor,
+                seq: 0,
+            });
         }
         if frame.step.0 == 0 {
             self.frame0 = Some(frame.clone());
@@ -258,8 +341,12 @@ impl EngineClient {
 
     fn call(&mut self, req: EngineRequest, deadline_ms: u64) -> Result<EngineReply, ClientError> {
         let limit = Duration::from_millis(deadline_ms.saturating_add(SOCKET_SLACK_MS));
-        self.stream.set_read_timeout(Some(limit)).map_err(WireError::Io)?;
-        self.stream.set_write_timeout(Some(limit)).map_err(WireError::Io)?;
+        self.stream
+            .set_read_timeout(Some(limit))
+            .map_err(WireError::Io)?;
+        self.stream
+            .set_write_timeout(Some(limit))
+            .map_err(WireError::Io)?;
         write_message(&mut self.stream, &req)?;
         match read_message::<EngineReply>(&mut self.stream)? {
             EngineReply::Error(e) => Err(ClientError::Agent(e)),
@@ -287,5 +374,8 @@ fn open(path: &Path, timeout: Duration) -> Result<UnixStream, ClientError> {
 }
 
 fn unexpected(request: &'static str, reply: EngineReply) -> ClientError {
-    ClientError::UnexpectedReply { request, reply: format!("{reply:?}") }
+    ClientError::UnexpectedReply {
+        request,
+        reply: format!("{reply:?}"),
+    }
 }

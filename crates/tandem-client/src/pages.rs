@@ -55,24 +55,48 @@ impl PagePool {
     ///
     /// # Errors
     /// [`PagePoolError::Empty`], [`PagePoolError::Io`].
-    pub fn create(path: impl AsRef<Path>, pages: u64, page_size_bytes: u64) -> Result<Self, PagePoolError> {
+    pub fn create(
+        path: impl AsRef<Path>,
+        pages: u64,
+        page_size_bytes: u64,
+    ) -> Result<Self, PagePoolError> {
         let path = path.as_ref().to_path_buf();
         if pages == 0 || page_size_bytes == 0 {
-            return Err(PagePoolError::Empty { pages, page_size_bytes });
+            return Err(PagePoolError::Empty {
+                pages,
+                page_size_bytes,
+            });
         }
-        let io = |source| PagePoolError::Io { path: path.display().to_string(), source };
+        let io = |source| PagePoolError::Io {
+            path: path.display().to_string(),
+            source,
+        };
         let size = pages.checked_mul(page_size_bytes).ok_or_else(|| {
-            io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "pages × page_size_bytes overflows"))
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "pages × page_size_bytes overflows",
+            ))
         })?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).map_err(io)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(io)?;
         file.set_len(size).map_err(io)?;
         // SAFETY: the file was just created by us at this size; the agent maps it too but only
         // touches pages named in tasks, which the engine contract keeps from concurrent use.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
-        Ok(Self { path, map, page_size_bytes, pages })
+        Ok(Self {
+            path,
+            map,
+            page_size_bytes,
+            pages,
+        })
     }
 
     /// The region's file path, as the agent must be told in `RegisterBuffer`.
@@ -115,7 +139,10 @@ impl PagePool {
 
     fn range(&self, id: PageId) -> Result<std::ops::Range<usize>, PagePoolError> {
         if u64::from(id.0) >= self.pages {
-            return Err(PagePoolError::OutOfRange { page: id.0, pages: self.pages });
+            return Err(PagePoolError::OutOfRange {
+                page: id.0,
+                pages: self.pages,
+            });
         }
         let start = (u64::from(id.0) * self.page_size_bytes) as usize;
         Ok(start..start + self.page_size_bytes as usize)
@@ -142,8 +169,16 @@ mod tests {
         assert_eq!(pool.page(PageId(1)).unwrap(), &[7u8; 16]);
         assert_eq!(pool.size_bytes(), 64);
         let e = pool.page(PageId(4)).unwrap_err();
-        assert_eq!(e.to_string(), "page 4 is out of range: the pool has 4 pages");
-        let e = PagePool::create(dir.path().join("empty"), 0, 16).err().unwrap();
-        assert_eq!(e.to_string(), "page pool must have at least one page of at least one byte (got 0 pages of 16 bytes)");
+        assert_eq!(
+            e.to_string(),
+            "page 4 is out of range: the pool has 4 pages"
+        );
+        let e = PagePool::create(dir.path().join("empty"), 0, 16)
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "page pool must have at least one page of at least one byte (got 0 pages of 16 bytes)"
+        );
     }
 }

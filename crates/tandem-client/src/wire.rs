@@ -39,10 +39,14 @@ pub enum WireError {
 /// [`WireError::Malformed`] if serialisation fails, [`WireError::TooLarge`] past the limit.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
     // Reserve the header, append the payload, then fill the header in.
-    let mut out = postcard::to_extend(msg, vec![0u8; 4]).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let mut out =
+        postcard::to_extend(msg, vec![0u8; 4]).map_err(|e| WireError::Malformed(e.to_string()))?;
     let len = out.len() - 4;
     if len > MAX_MESSAGE_BYTES {
-        return Err(WireError::TooLarge { claimed: len as u64, limit: MAX_MESSAGE_BYTES as u64 });
+        return Err(WireError::TooLarge {
+            claimed: len as u64,
+            limit: MAX_MESSAGE_BYTES as u64,
+        });
     }
     out[..4].copy_from_slice(&(len as u32).to_be_bytes());
     Ok(out)
@@ -79,7 +83,10 @@ pub fn read_message<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, WireErr
     let mut payload = Vec::new();
     let got = r.take(len as u64).read_to_end(&mut payload)?;
     if got < len {
-        return Err(WireError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed mid-message")));
+        return Err(WireError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "peer closed mid-message",
+        )));
     }
     decode(&payload)
 }
@@ -91,7 +98,10 @@ pub fn read_message<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, WireErr
 pub fn check_len(header: [u8; 4]) -> Result<usize, WireError> {
     let len = u32::from_be_bytes(header) as usize;
     if len > MAX_MESSAGE_BYTES {
-        return Err(WireError::TooLarge { claimed: len as u64, limit: MAX_MESSAGE_BYTES as u64 });
+        return Err(WireError::TooLarge {
+            claimed: len as u64,
+            limit: MAX_MESSAGE_BYTES as u64,
+        });
     }
     Ok(len)
 }
@@ -104,7 +114,11 @@ mod tests {
 
     #[test]
     fn round_trip_through_a_byte_stream() {
-        let req = EngineRequest::Frame { epoch: Epoch(2), step: Step(7), deadline_ms: 100 };
+        let req = EngineRequest::Frame {
+            epoch: Epoch(2),
+            step: Step(7),
+            deadline_ms: 100,
+        };
         let mut buf = Vec::new();
         write_message(&mut buf, &req).unwrap();
         let back: EngineRequest = read_message(&mut buf.as_slice()).unwrap();
@@ -116,7 +130,14 @@ mod tests {
         let mut bytes = u32::MAX.to_be_bytes().to_vec();
         bytes.extend_from_slice(&[0; 8]);
         let e = read_message::<EngineReply>(&mut bytes.as_slice()).unwrap_err();
-        assert_eq!(e.to_string(), format!("message too large: header claims {} bytes, limit is {}", u32::MAX, MAX_MESSAGE_BYTES));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "message too large: header claims {} bytes, limit is {}",
+                u32::MAX,
+                MAX_MESSAGE_BYTES
+            )
+        );
     }
 
     #[test]

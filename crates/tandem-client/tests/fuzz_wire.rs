@@ -71,7 +71,10 @@ fn largest_allocation<R>(f: impl FnOnce() -> R) -> (R, usize) {
 }
 
 fn cases() -> u32 {
-    std::env::var("TANDEM_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000)
+    std::env::var("TANDEM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -90,57 +93,128 @@ fn request() -> impl Strategy<Value = EngineRequest> {
     let s = any::<u64>().prop_map(Step);
     prop_oneof![
         any::<u32>().prop_map(|rank| EngineRequest::Hello { rank }),
-        (".{0,40}", any::<u64>(), any::<u64>()).prop_map(|(path, size_bytes, page_size_bytes)| EngineRequest::RegisterBuffer { path, size_bytes, page_size_bytes }),
-        (e.clone(), s.clone(), any::<u64>(), hashes()).prop_map(|(epoch, step, r, block_hashes)| EngineRequest::Lookup { epoch, step, request: RequestId(r), block_hashes }),
-        (e.clone(), s.clone(), any::<u64>(), hashes(), pages())
-            .prop_map(|(epoch, step, r, block_hashes, page_ids)| EngineRequest::Store { epoch, step, request: RequestId(r), block_hashes, page_ids }),
-        (e.clone(), s.clone(), any::<u64>(), hashes(), pages())
-            .prop_map(|(epoch, step, r, block_hashes, page_ids)| EngineRequest::Load { epoch, step, request: RequestId(r), block_hashes, page_ids }),
-        (e.clone(), s.clone(), any::<u64>()).prop_map(|(epoch, step, deadline_ms)| EngineRequest::EndStep { epoch, step, deadline_ms }),
-        (e.clone(), s.clone(), any::<u64>()).prop_map(|(epoch, step, deadline_ms)| EngineRequest::Frame { epoch, step, deadline_ms }),
+        (".{0,40}", any::<u64>(), any::<u64>()).prop_map(|(path, size_bytes, page_size_bytes)| {
+            EngineRequest::RegisterBuffer {
+                path,
+                size_bytes,
+                page_size_bytes,
+            }
+        }),
+        (e.clone(), s.clone(), any::<u64>(), hashes()).prop_map(
+            |(epoch, step, r, block_hashes)| EngineRequest::Lookup {
+                epoch,
+                step,
+                request: RequestId(r),
+                block_hashes
+            }
+        ),
+        (e.clone(), s.clone(), any::<u64>(), hashes(), pages()).prop_map(
+            |(epoch, step, r, block_hashes, page_ids)| EngineRequest::Store {
+                epoch,
+                step,
+                request: RequestId(r),
+                block_hashes,
+                page_ids
+            }
+        ),
+        (e.clone(), s.clone(), any::<u64>(), hashes(), pages()).prop_map(
+            |(epoch, step, r, block_hashes, page_ids)| EngineRequest::Load {
+                epoch,
+                step,
+                request: RequestId(r),
+                block_hashes,
+                page_ids
+            }
+        ),
+        (e.clone(), s.clone(), any::<u64>()).prop_map(|(epoch, step, deadline_ms)| {
+            EngineRequest::EndStep {
+                epoch,
+                step,
+                deadline_ms,
+            }
+        }),
+        (e.clone(), s.clone(), any::<u64>()).prop_map(|(epoch, step, deadline_ms)| {
+            EngineRequest::Frame {
+                epoch,
+                step,
+                deadline_ms,
+            }
+        }),
         (e, s).prop_map(|(epoch, step)| EngineRequest::Ack { epoch, step }),
     ]
 }
 
 fn outcome() -> impl Strategy<Value = TaskOutcome> {
-    let result = prop_oneof![Just(OutcomeResult::Ok), Just(OutcomeResult::Aborted), ".{0,16}".prop_map(|reason| OutcomeResult::Failed { reason })];
-    (any::<(u64, u64, u64)>(), any::<bool>(), result).prop_map(|((epoch, seq, r), store, result)| TaskOutcome {
-        task: TaskId { epoch, seq },
-        kind: if store { TaskKind::Store } else { TaskKind::Load },
-        request: RequestId(r),
-        result,
-    })
+    let result = prop_oneof![
+        Just(OutcomeResult::Ok),
+        Just(OutcomeResult::Aborted),
+        ".{0,16}".prop_map(|reason| OutcomeResult::Failed { reason })
+    ];
+    (any::<(u64, u64, u64)>(), any::<bool>(), result).prop_map(
+        |((epoch, seq, r), store, result)| TaskOutcome {
+            task: TaskId { epoch, seq },
+            kind: if store {
+                TaskKind::Store
+            } else {
+                TaskKind::Load
+            },
+            request: RequestId(r),
+            result,
+        },
+    )
 }
 
 fn task_start() -> impl Strategy<Value = TaskStart> {
-    (any::<(u64, u64, u64)>(), hashes(), pages()).prop_map(|((epoch, seq, r), block_hashes, page_ids)| TaskStart {
-        task: TaskId { epoch, seq },
-        request: RequestId(r),
-        tiers: block_hashes.iter().map(|h| if h.0 % 2 == 0 { Tier::Host } else { Tier::Disk }).collect(),
-        block_hashes,
-        page_ids,
-    })
+    (any::<(u64, u64, u64)>(), hashes(), pages()).prop_map(
+        |((epoch, seq, r), block_hashes, page_ids)| TaskStart {
+            task: TaskId { epoch, seq },
+            request: RequestId(r),
+            tiers: block_hashes
+                .iter()
+                .map(|h| if h.0 % 2 == 0 { Tier::Host } else { Tier::Disk })
+                .collect(),
+            block_hashes,
+            page_ids,
+        },
+    )
 }
 
 fn frame() -> impl Strategy<Value = Frame> {
-    (any::<(u64, u64)>(), prop::collection::vec(task_start(), 0..3), prop::collection::vec(task_start(), 0..3), prop::collection::vec(outcome(), 0..4)).prop_map(
-        |((e, s), stores, loads, finished)| {
+    (
+        any::<(u64, u64)>(),
+        prop::collection::vec(task_start(), 0..3),
+        prop::collection::vec(task_start(), 0..3),
+        prop::collection::vec(outcome(), 0..4),
+    )
+        .prop_map(|((e, s), stores, loads, finished)| {
             let mut f = Frame::empty(Epoch(e), Step(s));
             f.stores = stores;
             f.loads = loads;
             f.finished = finished;
             f
-        },
-    )
+        })
 }
 
 fn agent_error() -> impl Strategy<Value = AgentError> {
     prop_oneof![
         any::<u32>().prop_map(|rank| AgentError::NotLeader { rank }),
-        any::<(u64, u64)>().prop_map(|(a, b)| AgentError::StaleEpoch { ours: Epoch(a), theirs: Epoch(b) }),
-        (any::<(u32, u64, u64)>(), prop::option::of(any::<u64>()))
-            .prop_map(|((rank, e, w), s)| AgentError::LeaderBehind { rank, epoch: Epoch(e), wanted: Step(w), sealed: s.map(Step) }),
-        any::<(u64, u64, u64)>().prop_map(|(e, w, o)| AgentError::FrameExpired { epoch: Epoch(e), wanted: Step(w), oldest: Step(o) }),
+        any::<(u64, u64)>().prop_map(|(a, b)| AgentError::StaleEpoch {
+            ours: Epoch(a),
+            theirs: Epoch(b)
+        }),
+        (any::<(u32, u64, u64)>(), prop::option::of(any::<u64>())).prop_map(|((rank, e, w), s)| {
+            AgentError::LeaderBehind {
+                rank,
+                epoch: Epoch(e),
+                wanted: Step(w),
+                sealed: s.map(Step),
+            }
+        }),
+        any::<(u64, u64, u64)>().prop_map(|(e, w, o)| AgentError::FrameExpired {
+            epoch: Epoch(e),
+            wanted: Step(w),
+            oldest: Step(o)
+        }),
         ".{0,24}".prop_map(|reason| AgentError::NotReady { reason }),
         ".{0,24}".prop_map(|reason| AgentError::BadRequest { reason }),
         ".{0,24}".prop_map(|reason| AgentError::Buffer { reason }),
@@ -149,17 +223,27 @@ fn agent_error() -> impl Strategy<Value = AgentError> {
 
 fn reply() -> impl Strategy<Value = EngineReply> {
     prop_oneof![
-        any::<(u64, u32, u32, u64, u64)>().prop_map(|(e, rank, world_size, shard_bytes, n)| EngineReply::Welcome {
-            epoch: Epoch(e),
-            rank,
-            world_size,
-            shard_bytes,
-            next_step: Step(n)
+        any::<(u64, u32, u32, u64, u64)>().prop_map(|(e, rank, world_size, shard_bytes, n)| {
+            EngineReply::Welcome {
+                epoch: Epoch(e),
+                rank,
+                world_size,
+                shard_bytes,
+                next_step: Step(n),
+            }
         }),
         any::<u64>().prop_map(|pages| EngineReply::Registered { pages }),
-        (any::<u64>(), hashes(), any::<u32>(), any::<bool>())
-            .prop_map(|(r, block_hashes, matched_blocks, pinned)| EngineReply::Lookup(LookupResult { request: RequestId(r), block_hashes, matched_blocks, pinned })),
-        any::<(u64, u64)>().prop_map(|(epoch, seq)| EngineReply::Started { task: TaskId { epoch, seq } }),
+        (any::<u64>(), hashes(), any::<u32>(), any::<bool>()).prop_map(
+            |(r, block_hashes, matched_blocks, pinned)| EngineReply::Lookup(LookupResult {
+                request: RequestId(r),
+                block_hashes,
+                matched_blocks,
+                pinned
+            })
+        ),
+        any::<(u64, u64)>().prop_map(|(epoch, seq)| EngineReply::Started {
+            task: TaskId { epoch, seq }
+        }),
         frame().prop_map(|f| EngineReply::Frame(Box::new(f))),
         Just(EngineReply::Acked),
         agent_error().prop_map(EngineReply::Error),
@@ -184,7 +268,11 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<prop::sample::Index>(), 1u8..=255).prop_map(|(i, x)| Mutation::Flip(i, x)),
-        (any::<prop::sample::Index>(), prop::collection::vec(any::<u8>(), 1..16)).prop_map(|(i, b)| Mutation::Insert(i, b)),
+        (
+            any::<prop::sample::Index>(),
+            prop::collection::vec(any::<u8>(), 1..16)
+        )
+            .prop_map(|(i, b)| Mutation::Insert(i, b)),
         (any::<prop::sample::Index>(), 1usize..16).prop_map(|(i, n)| Mutation::Remove(i, n)),
         any::<prop::sample::Index>().prop_map(Mutation::Truncate),
         (0u8..7, any::<u32>()).prop_map(|(k, v)| Mutation::Length(k, v)),
@@ -236,7 +324,8 @@ where
     T: serde::de::DeserializeOwned + serde::Serialize + PartialEq + std::fmt::Debug,
 {
     let (result, largest) = largest_allocation(|| read_message::<T>(&mut &bytes[..]));
-    let claimed = (bytes.len() >= 4).then(|| u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize);
+    let claimed = (bytes.len() >= 4)
+        .then(|| u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize);
     match &result {
         Ok(_) => {
             let c = claimed.ok_or_else(|| TestCaseError::fail("a message without a header"))?;
@@ -246,7 +335,12 @@ where
             prop_assert_eq!(*limit, MAX_MESSAGE_BYTES as u64);
             prop_assert_eq!(Some(*c as usize), claimed);
             prop_assert!(*c > *limit);
-            prop_assert!(largest < 256, "a header claiming {} bytes over the limit allocated {} bytes", c, largest);
+            prop_assert!(
+                largest < 256,
+                "a header claiming {} bytes over the limit allocated {} bytes",
+                c,
+                largest
+            );
         }
         Err(WireError::Io(e)) => {
             // Only a truncated message ends in an IO error when reading from memory.
@@ -258,12 +352,22 @@ where
         Err(WireError::Malformed(why)) => prop_assert!(!why.is_empty()),
     }
     // The payload buffer is the claimed length, which the limit bounds; nothing is larger.
-    prop_assert!(largest <= MAX_MESSAGE_BYTES, "allocated {} bytes at once", largest);
+    prop_assert!(
+        largest <= MAX_MESSAGE_BYTES,
+        "allocated {} bytes at once",
+        largest
+    );
     // Beyond the payload buffer (the claimed length), decoding allocates in proportion to the
     // bytes actually present (compact varints widen into structs; vectors grow by doubling),
     // never in proportion to a length the payload claims.
     if let Some(c) = claimed {
-        prop_assert!(largest <= c.max(4096 + 64 * bytes.len()), "claimed {} bytes, {} present, allocated {} at once", c, bytes.len(), largest);
+        prop_assert!(
+            largest <= c.max(4096 + 64 * bytes.len()),
+            "claimed {} bytes, {} present, allocated {} at once",
+            c,
+            bytes.len(),
+            largest
+        );
     }
     let Ok(msg) = result else { return Ok(None) };
     let again = encode(&msg).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -360,7 +464,10 @@ proptest! {
 #[test]
 fn length_limit_boundary() {
     let max = MAX_MESSAGE_BYTES as u32;
-    assert_eq!(check_len(max.to_be_bytes()).expect("the limit itself is allowed"), MAX_MESSAGE_BYTES);
+    assert_eq!(
+        check_len(max.to_be_bytes()).expect("the limit itself is allowed"),
+        MAX_MESSAGE_BYTES
+    );
     for over in [max + 1, max + 4096, u32::MAX] {
         match check_len(over.to_be_bytes()) {
             Err(e @ WireError::TooLarge { .. }) => {
@@ -380,6 +487,9 @@ fn truncated_message_at_the_limit_figure() {
     bytes.extend_from_slice(&[0u8; 16]);
     let (r, largest) = largest_allocation(|| read_message::<EngineRequest>(&mut &bytes[..]));
     println!("\nFIGURE fault=engine_wire_truncated_at_limit message_bytes={} claimed_bytes={MAX_MESSAGE_BYTES} largest_allocation_bytes={largest} result={}", bytes.len(), format!("{r:?}").replace(' ', "_"));
-    assert!(matches!(&r, Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof), "{r:?}");
+    assert!(
+        matches!(&r, Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{r:?}"
+    );
     assert!(largest <= MAX_MESSAGE_BYTES);
 }

@@ -41,16 +41,34 @@ mod tests {
 
     #[test]
     fn messages_name_key_and_origin() {
-        let e = ConfigError::Invalid { origin: "a.toml".into(), detail: "unknown field `x`".into() };
-        assert_eq!(e.to_string(), "invalid configuration in a.toml: unknown field `x`");
-        let e = ConfigError::Value { key: "group.pp_size", reason: "must be at least 1".into() };
-        assert_eq!(e.to_string(), "invalid value for group.pp_size: must be at least 1");
+        let e = ConfigError::Invalid {
+            origin: "a.toml".into(),
+            detail: "unknown field `x`".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration in a.toml: unknown field `x`"
+        );
+        let e = ConfigError::Value {
+            key: "group.pp_size",
+            reason: "must be at least 1".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid value for group.pp_size: must be at least 1"
+        );
         let e = ConfigError::Read {
             path: "/nope.toml".into(),
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "not found"),
         };
-        assert_eq!(e.to_string(), "cannot read configuration file /nope.toml: not found");
-        let e = ConfigError::from(LayoutError::HeadsNotDivisible { num_kv_heads: 8, tp_size: 3 });
+        assert_eq!(
+            e.to_string(),
+            "cannot read configuration file /nope.toml: not found"
+        );
+        let e = ConfigError::from(LayoutError::HeadsNotDivisible {
+            num_kv_heads: 8,
+            tp_size: 3,
+        });
         assert_eq!(
             e.to_string(),
             "invalid model layout: num_kv_heads = 8 does not divide evenly by tp_size = 3"

@@ -95,24 +95,45 @@ impl ShardLayout {
             }
         }
         if num_layers % pp_size != 0 {
-            return Err(LayoutError::LayersNotDivisible { num_layers, pp_size });
+            return Err(LayoutError::LayersNotDivisible {
+                num_layers,
+                pp_size,
+            });
         }
         if num_kv_heads % tp_size != 0 {
-            return Err(LayoutError::HeadsNotDivisible { num_kv_heads, tp_size });
+            return Err(LayoutError::HeadsNotDivisible {
+                num_kv_heads,
+                tp_size,
+            });
         }
         let layers_per_rank = num_layers / pp_size;
         let kv_heads_per_rank = num_kv_heads / tp_size;
-        let shard_bytes = [2, kv_heads_per_rank, head_dim, dtype_bytes, tokens_per_block]
-            .into_iter()
-            .try_fold(u64::from(layers_per_rank), |acc, f| acc.checked_mul(u64::from(f)))
-            .ok_or(LayoutError::Overflow {
-                layers_per_rank,
-                kv_heads_per_rank,
-                head_dim,
-                dtype_bytes,
-                tokens_per_block,
-            })?;
-        Ok(Self { layers_per_rank, kv_heads_per_rank, head_dim, dtype_bytes, tokens_per_block, shard_bytes })
+        let shard_bytes = [
+            2,
+            kv_heads_per_rank,
+            head_dim,
+            dtype_bytes,
+            tokens_per_block,
+        ]
+        .into_iter()
+        .try_fold(u64::from(layers_per_rank), |acc, f| {
+            acc.checked_mul(u64::from(f))
+        })
+        .ok_or(LayoutError::Overflow {
+            layers_per_rank,
+            kv_heads_per_rank,
+            head_dim,
+            dtype_bytes,
+            tokens_per_block,
+        })?;
+        Ok(Self {
+            layers_per_rank,
+            kv_heads_per_rank,
+            head_dim,
+            dtype_bytes,
+            tokens_per_block,
+            shard_bytes,
+        })
     }
 }
 
@@ -132,16 +153,23 @@ mod tests {
     #[test]
     fn uneven_splits_are_refused_with_the_numbers() {
         let e = ShardLayout::new(30, 8, 128, 2, 512, 4, 1).unwrap_err();
-        assert_eq!(e.to_string(), "num_layers = 30 does not divide evenly by pp_size = 4");
+        assert_eq!(
+            e.to_string(),
+            "num_layers = 30 does not divide evenly by pp_size = 4"
+        );
         let e = ShardLayout::new(32, 8, 128, 2, 512, 1, 3).unwrap_err();
-        assert_eq!(e.to_string(), "num_kv_heads = 8 does not divide evenly by tp_size = 3");
+        assert_eq!(
+            e.to_string(),
+            "num_kv_heads = 8 does not divide evenly by tp_size = 3"
+        );
     }
 
     #[test]
     fn zero_and_overflow_are_refused() {
         let e = ShardLayout::new(32, 8, 0, 2, 512, 1, 1).unwrap_err();
         assert_eq!(e.to_string(), "model.head_dim must be at least 1");
-        let e = ShardLayout::new(u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX, 1, 1).unwrap_err();
+        let e =
+            ShardLayout::new(u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX, 1, 1).unwrap_err();
         assert!(matches!(e, LayoutError::Overflow { .. }), "{e}");
         assert!(e.to_string().starts_with("block shard size overflows"));
     }

@@ -32,10 +32,12 @@ impl Overrides {
 /// [`ConfigError::Value`] and [`ConfigError::Layout`] for values out of range.
 pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<TandemConfig, ConfigError> {
     let text = match path {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-            path: p.display().to_string(),
-            source,
-        })?),
+        Some(p) => Some(
+            std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.display().to_string(),
+                source,
+            })?,
+        ),
         None => None,
     };
     let origin = path.map(|p| p.display().to_string()).unwrap_or_default();
@@ -46,8 +48,17 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<TandemConfig, 
 ///
 /// # Errors
 /// As [`load`], with `origin` naming the text in messages.
-pub fn load_str(toml_text: &str, origin: &str, overrides: &Overrides) -> Result<TandemConfig, ConfigError> {
-    load_layers(Some(toml_text), origin, None::<std::iter::Empty<(String, String)>>, overrides)
+pub fn load_str(
+    toml_text: &str,
+    origin: &str,
+    overrides: &Overrides,
+) -> Result<TandemConfig, ConfigError> {
+    load_layers(
+        Some(toml_text),
+        origin,
+        None::<std::iter::Empty<(String, String)>>,
+        overrides,
+    )
 }
 
 fn load_layers(
@@ -59,8 +70,10 @@ fn load_layers(
     let mut builder = Config::builder();
     if let Some(text) = toml_text {
         // Strict pass over the file alone: exact key, line and column in the message.
-        toml::from_str::<TandemConfig>(text)
-            .map_err(|e| ConfigError::Invalid { origin: origin.to_string(), detail: one_line(&e.to_string()) })?;
+        toml::from_str::<TandemConfig>(text).map_err(|e| ConfigError::Invalid {
+            origin: origin.to_string(),
+            detail: one_line(&e.to_string()),
+        })?;
         builder = builder.add_source(File::from_str(text, FileFormat::Toml));
     }
     if let Some(vars) = env {
@@ -79,7 +92,10 @@ fn load_layers(
     for (key, value) in &overrides.0 {
         builder = builder
             .set_override(key.as_str(), value.as_str())
-            .map_err(|e| ConfigError::Invalid { origin: "overrides".into(), detail: e.to_string() })?;
+            .map_err(|e| ConfigError::Invalid {
+                origin: "overrides".into(),
+                detail: e.to_string(),
+            })?;
     }
     let cfg = check_layer(builder, "overrides")?;
     validate(&cfg)?;
@@ -93,11 +109,18 @@ fn check_layer(
     builder
         .build()
         .and_then(|c| c.try_deserialize::<TandemConfig>())
-        .map_err(|e| ConfigError::Invalid { origin: origin.to_string(), detail: one_line(&e.to_string()) })
+        .map_err(|e| ConfigError::Invalid {
+            origin: origin.to_string(),
+            detail: one_line(&e.to_string()),
+        })
 }
 
 fn one_line(s: &str) -> String {
-    s.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+    s.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Check ranges that types cannot express.
@@ -110,21 +133,45 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
         ("group.tp_size", u64::from(cfg.group.tp_size)),
         ("protocol.window_steps", cfg.protocol.window_steps),
         ("protocol.frame_deadline_ms", cfg.protocol.frame_deadline_ms),
-        ("protocol.frame_retention_steps", cfg.protocol.frame_retention_steps),
-        ("protocol.handshake_timeout_ms", cfg.protocol.handshake_timeout_ms),
+        (
+            "protocol.frame_retention_steps",
+            cfg.protocol.frame_retention_steps,
+        ),
+        (
+            "protocol.handshake_timeout_ms",
+            cfg.protocol.handshake_timeout_ms,
+        ),
         ("store.host_capacity_blocks", cfg.store.host_capacity_blocks),
-        ("supervisor.heartbeat_interval_ms", cfg.supervisor.heartbeat_interval_ms),
-        ("supervisor.restart_window_s", cfg.supervisor.restart_window_s),
+        (
+            "supervisor.heartbeat_interval_ms",
+            cfg.supervisor.heartbeat_interval_ms,
+        ),
+        (
+            "supervisor.restart_window_s",
+            cfg.supervisor.restart_window_s,
+        ),
     ];
     for (key, v) in positive {
         if v == 0 {
-            return Err(ConfigError::Value { key, reason: "must be at least 1".into() });
+            return Err(ConfigError::Value {
+                key,
+                reason: "must be at least 1".into(),
+            });
         }
     }
-    if cfg.group.id.is_empty() || !cfg.group.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+    if cfg.group.id.is_empty()
+        || !cfg
+            .group
+            .id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
         return Err(ConfigError::Value {
             key: "group.id",
-            reason: format!("{:?} must be non-empty ASCII letters, digits, '-' or '_'", cfg.group.id),
+            reason: format!(
+                "{:?} must be non-empty ASCII letters, digits, '-' or '_'",
+                cfg.group.id
+            ),
         });
     }
     if cfg.protocol.frame_retention_steps < cfg.protocol.window_steps {
@@ -139,7 +186,10 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
     if cfg.protocol.max_frame_bytes < 4096 {
         return Err(ConfigError::Value {
             key: "protocol.max_frame_bytes",
-            reason: format!("{} is below the 4096-byte minimum", cfg.protocol.max_frame_bytes),
+            reason: format!(
+                "{} is below the 4096-byte minimum",
+                cfg.protocol.max_frame_bytes
+            ),
         });
     }
     if cfg.supervisor.heartbeat_timeout_ms <= cfg.supervisor.heartbeat_interval_ms {
@@ -190,39 +240,74 @@ mod tests {
 
     #[test]
     fn unknown_key_names_key_and_file() {
-        let e = load_str("[group]\ntp_sise = 4\n", "cfg/x.toml", &Overrides::default()).unwrap_err();
+        let e = load_str(
+            "[group]\ntp_sise = 4\n",
+            "cfg/x.toml",
+            &Overrides::default(),
+        )
+        .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("invalid configuration in cfg/x.toml:"), "{msg}");
+        assert!(
+            msg.starts_with("invalid configuration in cfg/x.toml:"),
+            "{msg}"
+        );
         assert!(msg.contains("tp_sise"), "{msg}");
     }
 
     #[test]
     fn wrong_type_names_key() {
-        let e = load_str("[protocol]\nwindow_steps = \"eight\"\n", "w.toml", &Overrides::default()).unwrap_err();
+        let e = load_str(
+            "[protocol]\nwindow_steps = \"eight\"\n",
+            "w.toml",
+            &Overrides::default(),
+        )
+        .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("w.toml") && msg.contains("window_steps"), "{msg}");
+        assert!(
+            msg.contains("w.toml") && msg.contains("window_steps"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn overrides_apply_last_and_are_checked() {
-        let c = load_str("[group]\ntp_size = 1\n", "f", &Overrides::default().set("group.tp_size", 2)).unwrap();
+        let c = load_str(
+            "[group]\ntp_size = 1\n",
+            "f",
+            &Overrides::default().set("group.tp_size", 2),
+        )
+        .unwrap();
         assert_eq!(c.group.tp_size, 2);
         let e = load_str("", "f", &Overrides::default().set("group.tp_size", 3)).unwrap_err();
-        assert_eq!(e.to_string(), "invalid model layout: num_kv_heads = 2 does not divide evenly by tp_size = 3");
+        assert_eq!(
+            e.to_string(),
+            "invalid model layout: num_kv_heads = 2 does not divide evenly by tp_size = 3"
+        );
     }
 
     #[test]
     fn environment_overrides_the_file_and_unknown_variables_are_named() {
         let env = vec![
             ("TANDEM__GROUP__TP_SIZE".to_string(), "1".to_string()),
-            ("TANDEM__GROUP__SECRET".to_string(), "0123456789abcdef0123".to_string()),
+            (
+                "TANDEM__GROUP__SECRET".to_string(),
+                "0123456789abcdef0123".to_string(),
+            ),
             ("HOME".to_string(), "/root".to_string()),
         ];
-        let c = load_layers(Some("[group]\ntp_size = 2\n"), "f", Some(env.into_iter()), &Overrides::default()).unwrap();
+        let c = load_layers(
+            Some("[group]\ntp_size = 2\n"),
+            "f",
+            Some(env.into_iter()),
+            &Overrides::default(),
+        )
+        .unwrap();
         assert_eq!(c.group.tp_size, 1);
         assert_eq!(c.group.secret, "0123456789abcdef0123");
         let env = vec![("TANDEM__GROUP__TP_SISE".to_string(), "1".to_string())];
-        let e = load_layers(None, "f", Some(env.into_iter()), &Overrides::default()).unwrap_err().to_string();
+        let e = load_layers(None, "f", Some(env.into_iter()), &Overrides::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("invalid configuration in environment"), "{e}");
         assert!(e.contains("tp_sise"), "{e}");
     }
@@ -230,9 +315,19 @@ mod tests {
     #[test]
     fn range_errors_name_the_key() {
         let e = load_str("[protocol]\nwindow_steps = 0\n", "f", &Overrides::default()).unwrap_err();
-        assert_eq!(e.to_string(), "invalid value for protocol.window_steps: must be at least 1");
-        let e = load_str("[supervisor]\nheartbeat_timeout_ms = 50\n", "f", &Overrides::default()).unwrap_err();
-        assert!(e.to_string().starts_with("invalid value for supervisor.heartbeat_timeout_ms"));
+        assert_eq!(
+            e.to_string(),
+            "invalid value for protocol.window_steps: must be at least 1"
+        );
+        let e = load_str(
+            "[supervisor]\nheartbeat_timeout_ms = 50\n",
+            "f",
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("invalid value for supervisor.heartbeat_timeout_ms"));
         let e = load_str("[group]\nid = \"a b\"\n", "f", &Overrides::default()).unwrap_err();
         assert!(e.to_string().starts_with("invalid value for group.id"));
     }

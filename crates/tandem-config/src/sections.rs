@@ -85,7 +85,12 @@ impl Default for ModelConfig {
     /// A deliberately small model (512 KiB shards at TP 2) so that a local cluster and the
     /// tests fit a laptop; set real values (e.g. 32/8/128/2 for Llama-3-8B) in production.
     fn default() -> Self {
-        Self { num_layers: 4, num_kv_heads: 2, head_dim: 64, dtype_bytes: 2 }
+        Self {
+            num_layers: 4,
+            num_kv_heads: 2,
+            head_dim: 64,
+            dtype_bytes: 2,
+        }
     }
 }
 
@@ -185,7 +190,10 @@ pub struct RedisConfig {
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:6379".into(), stream_max_len: 100_000 }
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            stream_max_len: 100_000,
+        }
     }
 }
 
@@ -235,7 +243,10 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: LogFormat::Text, level: "info".into() }
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
     }
 }
 
@@ -314,7 +325,10 @@ mod tests {
     fn default_layout_is_small_and_even() {
         let c = TandemConfig::default();
         assert_eq!(c.group.world_size(), 2);
-        assert_eq!(c.shard_layout().unwrap().shard_bytes, 4 * 2 * 1 * 64 * 2 * 512);
+        assert_eq!(
+            c.shard_layout().unwrap().shard_bytes,
+            4 * 2 * 1 * 64 * 2 * 512
+        );
         assert_eq!(c.fingerprint().unwrap().world_size, 2);
     }
 
@@ -326,6 +340,9 @@ mod tests {
         let r = c.redacted();
         assert_eq!(r.group.secret, "<redacted>");
         assert_eq!(r.redis.url, "redis://<redacted>@10.0.0.1:6379/0");
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
     }
 }

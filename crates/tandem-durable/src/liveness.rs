@@ -49,7 +49,10 @@ impl CompletionLog {
     }
 
     fn manifest_key(&self, epoch: Epoch, rank: Rank) -> String {
-        format!("tandem:{{{}}}:manifest:{}:{}", self.keys.group, epoch.0, rank.0)
+        format!(
+            "tandem:{{{}}}:manifest:{}:{}",
+            self.keys.group, epoch.0, rank.0
+        )
     }
 
     /// Publish the shard manifest (opaque bytes) `rank` holds at the start of `epoch`; the
@@ -57,9 +60,18 @@ impl CompletionLog {
     ///
     /// # Errors
     /// As [`Self::heartbeat`].
-    pub async fn put_manifest(&self, epoch: Epoch, rank: Rank, bytes: &[u8], ttl_ms: u64) -> Result<()> {
+    pub async fn put_manifest(
+        &self,
+        epoch: Epoch,
+        rank: Rank,
+        bytes: &[u8],
+        ttl_ms: u64,
+    ) -> Result<()> {
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.manifest_key(epoch, rank)).arg(bytes).arg("PX").arg(ttl_ms.max(1));
+        cmd.arg(self.manifest_key(epoch, rank))
+            .arg(bytes)
+            .arg("PX")
+            .arg(ttl_ms.max(1));
         self.conn.query::<()>("put_manifest", &cmd).await
     }
 
@@ -101,7 +113,10 @@ impl CompletionLog {
         values
             .into_iter()
             .enumerate()
-            .map(|(r, v)| v.map(|text| parse_heartbeat(&self.heartbeat_key(Rank(r as u32)), &text)).transpose())
+            .map(|(r, v)| {
+                v.map(|text| parse_heartbeat(&self.heartbeat_key(Rank(r as u32)), &text))
+                    .transpose()
+            })
             .collect()
     }
 
@@ -110,10 +125,20 @@ impl CompletionLog {
     /// # Errors
     /// As [`Self::heartbeat`].
     pub async fn report_failure(&self, report: &FailureReport) -> Result<()> {
-        let text = serde_json::to_string(report).map_err(|e| DurableError::Corrupt { id: self.failures_key(), reason: e.to_string() })?;
+        let text = serde_json::to_string(report).map_err(|e| DurableError::Corrupt {
+            id: self.failures_key(),
+            reason: e.to_string(),
+        })?;
         let mut pipe = redis::pipe();
-        pipe.cmd("RPUSH").arg(self.failures_key()).arg(text).ignore();
-        pipe.cmd("LTRIM").arg(self.failures_key()).arg(-MAX_FAILURE_REPORTS).arg(-1).ignore();
+        pipe.cmd("RPUSH")
+            .arg(self.failures_key())
+            .arg(text)
+            .ignore();
+        pipe.cmd("LTRIM")
+            .arg(self.failures_key())
+            .arg(-MAX_FAILURE_REPORTS)
+            .arg(-1)
+            .ignore();
         self.conn.pipeline::<()>("report_failure", &pipe).await
     }
 
@@ -138,9 +163,15 @@ impl CompletionLog {
 }
 
 fn parse_heartbeat(key: &str, text: &str) -> Result<Heartbeat> {
-    let corrupt = || DurableError::Corrupt { id: key.to_string(), reason: format!("heartbeat {text:?} is not epoch:unix_ms") };
+    let corrupt = || DurableError::Corrupt {
+        id: key.to_string(),
+        reason: format!("heartbeat {text:?} is not epoch:unix_ms"),
+    };
     let (e, ms) = text.split_once(':').ok_or_else(corrupt)?;
-    Ok(Heartbeat { epoch: Epoch(e.parse().map_err(|_| corrupt())?), unix_ms: ms.parse().map_err(|_| corrupt())? })
+    Ok(Heartbeat {
+        epoch: Epoch(e.parse().map_err(|_| corrupt())?),
+        unix_ms: ms.parse().map_err(|_| corrupt())?,
+    })
 }
 
 #[cfg(test)]
@@ -149,7 +180,13 @@ mod tests {
 
     #[test]
     fn heartbeat_values_parse_or_name_the_key() {
-        assert_eq!(parse_heartbeat("k", "3:1700").unwrap(), Heartbeat { epoch: Epoch(3), unix_ms: 1700 });
+        assert_eq!(
+            parse_heartbeat("k", "3:1700").unwrap(),
+            Heartbeat {
+                epoch: Epoch(3),
+                unix_ms: 1700
+            }
+        );
         let e = parse_heartbeat("tandem:{g}:heartbeat:1", "x").unwrap_err();
         assert!(e.to_string().contains("tandem:{g}:heartbeat:1"), "{e}");
     }

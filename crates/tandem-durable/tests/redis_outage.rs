@@ -1,12 +1,11 @@
 //! The completion log while Redis is down and after it restarts (AOF on), and credentials
 //! kept out of errors.
 
-
 use std::time::Duration;
-use tandem_tests::free_port;
-use tandem_tests::redis::RedisServer;
 use tandem_durable::{CompletionLog, ConnTimeouts, DurableConfig, DurableError, StreamEntryId};
 use tandem_proto::{OutcomeResult, Rank, RequestId, Step, TaskId, TaskKind, TaskOutcome};
+use tandem_tests::free_port;
+use tandem_tests::redis::RedisServer;
 
 const OP_TIMEOUT_MS: u64 = 300;
 

@@ -1,9 +1,7 @@
 //! The completion log against a real redis-server: append, per-rank delivery, recovery,
 //! duplicate suppression, trimming, the epoch counter, supervisor state and membership.
 
-
 use std::collections::BTreeSet;
-use tandem_tests::redis::RedisServer;
 use tandem_durable::{
     CompletionLog, DurableConfig, DurableError, GroupState, StartedTask, StepRecord, StreamEntryId,
     SupervisorState,
@@ -12,6 +10,7 @@ use tandem_proto::{
     BlockHash, Epoch, OutcomeResult, PageId, Rank, RequestId, Step, TaskId, TaskKind, TaskOutcome,
     TaskStart,
 };
+use tandem_tests::redis::RedisServer;
 
 async fn log(server: &RedisServer, world_size: u32) -> CompletionLog {
     CompletionLog::connect(&DurableConfig::new(server.url(), "g1", world_size))

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use tandem_metrics::{AgentMetrics, Direction, GroupState, SupervisorMetrics, TaskKind, TaskResult, TextFormat, Tier};
+use tandem_metrics::{
+    AgentMetrics, Direction, GroupState, SupervisorMetrics, TaskKind, TaskResult, TextFormat, Tier,
+};
 
 fn main() {
     let format = match std::env::args().nth(1).as_deref() {
@@ -25,7 +27,10 @@ fn main() {
     supervisor.set_group_state(GroupState::Healthy);
     supervisor.set_heartbeat_age(0, Duration::from_millis(250));
     supervisor.set_ranks_expected(4);
-    for (name, text) in [("agent", agent.try_encode(format)), ("supervisor", supervisor.try_encode(format))] {
+    for (name, text) in [
+        ("agent", agent.try_encode(format)),
+        ("supervisor", supervisor.try_encode(format)),
+    ] {
         match text {
             Ok(text) => print!("{text}"),
             Err(e) => eprintln!("{name}: {e}"),

@@ -22,17 +22,22 @@ fn sample() -> Value {
 fn main() {
     let status = match std::env::args().nth(1) {
         None => sample(),
-        Some(path) => match std::fs::read_to_string(&path).map(|t| serde_json::from_str::<Value>(&t)) {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                eprintln!("{path}: not JSON: {e}");
-                std::process::exit(1);
+        Some(path) => {
+            match std::fs::read_to_string(&path).map(|t| serde_json::from_str::<Value>(&t)) {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    eprintln!("{path}: not JSON: {e}");
+                    std::process::exit(1);
+                }
+                Err(e) => {
+                    eprintln!("{path}: {e}");
+                    std::process::exit(1);
+                }
             }
-            Err(e) => {
-                eprintln!("{path}: {e}");
-                std::process::exit(1);
-            }
-        },
+        }
     };
-    print!("{}", tandem_metrics::render_status_html("Tandem supervisor · prod-a", &status));
+    print!(
+        "{}",
+        tandem_metrics::render_status_html("Tandem supervisor · prod-a", &status)
+    );
 }

@@ -43,8 +43,10 @@ use crate::labels::{Direction, TaskKind, TaskResult, Tier};
 use crate::total::SyncedCounter;
 
 /// Histogram bucket upper bounds for latencies, in seconds: 50 µs to 5 s, 1-2.5-5 steps.
-pub const LATENCY_BUCKETS_SECONDS: [f64; 16] =
-    [0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+pub const LATENCY_BUCKETS_SECONDS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+];
 
 type Labels1 = [(&'static str, &'static str); 1];
 type Labels2 = [(&'static str, &'static str); 2];
@@ -85,12 +87,18 @@ impl AgentMetrics {
     /// Create every family for rank `rank` of group `group` (constant labels `group` and
     /// `rank`). The group id is escaped in the exposition, so any string is safe.
     pub fn new(group: &str, rank: u32) -> Self {
-        let labels: [(Cow<'static, str>, Cow<'static, str>); 2] =
-            [("group".into(), group.to_owned().into()), ("rank".into(), rank.to_string().into())];
+        let labels: [(Cow<'static, str>, Cow<'static, str>); 2] = [
+            ("group".into(), group.to_owned().into()),
+            ("rank".into(), rank.to_string().into()),
+        ];
         let mut registry = Registry::with_prefix_and_labels("tandem", labels.into_iter());
 
         let steps_sealed = SyncedCounter::default();
-        registry.register("steps_sealed", "Frames sealed (leader) or received (follower)", steps_sealed.clone());
+        registry.register(
+            "steps_sealed",
+            "Frames sealed (leader) or received (follower)",
+            steps_sealed.clone(),
+        );
 
         let frame_latency = latency_histogram();
         registry.register_with_unit(
@@ -101,18 +109,27 @@ impl AgentMetrics {
         );
 
         let started = Family::<Labels1, SyncedCounter>::default();
-        let tasks_started = TaskKind::ALL.map(|k| started.get_or_create_owned(&[("kind", k.as_str())]));
+        let tasks_started =
+            TaskKind::ALL.map(|k| started.get_or_create_owned(&[("kind", k.as_str())]));
         registry.register("tasks_started", "Tasks started, by kind", started);
 
         let finished = Family::<Labels2, SyncedCounter>::default();
         let tasks_finished = TaskKind::ALL.map(|k| {
-            TaskResult::ALL.map(|r| finished.get_or_create_owned(&[("kind", k.as_str()), ("result", r.as_str())]))
+            TaskResult::ALL.map(|r| {
+                finished.get_or_create_owned(&[("kind", k.as_str()), ("result", r.as_str())])
+            })
         });
-        registry.register("tasks_finished", "Tasks finished, by kind and result (ok, failed, aborted)", finished);
+        registry.register(
+            "tasks_finished",
+            "Tasks finished, by kind and result (ok, failed, aborted)",
+            finished,
+        );
 
         let moved = Family::<Labels2, SyncedCounter>::default();
         let moved_bytes = Tier::ALL.map(|t| {
-            Direction::ALL.map(|d| moved.get_or_create_owned(&[("tier", t.as_str()), ("direction", d.as_str())]))
+            Direction::ALL.map(|d| {
+                moved.get_or_create_owned(&[("tier", t.as_str()), ("direction", d.as_str())])
+            })
         });
         registry.register_with_unit(
             "tier_moved",
@@ -122,7 +139,8 @@ impl AgentMetrics {
         );
 
         let occupancy = Family::<Labels1, Gauge>::default();
-        let tier_occupancy = Tier::ALL.map(|t| occupancy.get_or_create_owned(&[("tier", t.as_str())]));
+        let tier_occupancy =
+            Tier::ALL.map(|t| occupancy.get_or_create_owned(&[("tier", t.as_str())]));
         registry.register_with_unit(
             "tier_occupancy",
             "Block shards held in a tier",
@@ -131,7 +149,8 @@ impl AgentMetrics {
         );
 
         let capacity = Family::<Labels1, Gauge>::default();
-        let tier_capacity = Tier::ALL.map(|t| capacity.get_or_create_owned(&[("tier", t.as_str())]));
+        let tier_capacity =
+            Tier::ALL.map(|t| capacity.get_or_create_owned(&[("tier", t.as_str())]));
         registry.register_with_unit(
             "tier_capacity",
             "Block shard slots of a tier",
@@ -149,7 +168,11 @@ impl AgentMetrics {
             stream_trimmed.clone(),
         );
         let stream_length = Gauge::default();
-        registry.register("stream_length_entries", "Entries in the completion stream (leader)", stream_length.clone());
+        registry.register(
+            "stream_length_entries",
+            "Entries in the completion stream (leader)",
+            stream_length.clone(),
+        );
 
         let stale_epoch_rejected = SyncedCounter::default();
         registry.register(
@@ -159,13 +182,21 @@ impl AgentMetrics {
         );
 
         let restarts = SyncedCounter::default();
-        registry.register("restarts", "Group restarts (new epochs) this agent took part in", restarts.clone());
+        registry.register(
+            "restarts",
+            "Group restarts (new epochs) this agent took part in",
+            restarts.clone(),
+        );
 
         let epoch = Gauge::default();
         registry.register("epoch", "The current epoch", epoch.clone());
 
         let ready = Gauge::default();
-        registry.register("ready", "1 when this rank is ready in the current epoch, else 0", ready.clone());
+        registry.register(
+            "ready",
+            "1 when this rank is ready in the current epoch, else 0",
+            ready.clone(),
+        );
 
         let redis_append_latency = latency_histogram();
         registry.register_with_unit(
@@ -176,13 +207,25 @@ impl AgentMetrics {
         );
 
         let engine_frames_read = SyncedCounter::default();
-        registry.register("engine_frames_read", "Frames read by this rank's engine", engine_frames_read.clone());
+        registry.register(
+            "engine_frames_read",
+            "Frames read by this rank's engine",
+            engine_frames_read.clone(),
+        );
 
         let wait_timeouts = SyncedCounter::default();
-        registry.register("wait_timeouts", "Bounded waits that ended at their deadline", wait_timeouts.clone());
+        registry.register(
+            "wait_timeouts",
+            "Bounded waits that ended at their deadline",
+            wait_timeouts.clone(),
+        );
 
         let peers_joined = Gauge::default();
-        registry.register("peers_joined", "Peers admitted in the current epoch", peers_joined.clone());
+        registry.register(
+            "peers_joined",
+            "Peers admitted in the current epoch",
+            peers_joined.clone(),
+        );
 
         Self {
             registry,
@@ -316,7 +359,10 @@ impl AgentMetrics {
     /// The body and content type for a `/metrics` request with this `Accept` header.
     pub fn exposition(&self, accept: Option<&str>) -> Exposition {
         let format = TextFormat::from_accept(accept);
-        Exposition { content_type: format.content_type(), body: encode_or_comment(&self.registry, format) }
+        Exposition {
+            content_type: format.content_type(),
+            body: encode_or_comment(&self.registry, format),
+        }
     }
 
     /// As [`AgentMetrics::encode_text`] in `format`, with the error.

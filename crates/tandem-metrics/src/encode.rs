@@ -13,10 +13,12 @@ use prometheus_client::registry::Registry;
 use crate::error::MetricsError;
 
 /// Content type of the OpenMetrics 1.0 text format.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Content type of the Prometheus text format 0.0.4.
-pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str =
+    prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// A text format of the exposition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +35,12 @@ impl TextFormat {
     /// header).
     pub fn from_accept(accept: Option<&str>) -> TextFormat {
         match accept {
-            Some(a) if a.to_ascii_lowercase().contains("application/openmetrics-text") => TextFormat::OpenMetrics,
+            Some(a)
+                if a.to_ascii_lowercase()
+                    .contains("application/openmetrics-text") =>
+            {
+                TextFormat::OpenMetrics
+            }
             _ => TextFormat::Prometheus,
         }
     }
@@ -72,9 +79,13 @@ pub fn try_encode(registry: &Registry, format: TextFormat) -> Result<String, Met
     let mut out = String::new();
     let result = match format {
         TextFormat::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry),
-        TextFormat::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, registry),
+        TextFormat::Prometheus => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, registry)
+        }
     };
-    result.map_err(|_| MetricsError::Encode { format: format.name() })?;
+    result.map_err(|_| MetricsError::Encode {
+        format: format.name(),
+    })?;
     Ok(out)
 }
 
@@ -96,19 +107,40 @@ mod tests {
     fn accept_header_picks_the_format() {
         assert_eq!(TextFormat::from_accept(None), TextFormat::Prometheus);
         assert_eq!(TextFormat::from_accept(Some("*/*")), TextFormat::Prometheus);
-        assert_eq!(TextFormat::from_accept(Some("text/plain;version=0.0.4")), TextFormat::Prometheus);
-        let prometheus_server = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+        assert_eq!(
+            TextFormat::from_accept(Some("text/plain;version=0.0.4")),
+            TextFormat::Prometheus
+        );
+        let prometheus_server =
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
                                  version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert_eq!(TextFormat::from_accept(Some(prometheus_server)), TextFormat::OpenMetrics);
-        assert_eq!(TextFormat::OpenMetrics.content_type(), OPENMETRICS_CONTENT_TYPE);
-        assert!(TextFormat::Prometheus.content_type().starts_with("text/plain; version=0.0.4"));
+        assert_eq!(
+            TextFormat::from_accept(Some(prometheus_server)),
+            TextFormat::OpenMetrics
+        );
+        assert_eq!(
+            TextFormat::OpenMetrics.content_type(),
+            OPENMETRICS_CONTENT_TYPE
+        );
+        assert!(TextFormat::Prometheus
+            .content_type()
+            .starts_with("text/plain; version=0.0.4"));
     }
 
     #[test]
     fn empty_registry_encodes_in_both_formats() {
         let registry = Registry::default();
-        assert_eq!(try_encode(&registry, TextFormat::OpenMetrics), Ok("# EOF\n".to_string()));
-        assert_eq!(try_encode(&registry, TextFormat::Prometheus), Ok(String::new()));
-        assert_eq!(encode_or_comment(&registry, TextFormat::OpenMetrics), "# EOF\n");
+        assert_eq!(
+            try_encode(&registry, TextFormat::OpenMetrics),
+            Ok("# EOF\n".to_string())
+        );
+        assert_eq!(
+            try_encode(&registry, TextFormat::Prometheus),
+            Ok(String::new())
+        );
+        assert_eq!(
+            encode_or_comment(&registry, TextFormat::OpenMetrics),
+            "# EOF\n"
+        );
     }
 }

@@ -20,7 +20,9 @@ mod tests {
 
     #[test]
     fn encode_message_names_the_format() {
-        let e = MetricsError::Encode { format: "OpenMetrics" };
+        let e = MetricsError::Encode {
+            format: "OpenMetrics",
+        };
         assert_eq!(e.to_string(), "encoding the OpenMetrics exposition failed");
     }
 }

@@ -25,7 +25,10 @@ pub struct Sample {
 impl Sample {
     /// The value of label `key`, if present.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -52,7 +55,9 @@ impl ParsedExposition {
 
     /// The value of the first sample named `name` that carries every label in `labels`.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        self.samples_named(name).find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(*v))).map(|s| s.value)
+        self.samples_named(name)
+            .find(|s| labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+            .map(|s| s.value)
     }
 }
 
@@ -131,7 +136,16 @@ pub enum ExpositionError {
     },
 }
 
-const TYPES: [&str; 8] = ["counter", "gauge", "histogram", "gaugehistogram", "summary", "info", "stateset", "unknown"];
+const TYPES: [&str; 8] = [
+    "counter",
+    "gauge",
+    "histogram",
+    "gaugehistogram",
+    "summary",
+    "info",
+    "stateset",
+    "unknown",
+];
 const SUFFIXES: [&str; 6] = ["_total", "_bucket", "_sum", "_count", "_created", "_info"];
 
 /// Read `text` line by line; see the module docs for what is checked.
@@ -159,7 +173,12 @@ pub fn parse_exposition(text: &str) -> Result<ParsedExposition, ExpositionError>
     Ok(out)
 }
 
-fn read_comment(out: &mut ParsedExposition, line: usize, raw: &str, comment: &str) -> Result<(), ExpositionError> {
+fn read_comment(
+    out: &mut ParsedExposition,
+    line: usize,
+    raw: &str,
+    comment: &str,
+) -> Result<(), ExpositionError> {
     if comment == "EOF" {
         out.eof = true;
         return Ok(());
@@ -169,10 +188,16 @@ fn read_comment(out: &mut ParsedExposition, line: usize, raw: &str, comment: &st
     if !matches!(keyword, "HELP" | "TYPE" | "UNIT") {
         return Ok(()); // a plain comment
     }
-    let bad = || ExpositionError::BadDescriptor { line, text: raw.to_string() };
+    let bad = || ExpositionError::BadDescriptor {
+        line,
+        text: raw.to_string(),
+    };
     let family = parts.next().filter(|f| !f.is_empty()).ok_or_else(bad)?;
     if !valid_metric_name(family) {
-        return Err(ExpositionError::BadName { line, name: family.to_string() });
+        return Err(ExpositionError::BadName {
+            line,
+            name: family.to_string(),
+        });
     }
     let rest = parts.next().unwrap_or("");
     match keyword {
@@ -188,10 +213,20 @@ fn read_comment(out: &mut ParsedExposition, line: usize, raw: &str, comment: &st
             }
             let kind = if rest == "untyped" { "unknown" } else { rest };
             if !TYPES.contains(&kind) {
-                return Err(ExpositionError::UnknownType { line, kind: rest.to_string() });
+                return Err(ExpositionError::UnknownType {
+                    line,
+                    kind: rest.to_string(),
+                });
             }
-            if out.types.insert(family.to_string(), rest.to_string()).is_some() {
-                return Err(ExpositionError::DuplicateFamily { line, family: family.to_string() });
+            if out
+                .types
+                .insert(family.to_string(), rest.to_string())
+                .is_some()
+            {
+                return Err(ExpositionError::DuplicateFamily {
+                    line,
+                    family: family.to_string(),
+                });
             }
         }
     }
@@ -212,7 +247,10 @@ fn read_sample(line: usize, raw: &str) -> Result<Sample, ExpositionError> {
     let name_end = raw.find(['{', ' ']).unwrap_or(raw.len());
     let name = &raw[..name_end];
     if !valid_metric_name(name) {
-        return Err(ExpositionError::BadName { line, name: name.to_string() });
+        return Err(ExpositionError::BadName {
+            line,
+            name: name.to_string(),
+        });
     }
     let mut rest = &raw[name_end..];
     let mut labels = Vec::new();
@@ -221,25 +259,45 @@ fn read_sample(line: usize, raw: &str) -> Result<Sample, ExpositionError> {
         labels = parsed;
         rest = after;
     }
-    let rest = rest.strip_prefix(' ').ok_or_else(|| ExpositionError::BadValue { line, value: rest.to_string() })?;
+    let rest = rest
+        .strip_prefix(' ')
+        .ok_or_else(|| ExpositionError::BadValue {
+            line,
+            value: rest.to_string(),
+        })?;
     let mut fields = rest.split(' ');
     let value_text = fields.next().unwrap_or("");
-    let value =
-        parse_number(value_text).ok_or_else(|| ExpositionError::BadValue { line, value: value_text.to_string() })?;
+    let value = parse_number(value_text).ok_or_else(|| ExpositionError::BadValue {
+        line,
+        value: value_text.to_string(),
+    })?;
     if let Some(timestamp) = fields.next() {
-        parse_number(timestamp).ok_or_else(|| ExpositionError::BadValue { line, value: timestamp.to_string() })?;
+        parse_number(timestamp).ok_or_else(|| ExpositionError::BadValue {
+            line,
+            value: timestamp.to_string(),
+        })?;
     }
     if let Some(extra) = fields.next() {
-        return Err(ExpositionError::BadValue { line, value: extra.to_string() });
+        return Err(ExpositionError::BadValue {
+            line,
+            value: extra.to_string(),
+        });
     }
-    Ok(Sample { name: name.to_string(), labels, value })
+    Ok(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
 }
 
 /// Parse `key="value",...}` and return the labels and the text after `}`.
 type Labels = Vec<(String, String)>;
 
 fn read_labels(line: usize, mut s: &str) -> Result<(Labels, &str), ExpositionError> {
-    let bad = |reason: &str| ExpositionError::BadLabels { line, reason: reason.to_string() };
+    let bad = |reason: &str| ExpositionError::BadLabels {
+        line,
+        reason: reason.to_string(),
+    };
     let mut labels = Vec::new();
     loop {
         if let Some(after) = s.strip_prefix('}') {
@@ -248,9 +306,14 @@ fn read_labels(line: usize, mut s: &str) -> Result<(Labels, &str), ExpositionErr
         let eq = s.find('=').ok_or_else(|| bad("label without '='"))?;
         let key = &s[..eq];
         if !valid_label_name(key) {
-            return Err(ExpositionError::BadName { line, name: key.to_string() });
+            return Err(ExpositionError::BadName {
+                line,
+                name: key.to_string(),
+            });
         }
-        s = s[eq + 1..].strip_prefix('"').ok_or_else(|| bad("label value not quoted"))?;
+        s = s[eq + 1..]
+            .strip_prefix('"')
+            .ok_or_else(|| bad("label value not quoted"))?;
         let mut value = String::new();
         let mut chars = s.char_indices();
         let end = loop {
@@ -282,25 +345,45 @@ fn parse_number(text: &str) -> Option<f64> {
         "+Inf" | "Inf" => Some(f64::INFINITY),
         "-Inf" => Some(f64::NEG_INFINITY),
         "NaN" => Some(f64::NAN),
-        _ if text.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')) => text.parse().ok(),
+        _ if text
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')) =>
+        {
+            text.parse().ok()
+        }
         _ => None,
     }
 }
 
-fn check_family(out: &ParsedExposition, line: usize, sample: &Sample) -> Result<(), ExpositionError> {
+fn check_family(
+    out: &ParsedExposition,
+    line: usize,
+    sample: &Sample,
+) -> Result<(), ExpositionError> {
     let name = sample.name.as_str();
     let family = if out.types.contains_key(name) {
         Some(name)
     } else {
-        SUFFIXES.iter().filter_map(|s| name.strip_suffix(s)).find(|f| out.types.contains_key(*f))
+        SUFFIXES
+            .iter()
+            .filter_map(|s| name.strip_suffix(s))
+            .find(|f| out.types.contains_key(*f))
     };
     let Some(family) = family else {
-        return Err(ExpositionError::UndeclaredSample { line, name: name.to_string() });
+        return Err(ExpositionError::UndeclaredSample {
+            line,
+            name: name.to_string(),
+        });
     };
     let kind = out.types.get(family).map(String::as_str);
-    if matches!(kind, Some("histogram" | "gaugehistogram")) && name.ends_with("_bucket") && sample.label("le").is_none()
+    if matches!(kind, Some("histogram" | "gaugehistogram"))
+        && name.ends_with("_bucket")
+        && sample.label("le").is_none()
     {
-        return Err(ExpositionError::BucketWithoutLe { line, name: name.to_string() });
+        return Err(ExpositionError::BucketWithoutLe {
+            line,
+            name: name.to_string(),
+        });
     }
     Ok(())
 }
@@ -319,9 +402,18 @@ mod tests {
     fn reads_a_good_exposition() {
         let p = parse_exposition(GOOD).expect("good text parses");
         assert!(p.eof);
-        assert_eq!(p.types.get("a_requests").map(String::as_str), Some("counter"));
-        assert_eq!(p.units.get("lat_seconds").map(String::as_str), Some("seconds"));
-        assert_eq!(p.helps.get("a_requests").map(String::as_str), Some("Requests."));
+        assert_eq!(
+            p.types.get("a_requests").map(String::as_str),
+            Some("counter")
+        );
+        assert_eq!(
+            p.units.get("lat_seconds").map(String::as_str),
+            Some("seconds")
+        );
+        assert_eq!(
+            p.helps.get("a_requests").map(String::as_str),
+            Some("Requests.")
+        );
         assert_eq!(p.value("a_requests_total", &[("path", "/x")]), Some(3.0));
         assert_eq!(p.samples[0].label("q"), Some("a\"b\\c\nd"));
         assert_eq!(p.value("lat_seconds_bucket", &[("le", "+Inf")]), Some(2.0));
@@ -340,14 +432,29 @@ mod tests {
         let cases: [(&str, &str); 11] = [
             ("# TYPE\n", "line 1: incomplete descriptor \"# TYPE\""),
             ("# TYPE x\n", "line 1: incomplete descriptor \"# TYPE x\""),
-            ("# TYPE x countr\n", "line 1: unknown metric type \"countr\""),
-            ("# TYPE x gauge\n# TYPE x gauge\n", "line 2: family x declared twice"),
+            (
+                "# TYPE x countr\n",
+                "line 1: unknown metric type \"countr\"",
+            ),
+            (
+                "# TYPE x gauge\n# TYPE x gauge\n",
+                "line 2: family x declared twice",
+            ),
             ("# TYPE x gauge\n9x 1\n", "line 2: bad name \"9x\""),
-            ("# TYPE x gauge\nx{a=b} 1\n", "line 2: bad labels: label value not quoted"),
-            ("# TYPE x gauge\nx{a=\"b\" 1\n", "line 2: bad labels: expected ',' or '}' after a label"),
+            (
+                "# TYPE x gauge\nx{a=b} 1\n",
+                "line 2: bad labels: label value not quoted",
+            ),
+            (
+                "# TYPE x gauge\nx{a=\"b\" 1\n",
+                "line 2: bad labels: expected ',' or '}' after a label",
+            ),
             ("# TYPE x gauge\nx one\n", "line 2: bad value \"one\""),
             ("y 1\n", "line 1: sample y has no # TYPE before it"),
-            ("# TYPE h histogram\nh_bucket 1\n", "line 2: histogram bucket h_bucket has no le label"),
+            (
+                "# TYPE h histogram\nh_bucket 1\n",
+                "line 2: histogram bucket h_bucket has no le label",
+            ),
             ("# EOF\n# TYPE x gauge\n", "line 2: content after # EOF"),
         ];
         for (text, message) in cases {
@@ -357,14 +464,27 @@ mod tests {
 
     #[test]
     fn odd_input_is_rejected_not_panicked() {
-        for text in ["{", "x{", "x{\"", "x{a=\"\\", "# TYPE x gauge\nx{a=\"\\q\"} 1", "\u{0}", "x 1 2 3", "# HELP"] {
-            assert!(parse_exposition(text).is_err(), "{text:?} should be rejected");
+        for text in [
+            "{",
+            "x{",
+            "x{\"",
+            "x{a=\"\\",
+            "# TYPE x gauge\nx{a=\"\\q\"} 1",
+            "\u{0}",
+            "x 1 2 3",
+            "# HELP",
+        ] {
+            assert!(
+                parse_exposition(text).is_err(),
+                "{text:?} should be rejected"
+            );
         }
     }
 
     #[test]
     fn special_values_and_timestamps_parse() {
-        let p = parse_exposition("# TYPE g gauge\ng NaN\ng{a=\"1\"} -Inf 1700000000\n").expect("parses");
+        let p = parse_exposition("# TYPE g gauge\ng NaN\ng{a=\"1\"} -Inf 1700000000\n")
+            .expect("parses");
         assert!(p.samples[0].value.is_nan());
         assert_eq!(p.samples[1].value, f64::NEG_INFINITY);
         assert!(!p.eof);

@@ -63,7 +63,8 @@ pub fn find<'a>(root: &'a Value, keys: &[&str]) -> Option<&'a Value> {
 
 /// As [`find`], with the key that matched.
 pub fn find_keyed<'a, 'k>(root: &'a Value, keys: &[&'k str]) -> Option<(&'k str, &'a Value)> {
-    keys.iter().find_map(|key| find_one(root, key).map(|v| (*key, v)))
+    keys.iter()
+        .find_map(|key| find_one(root, key).map(|v| (*key, v)))
 }
 
 fn find_one<'a>(root: &'a Value, key: &str) -> Option<&'a Value> {
@@ -99,11 +100,21 @@ pub fn flatten(v: &Value, skip: &[&str]) -> Vec<(String, String)> {
     rows
 }
 
-fn walk(v: &Value, path: String, skip: &[&str], rows: &mut Vec<(String, String)>, more: &mut usize) {
+fn walk(
+    v: &Value,
+    path: String,
+    skip: &[&str],
+    rows: &mut Vec<(String, String)>,
+    more: &mut usize,
+) {
     match v {
         Value::Object(map) if !map.is_empty() => {
             for (k, child) in map.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 walk(child, p, skip, rows, more);
             }
         }
@@ -114,7 +125,11 @@ fn walk(v: &Value, path: String, skip: &[&str], rows: &mut Vec<(String, String)>
         }
         leaf => {
             if rows.len() < MAX_FLAT_ROWS {
-                let p = if path.is_empty() { "(value)".to_string() } else { path };
+                let p = if path.is_empty() {
+                    "(value)".to_string()
+                } else {
+                    path
+                };
                 rows.push((p, text_of(leaf)));
             } else {
                 *more += 1;
@@ -130,7 +145,10 @@ mod tests {
 
     #[test]
     fn escape_covers_markup_and_quotes() {
-        assert_eq!(escape("<a href=\"x\">'&'</a>"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            escape("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
     }
 
     #[test]
@@ -153,14 +171,26 @@ mod tests {
         assert_eq!(find(&v, &["epoch"]), Some(&json!(4)));
         assert_eq!(find(&v, &["step", "sealed_step"]), Some(&json!(1)));
         assert_eq!(find(&v, &["state"]), None);
-        assert_eq!(find(&json!({"step": null, "sealed_step": 2}), &["step", "sealed_step"]), Some(&json!(2)));
-        assert_eq!(find_keyed(&v, &["nothing", "sealed_step"]), Some(("sealed_step", &json!(9))));
+        assert_eq!(
+            find(
+                &json!({"step": null, "sealed_step": 2}),
+                &["step", "sealed_step"]
+            ),
+            Some(&json!(2))
+        );
+        assert_eq!(
+            find_keyed(&v, &["nothing", "sealed_step"]),
+            Some(("sealed_step", &json!(9)))
+        );
     }
 
     #[test]
     fn flatten_paths_and_cap() {
         // Sorted: serde_json may keep document order when another crate enables preserve_order.
-        let mut rows = flatten(&json!({"a": {"b": 1}, "r": [{"s": "ok"}], "l": [1, 2], "x": {"y": 1}}), &["x"]);
+        let mut rows = flatten(
+            &json!({"a": {"b": 1}, "r": [{"s": "ok"}], "l": [1, 2], "x": {"y": 1}}),
+            &["x"],
+        );
         rows.sort();
         assert_eq!(
             rows,

@@ -133,8 +133,13 @@ pub enum GroupState {
 
 impl GroupState {
     /// Every state, in exposition order.
-    pub const ALL: [GroupState; 5] =
-        [GroupState::Starting, GroupState::Healthy, GroupState::Restarting, GroupState::Failed, GroupState::Stopping];
+    pub const ALL: [GroupState; 5] = [
+        GroupState::Starting,
+        GroupState::Healthy,
+        GroupState::Restarting,
+        GroupState::Failed,
+        GroupState::Stopping,
+    ];
 
     /// The label value: `starting`, `healthy`, `restarting`, `failed` or `stopping`.
     pub fn as_str(self) -> &'static str {

@@ -66,10 +66,19 @@ pub fn render_status_html(title: &str, status: &Value) -> String {
     let tiers = find_keyed(status, TIERS);
     section(&mut page, "Ranks", ranks, |_| "rank");
     // An agent reports its store's counters, not per-tier rows: their keys are fields.
-    section(&mut page, "Tiers", tiers, |key| if key == "store" { "field" } else { "tier" });
+    section(&mut page, "Tiers", tiers, |key| {
+        if key == "store" {
+            "field"
+        } else {
+            "tier"
+        }
+    });
     let shown: Vec<&str> = ranks.into_iter().chain(tiers).map(|(k, _)| k).collect();
     other_fields(&mut page, status, &shown);
-    let _ = write!(page, "<footer>Reloads every {REFRESH_SECONDS} s.</footer>\n</body></html>\n");
+    let _ = write!(
+        page,
+        "<footer>Reloads every {REFRESH_SECONDS} s.</footer>\n</body></html>\n"
+    );
     page
 }
 
@@ -81,12 +90,21 @@ fn badge(page: &mut String, status: &Value) {
     };
     let _ = writeln!(page, "<div class=\"badge {class}\">{label}</div>");
     let reason = find(status, REASON).map(text_of);
-    let _ = writeln!(page, "<p class=\"reason\">{}</p>", escape(reason.as_deref().unwrap_or(MISSING)));
+    let _ = writeln!(
+        page,
+        "<p class=\"reason\">{}</p>",
+        escape(reason.as_deref().unwrap_or(MISSING))
+    );
 }
 
 /// A heading, with the key the rows came from when it is not the heading's own word, and
 /// the table of those rows.
-fn section(page: &mut String, heading: &str, found: Option<(&str, &Value)>, key_column: impl Fn(&str) -> &'static str) {
+fn section(
+    page: &mut String,
+    heading: &str,
+    found: Option<(&str, &Value)>,
+    key_column: impl Fn(&str) -> &'static str,
+) {
     let _ = write!(page, "<h2>{heading}");
     if let Some((key, _)) = found.filter(|(key, _)| !key.eq_ignore_ascii_case(heading)) {
         let _ = write!(page, " <span class=\"muted\">({})</span>", escape(key));
@@ -108,7 +126,9 @@ fn cards(page: &mut String, status: &Value) {
         ("restarts", RESTARTS),
     ];
     let when_present: [(&str, &[&str]); 2] = [("rank", RANK), ("role", ROLE)];
-    let present = when_present.into_iter().filter(|(_, keys)| find(status, keys).is_some());
+    let present = when_present
+        .into_iter()
+        .filter(|(_, keys)| find(status, keys).is_some());
     page.push_str("<div class=\"cards\">\n");
     for (label, keys) in always.into_iter().chain(present) {
         let value = cell(find(status, keys));
@@ -125,7 +145,9 @@ fn cards(page: &mut String, status: &Value) {
 fn table_or_note(page: &mut String, value: Option<&Value>, key_column: &str) {
     let rows: Vec<(Option<String>, &Value)> = match value {
         Some(Value::Array(items)) if !items.is_empty() => items.iter().map(|v| (None, v)).collect(),
-        Some(Value::Object(map)) if !map.is_empty() => map.iter().map(|(k, v)| (Some(k.clone()), v)).collect(),
+        Some(Value::Object(map)) if !map.is_empty() => {
+            map.iter().map(|(k, v)| (Some(k.clone()), v)).collect()
+        }
         Some(other @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => {
             let _ = writeln!(page, "<p>{}</p>", escape(&text_of(other)));
             return;
@@ -150,7 +172,9 @@ fn table_or_note(page: &mut String, value: Option<&Value>, key_column: &str) {
                     }
                 }
             }
-            _ if !columns.iter().any(|c| c == scalar_column) => columns.push(scalar_column.to_string()),
+            _ if !columns.iter().any(|c| c == scalar_column) => {
+                columns.push(scalar_column.to_string())
+            }
             _ => {}
         }
     }
@@ -183,7 +207,9 @@ fn table_or_note(page: &mut String, value: Option<&Value>, key_column: &str) {
 
 /// A colour for cells that read as a state: green for good words, red for bad ones.
 fn state_class(value: Option<&Value>) -> &'static str {
-    let Some(Value::String(s)) = value else { return "" };
+    let Some(Value::String(s)) = value else {
+        return "";
+    };
     match s.to_ascii_lowercase().as_str() {
         "ready" | "healthy" | "alive" | "joined" | "ok" | "up" => " class=\"good\"",
         "failed" | "dead" | "down" | "lost" | "not ready" | "timed out" => " class=\"bad\"",
@@ -196,7 +222,12 @@ fn state_class(value: Option<&Value>) -> &'static str {
 fn other_fields(page: &mut String, status: &Value, shown: &[&str]) {
     page.push_str("<h2>Other fields</h2>\n<table><tr><th>field</th><th>value</th></tr>\n");
     for (path, text) in flatten(status, shown) {
-        let _ = writeln!(page, "<tr><td>{}</td><td>{}</td></tr>", escape(&path), escape(&text));
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td>{}</td></tr>",
+            escape(&path),
+            escape(&text)
+        );
     }
     page.push_str("</table>\n");
 }
@@ -217,9 +248,17 @@ mod tests {
     #[test]
     fn keyed_table_puts_the_key_first() {
         let mut page = String::new();
-        table_or_note(&mut page, Some(&json!({"host": {"used": 3, "free": 5}, "disk": 7})), "tier");
+        table_or_note(
+            &mut page,
+            Some(&json!({"host": {"used": 3, "free": 5}, "disk": 7})),
+            "tier",
+        );
         assert!(page.starts_with("<table><tr><th>tier</th>"));
-        assert!(page.contains("<td>host</td>") && page.contains("<td>3</td>") && page.contains("<td>7</td>"));
+        assert!(
+            page.contains("<td>host</td>")
+                && page.contains("<td>3</td>")
+                && page.contains("<td>7</td>")
+        );
     }
 
     #[test]

@@ -49,24 +49,43 @@ impl SupervisorMetrics {
     /// Create every family for group `group` (constant label `group`), in state
     /// [`GroupState::Starting`].
     pub fn new(group: &str) -> Self {
-        let labels: [(Cow<'static, str>, Cow<'static, str>); 1] = [("group".into(), group.to_owned().into())];
-        let mut registry = Registry::with_prefix_and_labels("tandem_supervisor", labels.into_iter());
+        let labels: [(Cow<'static, str>, Cow<'static, str>); 1] =
+            [("group".into(), group.to_owned().into())];
+        let mut registry =
+            Registry::with_prefix_and_labels("tandem_supervisor", labels.into_iter());
 
         let restarts = SyncedCounter::default();
-        registry.register("restarts", "Group restarts ordered by the supervisor", restarts.clone());
+        registry.register(
+            "restarts",
+            "Group restarts ordered by the supervisor",
+            restarts.clone(),
+        );
 
         let states = Family::<[(&'static str, &'static str); 1], Gauge>::default();
-        let group_state = GroupState::ALL.map(|s| states.get_or_create_owned(&[("state", s.as_str())]));
-        registry.register("group_state", "1 for the group's current state, 0 for the others", states);
+        let group_state =
+            GroupState::ALL.map(|s| states.get_or_create_owned(&[("state", s.as_str())]));
+        registry.register(
+            "group_state",
+            "1 for the group's current state, 0 for the others",
+            states,
+        );
 
         let epoch = Gauge::default();
         registry.register("epoch", "The group's current epoch", epoch.clone());
 
         let ranks_alive = Gauge::default();
-        registry.register("ranks_alive", "Ranks whose heartbeat is fresh", ranks_alive.clone());
+        registry.register(
+            "ranks_alive",
+            "Ranks whose heartbeat is fresh",
+            ranks_alive.clone(),
+        );
 
         let ranks_expected = Gauge::default();
-        registry.register("ranks_expected", "Ranks in the group (world size)", ranks_expected.clone());
+        registry.register(
+            "ranks_expected",
+            "Ranks in the group (world size)",
+            ranks_expected.clone(),
+        );
 
         let heartbeat_age = Family::<[(&'static str, u32); 1], SecondsGauge>::default();
         registry.register_with_unit(
@@ -112,7 +131,9 @@ impl SupervisorMetrics {
 
     /// The state whose gauge is 1 (the last one set).
     pub fn group_state(&self) -> Option<GroupState> {
-        GroupState::ALL.into_iter().find(|s| self.group_state[s.index()].get() == 1)
+        GroupState::ALL
+            .into_iter()
+            .find(|s| self.group_state[s.index()].get() == 1)
     }
 
     /// Set `tandem_supervisor_epoch` (saturates at `i64::MAX`).
@@ -132,7 +153,9 @@ impl SupervisorMetrics {
 
     /// Set `tandem_supervisor_heartbeat_age_seconds{rank}`.
     pub fn set_heartbeat_age(&self, rank: u32, age: Duration) {
-        self.heartbeat_age.get_or_create(&[("rank", rank)]).set(age.as_secs_f64());
+        self.heartbeat_age
+            .get_or_create(&[("rank", rank)])
+            .set(age.as_secs_f64());
     }
 
     /// Drop the heartbeat series of `rank` (a rank that is no longer part of the group).
@@ -165,7 +188,10 @@ impl SupervisorMetrics {
     /// The body and content type for a `/metrics` request with this `Accept` header.
     pub fn exposition(&self, accept: Option<&str>) -> Exposition {
         let format = TextFormat::from_accept(accept);
-        Exposition { content_type: format.content_type(), body: encode_or_comment(&self.registry, format) }
+        Exposition {
+            content_type: format.content_type(),
+            body: encode_or_comment(&self.registry, format),
+        }
     }
 
     /// As [`SupervisorMetrics::encode_text`] in `format`, with the error.

@@ -51,7 +51,11 @@ impl SyncedCounter {
     /// added.
     pub fn set_total(&self, total: u64) -> u64 {
         let previous = self.source_last.swap(total, Ordering::Relaxed);
-        let delta = if total >= previous { total - previous } else { total };
+        let delta = if total >= previous {
+            total - previous
+        } else {
+            total
+        };
         if delta > 0 {
             self.counter.inc_by(delta);
         }

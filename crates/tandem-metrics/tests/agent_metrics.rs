@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use tandem_metrics::{
-    parse_exposition, AgentMetrics, Direction, ParsedExposition, TaskKind, TaskResult, TextFormat, Tier,
-    LATENCY_BUCKETS_SECONDS, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE,
+    parse_exposition, AgentMetrics, Direction, ParsedExposition, TaskKind, TaskResult, TextFormat,
+    Tier, LATENCY_BUCKETS_SECONDS, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE,
 };
 
 fn parsed(m: &AgentMetrics) -> ParsedExposition {
@@ -41,7 +41,10 @@ const FAMILIES: [(&str, &str, &[&str]); 18] = [
 fn sample_names(family: &str, kind: &str) -> Vec<String> {
     match kind {
         "counter" => vec![format!("{family}_total")],
-        "histogram" => ["_bucket", "_sum", "_count"].iter().map(|s| format!("{family}{s}")).collect(),
+        "histogram" => ["_bucket", "_sum", "_count"]
+            .iter()
+            .map(|s| format!("{family}{s}"))
+            .collect(),
         _ => vec![family.to_string()],
     }
 }
@@ -51,10 +54,22 @@ fn every_family_appears_with_its_type_and_labels() {
     let m = AgentMetrics::new("g1", 2);
     let p = parsed(&m);
     assert!(p.eof, "OpenMetrics text ends with # EOF");
-    assert_eq!(p.types.len(), FAMILIES.len(), "families: {:?}", p.types.keys().collect::<Vec<_>>());
+    assert_eq!(
+        p.types.len(),
+        FAMILIES.len(),
+        "families: {:?}",
+        p.types.keys().collect::<Vec<_>>()
+    );
     for (family, kind, keys) in FAMILIES {
-        assert_eq!(p.types.get(family).map(String::as_str), Some(kind), "type of {family}");
-        assert!(p.helps.get(family).is_some_and(|h| !h.is_empty()), "help of {family}");
+        assert_eq!(
+            p.types.get(family).map(String::as_str),
+            Some(kind),
+            "type of {family}"
+        );
+        assert!(
+            p.helps.get(family).is_some_and(|h| !h.is_empty()),
+            "help of {family}"
+        );
         for name in sample_names(family, kind) {
             let samples: Vec<_> = p.samples_named(&name).collect();
             assert!(!samples.is_empty(), "no sample {name}");
@@ -73,7 +88,11 @@ fn every_family_appears_with_its_type_and_labels() {
         ("tandem_tier_moved_bytes", "bytes"),
         ("tandem_tier_occupancy_blocks", "blocks"),
     ] {
-        assert_eq!(p.units.get(family).map(String::as_str), Some(unit), "unit of {family}");
+        assert_eq!(
+            p.units.get(family).map(String::as_str),
+            Some(unit),
+            "unit of {family}"
+        );
     }
 }
 
@@ -81,17 +100,31 @@ fn every_family_appears_with_its_type_and_labels() {
 fn every_labelled_series_exists_from_the_start_at_zero() {
     let p = parsed(&AgentMetrics::new("g", 0));
     for k in TaskKind::ALL {
-        assert_eq!(p.value("tandem_tasks_started_total", &[("kind", k.as_str())]), Some(0.0));
+        assert_eq!(
+            p.value("tandem_tasks_started_total", &[("kind", k.as_str())]),
+            Some(0.0)
+        );
         for r in TaskResult::ALL {
             let labels = [("kind", k.as_str()), ("result", r.as_str())];
-            assert_eq!(p.value("tandem_tasks_finished_total", &labels), Some(0.0), "{labels:?}");
+            assert_eq!(
+                p.value("tandem_tasks_finished_total", &labels),
+                Some(0.0),
+                "{labels:?}"
+            );
         }
     }
     for t in Tier::ALL {
-        assert_eq!(p.value("tandem_tier_occupancy_blocks", &[("tier", t.as_str())]), Some(0.0));
+        assert_eq!(
+            p.value("tandem_tier_occupancy_blocks", &[("tier", t.as_str())]),
+            Some(0.0)
+        );
         for d in Direction::ALL {
             let labels = [("tier", t.as_str()), ("direction", d.as_str())];
-            assert_eq!(p.value("tandem_tier_moved_bytes_total", &labels), Some(0.0), "{labels:?}");
+            assert_eq!(
+                p.value("tandem_tier_moved_bytes_total", &labels),
+                Some(0.0),
+                "{labels:?}"
+            );
         }
     }
     assert_eq!(p.samples_named("tandem_tasks_finished_total").count(), 6);
@@ -105,7 +138,8 @@ fn counters_increase_by_increments_and_by_totals() {
     m.steps_sealed().set_total(25);
     m.tasks_started(TaskKind::Load).inc();
     m.tasks_started(TaskKind::Load).add(2);
-    m.tasks_finished(TaskKind::Store, TaskResult::Aborted).add(4);
+    m.tasks_finished(TaskKind::Store, TaskResult::Aborted)
+        .add(4);
     m.moved_bytes(Tier::Disk, Direction::Load).add(4096);
     m.moved_bytes(Tier::Disk, Direction::Load).add(4096);
     m.evictions().add(7);
@@ -115,14 +149,38 @@ fn counters_increase_by_increments_and_by_totals() {
     m.wait_timeouts().inc();
     let before = parsed(&m);
     assert_eq!(before.value("tandem_steps_sealed_total", &[]), Some(25.0));
-    assert_eq!(before.value("tandem_tasks_started_total", &[("kind", "load")]), Some(3.0));
-    assert_eq!(before.value("tandem_tasks_started_total", &[("kind", "store")]), Some(0.0));
-    assert_eq!(before.value("tandem_tasks_finished_total", &[("kind", "store"), ("result", "aborted")]), Some(4.0));
-    assert_eq!(before.value("tandem_tier_moved_bytes_total", &[("tier", "disk"), ("direction", "load")]), Some(8192.0));
+    assert_eq!(
+        before.value("tandem_tasks_started_total", &[("kind", "load")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        before.value("tandem_tasks_started_total", &[("kind", "store")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        before.value(
+            "tandem_tasks_finished_total",
+            &[("kind", "store"), ("result", "aborted")]
+        ),
+        Some(4.0)
+    );
+    assert_eq!(
+        before.value(
+            "tandem_tier_moved_bytes_total",
+            &[("tier", "disk"), ("direction", "load")]
+        ),
+        Some(8192.0)
+    );
     assert_eq!(before.value("tandem_evictions_total", &[]), Some(7.0));
-    assert_eq!(before.value("tandem_stale_epoch_rejected_total", &[]), Some(3.0));
+    assert_eq!(
+        before.value("tandem_stale_epoch_rejected_total", &[]),
+        Some(3.0)
+    );
     assert_eq!(before.value("tandem_restarts_total", &[]), Some(1.0));
-    assert_eq!(before.value("tandem_engine_frames_read_total", &[]), Some(5.0));
+    assert_eq!(
+        before.value("tandem_engine_frames_read_total", &[]),
+        Some(5.0)
+    );
     assert_eq!(before.value("tandem_wait_timeouts_total", &[]), Some(1.0));
 
     // A restarted state machine reports small totals again: the counters still only grow.
@@ -130,10 +188,19 @@ fn counters_increase_by_increments_and_by_totals() {
     m.stale_epoch_rejected().set_total(1);
     let after = parsed(&m);
     assert_eq!(after.value("tandem_steps_sealed_total", &[]), Some(27.0));
-    assert_eq!(after.value("tandem_stale_epoch_rejected_total", &[]), Some(4.0));
+    assert_eq!(
+        after.value("tandem_stale_epoch_rejected_total", &[]),
+        Some(4.0)
+    );
     for s in &before.samples {
         if s.name.ends_with("_total") {
-            let now = after.value(&s.name, &s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>());
+            let now = after.value(
+                &s.name,
+                &s.labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect::<Vec<_>>(),
+            );
             assert!(now.is_some_and(|v| v >= s.value), "{} went down", s.name);
         }
     }
@@ -153,9 +220,18 @@ fn gauges_take_absolute_values() {
     assert_eq!(p.value("tandem_epoch", &[]), Some(i64::MAX as f64));
     assert_eq!(p.value("tandem_ready", &[]), Some(1.0));
     assert_eq!(p.value("tandem_peers_joined", &[]), Some(3.0));
-    assert_eq!(p.value("tandem_tier_occupancy_blocks", &[("tier", "host")]), Some(120.0));
-    assert_eq!(p.value("tandem_tier_capacity_blocks", &[("tier", "host")]), Some(1024.0));
-    assert_eq!(p.value("tandem_tier_occupancy_blocks", &[("tier", "disk")]), Some(5.0));
+    assert_eq!(
+        p.value("tandem_tier_occupancy_blocks", &[("tier", "host")]),
+        Some(120.0)
+    );
+    assert_eq!(
+        p.value("tandem_tier_capacity_blocks", &[("tier", "host")]),
+        Some(1024.0)
+    );
+    assert_eq!(
+        p.value("tandem_tier_occupancy_blocks", &[("tier", "disk")]),
+        Some(5.0)
+    );
     m.set_ready(false);
     assert_eq!(parsed(&m).value("tandem_ready", &[]), Some(0.0));
 }
@@ -175,15 +251,44 @@ fn histograms_use_the_latency_buckets() {
     assert_eq!(bounds.len(), LATENCY_BUCKETS_SECONDS.len() + 1);
     assert_eq!(bounds.first().map(String::as_str), Some("0.00005"));
     assert_eq!(bounds.last().map(String::as_str), Some("+Inf"));
-    assert_eq!(p.value("tandem_frame_latency_seconds_count", &[]), Some(3.0));
-    assert_eq!(p.value("tandem_frame_latency_seconds_bucket", &[("le", "0.00005")]), Some(1.0));
-    assert_eq!(p.value("tandem_frame_latency_seconds_bucket", &[("le", "0.005")]), Some(2.0));
-    assert_eq!(p.value("tandem_frame_latency_seconds_bucket", &[("le", "5.0")]), Some(2.0));
-    assert_eq!(p.value("tandem_frame_latency_seconds_bucket", &[("le", "+Inf")]), Some(3.0));
-    let sum = p.value("tandem_frame_latency_seconds_sum", &[]).unwrap_or(f64::NAN);
+    assert_eq!(
+        p.value("tandem_frame_latency_seconds_count", &[]),
+        Some(3.0)
+    );
+    assert_eq!(
+        p.value("tandem_frame_latency_seconds_bucket", &[("le", "0.00005")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        p.value("tandem_frame_latency_seconds_bucket", &[("le", "0.005")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        p.value("tandem_frame_latency_seconds_bucket", &[("le", "5.0")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        p.value("tandem_frame_latency_seconds_bucket", &[("le", "+Inf")]),
+        Some(3.0)
+    );
+    let sum = p
+        .value("tandem_frame_latency_seconds_sum", &[])
+        .unwrap_or(f64::NAN);
     assert!((sum - 9.00303).abs() < 1e-9, "sum {sum}");
-    assert_eq!(p.value("tandem_redis_append_latency_seconds_bucket", &[("le", "0.0005")]), Some(0.0));
-    assert_eq!(p.value("tandem_redis_append_latency_seconds_bucket", &[("le", "0.001")]), Some(1.0));
+    assert_eq!(
+        p.value(
+            "tandem_redis_append_latency_seconds_bucket",
+            &[("le", "0.0005")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        p.value(
+            "tandem_redis_append_latency_seconds_bucket",
+            &[("le", "0.001")]
+        ),
+        Some(1.0)
+    );
 }
 
 #[test]
@@ -196,7 +301,9 @@ fn a_hostile_group_id_is_escaped_in_labels() {
 #[test]
 fn the_content_type_follows_the_accept_header() {
     let m = AgentMetrics::new("g", 0);
-    let scrape = m.exposition(Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"));
+    let scrape = m.exposition(Some(
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    ));
     assert_eq!(scrape.content_type, OPENMETRICS_CONTENT_TYPE);
     assert!(scrape.body.ends_with("# EOF\n"));
     let curl = m.exposition(None);
@@ -207,10 +314,19 @@ fn the_content_type_follows_the_accept_header() {
         Ok(p) => p,
         Err(e) => panic!("0.0.4 text does not parse: {e}"),
     };
-    assert_eq!(p.types.get("tandem_steps_sealed_total").map(String::as_str), Some("counter"));
+    assert_eq!(
+        p.types.get("tandem_steps_sealed_total").map(String::as_str),
+        Some("counter")
+    );
     assert_eq!(p.types.len(), FAMILIES.len());
-    assert_eq!(m.try_encode(TextFormat::OpenMetrics).ok(), Some(m.encode_text()));
-    assert_eq!(m.try_encode(TextFormat::Prometheus).ok(), Some(m.encode_prometheus_text()));
+    assert_eq!(
+        m.try_encode(TextFormat::OpenMetrics).ok(),
+        Some(m.encode_text())
+    );
+    assert_eq!(
+        m.try_encode(TextFormat::Prometheus).ok(),
+        Some(m.encode_prometheus_text())
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tandem_metrics::{
-    parse_exposition, AgentMetrics, Direction, GroupState, SupervisorMetrics, TaskKind, TaskResult, Tier,
+    parse_exposition, AgentMetrics, Direction, GroupState, SupervisorMetrics, TaskKind, TaskResult,
+    Tier,
 };
 
 fn busy_agent() -> AgentMetrics {
@@ -51,9 +52,10 @@ fn promtool(text: &str) -> Option<(bool, String)> {
 
 #[test]
 fn prometheus_text_passes_the_format_check_and_promtool() {
-    for (who, text) in
-        [("agent", busy_agent().encode_prometheus_text()), ("supervisor", busy_supervisor().encode_prometheus_text())]
-    {
+    for (who, text) in [
+        ("agent", busy_agent().encode_prometheus_text()),
+        ("supervisor", busy_supervisor().encode_prometheus_text()),
+    ] {
         let parsed = match parse_exposition(&text) {
             Ok(p) => p,
             Err(e) => panic!("{who}: {e}\n{text}"),

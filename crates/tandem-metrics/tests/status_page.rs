@@ -31,8 +31,14 @@ fn supervisor_status() -> Value {
 }
 
 fn between<'a>(page: &'a str, start: &str, end: &str) -> &'a str {
-    let from = page.find(start).map(|i| i + start.len()).unwrap_or(page.len());
-    let to = page[from..].find(end).map(|i| from + i).unwrap_or(page.len());
+    let from = page
+        .find(start)
+        .map(|i| i + start.len())
+        .unwrap_or(page.len());
+    let to = page[from..]
+        .find(end)
+        .map(|i| from + i)
+        .unwrap_or(page.len());
     &page[from..to]
 }
 
@@ -44,18 +50,33 @@ fn agent_status_values_are_on_the_page() {
     assert!(page.contains("NOT READY"));
     assert!(page.contains("waiting for ranks 2, 3 to join"));
     for card in ["prod-a", "7", "812", "5", "leader"] {
-        assert!(page.contains(&format!("<div class=\"v\">{card}</div>")), "card {card}");
+        assert!(
+            page.contains(&format!("<div class=\"v\">{card}</div>")),
+            "card {card}"
+        );
     }
     // No restarts and no group state in an agent's document: shown as missing.
     assert!(page.contains("<div class=\"k\">restarts</div><div class=\"v\">—</div>"));
     assert!(page.contains("<div class=\"k\">state</div><div class=\"v\">—</div>"));
     // The followers admitted stand in for the ranks table; the store for the tiers.
     let ranks = between(&page, "<h2>Ranks", "<h2>Tiers");
-    assert!(ranks.starts_with(" <span class=\"muted\">(joined)</span></h2>"), "{ranks}");
-    assert!(ranks.contains("<tr><th>rank</th></tr>") && ranks.contains("<td>1</td>"), "{ranks}");
+    assert!(
+        ranks.starts_with(" <span class=\"muted\">(joined)</span></h2>"),
+        "{ranks}"
+    );
+    assert!(
+        ranks.contains("<tr><th>rank</th></tr>") && ranks.contains("<td>1</td>"),
+        "{ranks}"
+    );
     let tiers = between(&page, "<h2>Tiers", "<h2>Other fields</h2>");
-    assert!(tiers.contains("(store)") && tiers.contains("<tr><th>field</th><th>value</th></tr>"), "{tiers}");
-    assert!(tiers.contains("<td>host_free_blocks</td><td>904</td>"), "{tiers}");
+    assert!(
+        tiers.contains("(store)") && tiers.contains("<tr><th>field</th><th>value</th></tr>"),
+        "{tiers}"
+    );
+    assert!(
+        tiers.contains("<td>host_free_blocks</td><td>904</td>"),
+        "{tiers}"
+    );
     // Every other field is listed; the store's are in the tiers table only.
     let others = between(&page, "<h2>Other fields</h2>", "</table>");
     assert!(others.contains("<td>agent.acked_step</td><td>790</td>"));
@@ -68,7 +89,10 @@ fn supervisor_status_renders_ranks_and_tiers_tables() {
     let page = render_status_html("Tandem supervisor", &supervisor_status());
     assert!(page.contains("class=\"badge ready\">READY<"));
     for card in ["restarting", "8", "3", "17"] {
-        assert!(page.contains(&format!("<div class=\"v\">{card}</div>")), "card {card}");
+        assert!(
+            page.contains(&format!("<div class=\"v\">{card}</div>")),
+            "card {card}"
+        );
     }
     let ranks = between(&page, "<h2>Ranks</h2>", "<h2>Tiers</h2>");
     assert!(ranks.contains("<tr><th>rank</th>"), "{ranks}");
@@ -80,7 +104,10 @@ fn supervisor_status_renders_ranks_and_tiers_tables() {
     let tiers = between(&page, "<h2>Tiers</h2>", "<h2>Other fields</h2>");
     assert!(tiers.contains("<tr><th>tier</th>"));
     // A supervisor's document has no rank or role of its own: no cards for them.
-    assert!(!page.contains("<div class=\"k\">rank</div>") && !page.contains("<div class=\"k\">role</div>"));
+    assert!(
+        !page.contains("<div class=\"k\">rank</div>")
+            && !page.contains("<div class=\"k\">role</div>")
+    );
     assert!(tiers.contains("<td>host</td>") && tiers.contains("<td>1024</td>"));
 }
 
@@ -88,8 +115,20 @@ fn supervisor_status_renders_ranks_and_tiers_tables() {
 fn missing_keys_show_a_dash() {
     let page = render_status_html("empty", &json!({}));
     assert!(page.contains("READY: UNKNOWN"));
-    for label in ["group", "state", "epoch", "step", "tasks in flight", "restarts"] {
-        assert!(page.contains(&format!("<div class=\"k\">{label}</div><div class=\"v\">—</div>")), "{label}");
+    for label in [
+        "group",
+        "state",
+        "epoch",
+        "step",
+        "tasks in flight",
+        "restarts",
+    ] {
+        assert!(
+            page.contains(&format!(
+                "<div class=\"k\">{label}</div><div class=\"v\">—</div>"
+            )),
+            "{label}"
+        );
     }
     assert!(page.contains("— (none reported)"));
 }
@@ -116,14 +155,22 @@ fn the_page_is_self_contained_and_reloads() {
     let page = render_status_html("t", &supervisor_status());
     assert!(page.contains("<meta http-equiv=\"refresh\" content=\"2\">"));
     assert!(page.contains("<style>"));
-    for external in ["http://", "https://", "<script", "<link", "src=", "@import", "url("] {
+    for external in [
+        "http://", "https://", "<script", "<link", "src=", "@import", "url(",
+    ] {
         assert!(!page.contains(external), "page refers to {external}");
     }
 }
 
 #[test]
 fn any_json_renders() {
-    for v in [json!(null), json!(3), json!("plain"), json!([1, {"a": [2, {"b": null}]}]), json!({"ready": "yes"})] {
+    for v in [
+        json!(null),
+        json!(3),
+        json!("plain"),
+        json!([1, {"a": [2, {"b": null}]}]),
+        json!({"ready": "yes"}),
+    ] {
         let page = render_status_html("x", &v);
         assert!(page.ends_with("</html>\n"), "{v}");
         assert!(page.contains("READY: UNKNOWN"), "{v}");

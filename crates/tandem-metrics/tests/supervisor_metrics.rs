@@ -19,21 +19,67 @@ fn every_family_appears_with_its_type() {
     m.set_heartbeat_age(0, Duration::from_millis(100));
     let p = parsed(&m);
     let expected = [
-        ("tandem_supervisor_restarts", "counter", "tandem_supervisor_restarts_total"),
-        ("tandem_supervisor_group_state", "gauge", "tandem_supervisor_group_state"),
-        ("tandem_supervisor_epoch", "gauge", "tandem_supervisor_epoch"),
-        ("tandem_supervisor_ranks_alive", "gauge", "tandem_supervisor_ranks_alive"),
-        ("tandem_supervisor_ranks_expected", "gauge", "tandem_supervisor_ranks_expected"),
-        ("tandem_supervisor_heartbeat_age_seconds", "gauge", "tandem_supervisor_heartbeat_age_seconds"),
-        ("tandem_supervisor_restart_backoff_seconds", "gauge", "tandem_supervisor_restart_backoff_seconds"),
+        (
+            "tandem_supervisor_restarts",
+            "counter",
+            "tandem_supervisor_restarts_total",
+        ),
+        (
+            "tandem_supervisor_group_state",
+            "gauge",
+            "tandem_supervisor_group_state",
+        ),
+        (
+            "tandem_supervisor_epoch",
+            "gauge",
+            "tandem_supervisor_epoch",
+        ),
+        (
+            "tandem_supervisor_ranks_alive",
+            "gauge",
+            "tandem_supervisor_ranks_alive",
+        ),
+        (
+            "tandem_supervisor_ranks_expected",
+            "gauge",
+            "tandem_supervisor_ranks_expected",
+        ),
+        (
+            "tandem_supervisor_heartbeat_age_seconds",
+            "gauge",
+            "tandem_supervisor_heartbeat_age_seconds",
+        ),
+        (
+            "tandem_supervisor_restart_backoff_seconds",
+            "gauge",
+            "tandem_supervisor_restart_backoff_seconds",
+        ),
     ];
-    assert_eq!(p.types.len(), expected.len(), "families: {:?}", p.types.keys().collect::<Vec<_>>());
+    assert_eq!(
+        p.types.len(),
+        expected.len(),
+        "families: {:?}",
+        p.types.keys().collect::<Vec<_>>()
+    );
     for (family, kind, sample) in expected {
-        assert_eq!(p.types.get(family).map(String::as_str), Some(kind), "{family}");
+        assert_eq!(
+            p.types.get(family).map(String::as_str),
+            Some(kind),
+            "{family}"
+        );
         assert!(p.samples_named(sample).count() > 0, "no sample {sample}");
-        assert!(p.samples_named(sample).all(|s| s.label("group") == Some("grp")), "{sample}");
+        assert!(
+            p.samples_named(sample)
+                .all(|s| s.label("group") == Some("grp")),
+            "{sample}"
+        );
     }
-    assert_eq!(p.units.get("tandem_supervisor_heartbeat_age_seconds").map(String::as_str), Some("seconds"));
+    assert_eq!(
+        p.units
+            .get("tandem_supervisor_heartbeat_age_seconds")
+            .map(String::as_str),
+        Some("seconds")
+    );
 }
 
 #[test]
@@ -47,7 +93,11 @@ fn group_state_is_one_hot() {
         let samples: Vec<_> = p.samples_named("tandem_supervisor_group_state").collect();
         assert_eq!(samples.len(), GroupState::ALL.len());
         for s in samples {
-            let want = if s.label("state") == Some(state.as_str()) { 1.0 } else { 0.0 };
+            let want = if s.label("state") == Some(state.as_str()) {
+                1.0
+            } else {
+                0.0
+            };
             assert_eq!(s.value, want, "{:?} while {}", s.labels, state.as_str());
         }
     }
@@ -60,13 +110,26 @@ fn heartbeat_ages_per_rank_and_forgetting_a_rank() {
     m.set_heartbeat_age(3, Duration::from_secs(4));
     m.set_heartbeat_age(3, Duration::from_secs(5));
     let p = parsed(&m);
-    assert_eq!(p.value("tandem_supervisor_heartbeat_age_seconds", &[("rank", "0")]), Some(0.25));
-    assert_eq!(p.value("tandem_supervisor_heartbeat_age_seconds", &[("rank", "3")]), Some(5.0));
+    assert_eq!(
+        p.value("tandem_supervisor_heartbeat_age_seconds", &[("rank", "0")]),
+        Some(0.25)
+    );
+    assert_eq!(
+        p.value("tandem_supervisor_heartbeat_age_seconds", &[("rank", "3")]),
+        Some(5.0)
+    );
     assert!(m.forget_rank(3));
     assert!(!m.forget_rank(3));
     let p = parsed(&m);
-    assert_eq!(p.value("tandem_supervisor_heartbeat_age_seconds", &[("rank", "3")]), None);
-    assert_eq!(p.samples_named("tandem_supervisor_heartbeat_age_seconds").count(), 1);
+    assert_eq!(
+        p.value("tandem_supervisor_heartbeat_age_seconds", &[("rank", "3")]),
+        None
+    );
+    assert_eq!(
+        p.samples_named("tandem_supervisor_heartbeat_age_seconds")
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -83,5 +146,8 @@ fn counters_and_gauges_update() {
     assert_eq!(p.value("tandem_supervisor_epoch", &[]), Some(5.0));
     assert_eq!(p.value("tandem_supervisor_ranks_alive", &[]), Some(3.0));
     assert_eq!(p.value("tandem_supervisor_ranks_expected", &[]), Some(4.0));
-    assert_eq!(p.value("tandem_supervisor_restart_backoff_seconds", &[]), Some(1.5));
+    assert_eq!(
+        p.value("tandem_supervisor_restart_backoff_seconds", &[]),
+        Some(1.5)
+    );
 }

@@ -98,7 +98,9 @@ pub mod wire;
 pub use error::{FollowerError, LeaderError, QuorumError};
 pub use fingerprint::{ConfigFingerprint, FieldMismatch};
 pub use follower::{Follower, FollowerEvent, FollowerStats, WaitId};
-pub use frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp};
+pub use frame::{
+    Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,
+};
 pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
 pub use leader::{Leader, LeaderConfig, LeaderEvent, LeaderStats, MAX_WORLD_SIZE};
 pub use persist::{BatchId, PersistBatch, StartedTask};

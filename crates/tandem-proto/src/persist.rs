@@ -234,7 +234,11 @@ mod tests {
         q.push_started(start(1));
         assert!(q.failed(b.id));
         let again = q.poll().unwrap();
-        assert_eq!(again.started, vec![start(0), start(1)], "failed starts go first");
+        assert_eq!(
+            again.started,
+            vec![start(0), start(1)],
+            "failed starts go first"
+        );
         q.persisted(again.id).unwrap();
         assert_eq!(q.take_durable_started(), vec![start(0), start(1)]);
         assert!(q.poll().is_none());

@@ -41,7 +41,10 @@ fn task_start() -> impl Strategy<Value = TaskStart> {
             request: RequestId(r),
             block_hashes,
             page_ids: pages.into_iter().map(PageId).collect(),
-            tiers: on_disk.into_iter().map(|d| if d { Tier::Disk } else { Tier::Host }).collect(),
+            tiers: on_disk
+                .into_iter()
+                .map(|d| if d { Tier::Disk } else { Tier::Host })
+                .collect(),
         })
 }
 

@@ -78,8 +78,12 @@ impl Sim {
                     self.leader
                         .start_load(r, vec![BlockHash(1)], vec![PageId(1)])
                 } else {
-                    self.leader
-                        .start_store(r, vec![BlockHash(2)], vec![PageId(2)], vec![Tier::Host])
+                    self.leader.start_store(
+                        r,
+                        vec![BlockHash(2)],
+                        vec![PageId(2)],
+                        vec![Tier::Host],
+                    )
                 };
                 self.tasks.push(t);
             }

@@ -81,7 +81,10 @@ const SERDE_PREALLOC_CAP: usize = 1024 * 1024;
 const LIMITS: [usize; 3] = [4096, 64 * 1024, 16 * 1024 * 1024];
 
 fn cases() -> u32 {
-    std::env::var("TANDEM_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000)
+    std::env::var("TANDEM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -102,35 +105,58 @@ fn outcome() -> impl Strategy<Value = TaskOutcome> {
         ".{0,16}".prop_map(|reason| OutcomeResult::Failed { reason }),
     ];
     let kind = prop_oneof![Just(TaskKind::Store), Just(TaskKind::Load)];
-    (task_id(), kind, any::<u64>(), result).prop_map(|(task, kind, r, result)| TaskOutcome { task, kind, request: RequestId(r), result })
+    (task_id(), kind, any::<u64>(), result).prop_map(|(task, kind, r, result)| TaskOutcome {
+        task,
+        kind,
+        request: RequestId(r),
+        result,
+    })
 }
 
 fn task_start() -> impl Strategy<Value = TaskStart> {
-    (task_id(), any::<u64>(), hashes(), prop::collection::vec(any::<u32>(), 0..8), prop::collection::vec(any::<bool>(), 0..8)).prop_map(
-        |(task, r, block_hashes, pages, disk)| TaskStart {
+    (
+        task_id(),
+        any::<u64>(),
+        hashes(),
+        prop::collection::vec(any::<u32>(), 0..8),
+        prop::collection::vec(any::<bool>(), 0..8),
+    )
+        .prop_map(|(task, r, block_hashes, pages, disk)| TaskStart {
             task,
             request: RequestId(r),
             block_hashes,
             page_ids: pages.into_iter().map(PageId).collect(),
-            tiers: disk.into_iter().map(|d| if d { Tier::Disk } else { Tier::Host }).collect(),
-        },
-    )
+            tiers: disk
+                .into_iter()
+                .map(|d| if d { Tier::Disk } else { Tier::Host })
+                .collect(),
+        })
 }
 
 fn frame() -> impl Strategy<Value = Frame> {
-    let lookup = (any::<u64>(), hashes(), any::<u32>(), any::<bool>()).prop_map(|(r, block_hashes, matched_blocks, pinned)| LookupResult {
-        request: RequestId(r),
-        block_hashes,
-        matched_blocks,
-        pinned,
-    });
+    let lookup = (any::<u64>(), hashes(), any::<u32>(), any::<bool>()).prop_map(
+        |(r, block_hashes, matched_blocks, pinned)| LookupResult {
+            request: RequestId(r),
+            block_hashes,
+            matched_blocks,
+            pinned,
+        },
+    );
     let tier_op = (0u8..3, any::<u64>()).prop_map(|(k, h)| match k {
         0 => TierOp::Evict(BlockHash(h)),
         1 => TierOp::Demote(BlockHash(h)),
         _ => TierOp::Promote(BlockHash(h)),
     });
-    let rec = (prop::collection::vec(outcome(), 0..3), prop::collection::vec(outcome(), 0..3), hashes())
-        .prop_map(|(redelivered, aborted, released_pins)| Reconciliation { redelivered, aborted, released_pins });
+    let rec = (
+        prop::collection::vec(outcome(), 0..3),
+        prop::collection::vec(outcome(), 0..3),
+        hashes(),
+    )
+        .prop_map(|(redelivered, aborted, released_pins)| Reconciliation {
+            redelivered,
+            aborted,
+            released_pins,
+        });
     (
         any::<u64>(),
         any::<u64>(),
@@ -141,16 +167,18 @@ fn frame() -> impl Strategy<Value = Frame> {
         prop::collection::vec(tier_op, 0..4),
         prop::option::of(rec),
     )
-        .prop_map(|(e, s, lookups, stores, loads, finished, tier_ops, reconciliation)| Frame {
-            epoch: Epoch(e),
-            step: Step(s),
-            lookups,
-            stores,
-            loads,
-            finished,
-            tier_ops,
-            reconciliation,
-        })
+        .prop_map(
+            |(e, s, lookups, stores, loads, finished, tier_ops, reconciliation)| Frame {
+                epoch: Epoch(e),
+                step: Step(s),
+                lookups,
+                stores,
+                loads,
+                finished,
+                tier_ops,
+                reconciliation,
+            },
+        )
 }
 
 fn message() -> impl Strategy<Value = Message> {
@@ -167,21 +195,68 @@ fn message() -> impl Strategy<Value = Message> {
     });
     let refusal = prop_oneof![
         Just(HandshakeError::BadSecret),
-        (any::<u64>(), any::<u64>()).prop_map(|(a, b)| HandshakeError::StaleEpoch { ours: Epoch(a), theirs: Epoch(b) }),
-        ("[a-z_]{1,12}", ".{0,8}", ".{0,8}").prop_map(|(field, ours, theirs)| HandshakeError::Fingerprint(FieldMismatch { field, ours, theirs })),
+        (any::<u64>(), any::<u64>()).prop_map(|(a, b)| HandshakeError::StaleEpoch {
+            ours: Epoch(a),
+            theirs: Epoch(b)
+        }),
+        ("[a-z_]{1,12}", ".{0,8}", ".{0,8}").prop_map(|(field, ours, theirs)| {
+            HandshakeError::Fingerprint(FieldMismatch {
+                field,
+                ours,
+                theirs,
+            })
+        }),
     ];
     prop_oneof![
         any::<[u8; 32]>().prop_map(|nonce| Message::Challenge { nonce }),
-        (any::<u16>(), ".{0,12}", any::<u32>(), any::<u64>(), fingerprint, any::<[u8; 32]>()).prop_map(|(v, g, r, e, fingerprint, proof)| {
-            Message::Hello(Hello { protocol_version: v, group_id: GroupId(g), rank: Rank(r), epoch: Epoch(e), fingerprint, proof })
+        (
+            any::<u16>(),
+            ".{0,12}",
+            any::<u32>(),
+            any::<u64>(),
+            fingerprint,
+            any::<[u8; 32]>()
+        )
+            .prop_map(|(v, g, r, e, fingerprint, proof)| {
+                Message::Hello(Hello {
+                    protocol_version: v,
+                    group_id: GroupId(g),
+                    rank: Rank(r),
+                    epoch: Epoch(e),
+                    fingerprint,
+                    proof,
+                })
+            }),
+        (any::<u64>(), prop::option::of(any::<u64>())).prop_map(|(e, s)| Message::Welcome {
+            epoch: Epoch(e),
+            sealed_step: s.map(Step)
         }),
-        (any::<u64>(), prop::option::of(any::<u64>())).prop_map(|(e, s)| Message::Welcome { epoch: Epoch(e), sealed_step: s.map(Step) }),
         refusal.prop_map(|reason| Message::Refused { reason }),
         frame().prop_map(Message::Frame),
-        (any::<u64>(), task_id(), any::<u32>(), prop_oneof![Just(Ok(())), ".{0,12}".prop_map(Err)])
-            .prop_map(|(e, task, r, result)| Message::ShardReport(ShardReport { epoch: Epoch(e), task, rank: Rank(r), result })),
-        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(e, r, s)| Message::Ack(Ack { epoch: Epoch(e), rank: Rank(r), step: Step(s) })),
-        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(e, r, now_ms)| Message::Heartbeat(Heartbeat { epoch: Epoch(e), rank: Rank(r), now_ms })),
+        (
+            any::<u64>(),
+            task_id(),
+            any::<u32>(),
+            prop_oneof![Just(Ok(())), ".{0,12}".prop_map(Err)]
+        )
+            .prop_map(|(e, task, r, result)| Message::ShardReport(ShardReport {
+                epoch: Epoch(e),
+                task,
+                rank: Rank(r),
+                result
+            })),
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(e, r, s)| Message::Ack(Ack {
+            epoch: Epoch(e),
+            rank: Rank(r),
+            step: Step(s)
+        })),
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(e, r, now_ms)| Message::Heartbeat(
+            Heartbeat {
+                epoch: Epoch(e),
+                rank: Rank(r),
+                now_ms
+            }
+        )),
     ]
 }
 
@@ -229,10 +304,19 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ];
     prop_oneof![
         (any::<prop::sample::Index>(), 1u8..=255).prop_map(|(i, x)| Mutation::Flip(i, x)),
-        (any::<prop::sample::Index>(), prop::collection::vec(any::<u8>(), 1..16)).prop_map(|(i, b)| Mutation::Insert(i, b)),
+        (
+            any::<prop::sample::Index>(),
+            prop::collection::vec(any::<u8>(), 1..16)
+        )
+            .prop_map(|(i, b)| Mutation::Insert(i, b)),
         (any::<prop::sample::Index>(), 1usize..16).prop_map(|(i, n)| Mutation::Remove(i, n)),
         any::<prop::sample::Index>().prop_map(Mutation::Truncate),
-        (any::<prop::sample::Index>(), 1usize..32, any::<prop::sample::Index>()).prop_map(|(a, n, b)| Mutation::Duplicate(a, n, b)),
+        (
+            any::<prop::sample::Index>(),
+            1usize..32,
+            any::<prop::sample::Index>()
+        )
+            .prop_map(|(a, n, b)| Mutation::Duplicate(a, n, b)),
         lie.prop_map(Mutation::Length),
         any::<prop::sample::Index>().prop_map(Mutation::HugeVarint),
     ]
@@ -288,43 +372,75 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation, limit: usize) {
 /// was accepted.
 fn check(bytes: &[u8], limit: usize) -> Result<Option<Message>, TestCaseError> {
     let (result, largest) = largest_allocation(|| decode(bytes, limit));
-    let claimed = (bytes.len() >= HEADER_LEN).then(|| u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize);
-    let header_ok = bytes.len() >= 4 && bytes[0..2] == MAGIC && bytes[2..4] == WIRE_VERSION.to_be_bytes();
+    let claimed = (bytes.len() >= HEADER_LEN)
+        .then(|| u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize);
+    let header_ok =
+        bytes.len() >= 4 && bytes[0..2] == MAGIC && bytes[2..4] == WIRE_VERSION.to_be_bytes();
     match &result {
         Ok(Some((_, used))) => {
             prop_assert!(header_ok);
             prop_assert_eq!(Some(*used - HEADER_LEN), claimed);
-            prop_assert!(*used <= bytes.len() && *used <= HEADER_LEN + limit, "consumed {} of {} (limit {})", used, bytes.len(), limit);
+            prop_assert!(
+                *used <= bytes.len() && *used <= HEADER_LEN + limit,
+                "consumed {} of {} (limit {})",
+                used,
+                bytes.len(),
+                limit
+            );
         }
         Ok(None) => {
             // Only a true prefix: too short for the magic/version/length, or a payload that is
             // not all there yet and that the limit allows.
             if let Some(c) = claimed {
                 prop_assert!(header_ok);
-                prop_assert!(c <= limit, "incomplete answered for a header claiming {} > limit {}", c, limit);
+                prop_assert!(
+                    c <= limit,
+                    "incomplete answered for a header claiming {} > limit {}",
+                    c,
+                    limit
+                );
                 prop_assert!(bytes.len() < HEADER_LEN + c);
             }
         }
-        Err(CodecError::TooLarge { claimed: c, limit: l }) => {
+        Err(CodecError::TooLarge {
+            claimed: c,
+            limit: l,
+        }) => {
             prop_assert_eq!(*l, limit as u64);
             prop_assert_eq!(Some(*c as usize), claimed);
             prop_assert!(*c > *l);
-            prop_assert_eq!(largest, 0, "a header claiming {} bytes over the limit allocated {} bytes", c, largest);
+            prop_assert_eq!(
+                largest,
+                0,
+                "a header claiming {} bytes over the limit allocated {} bytes",
+                c,
+                largest
+            );
         }
         Err(CodecError::BadMagic { found, .. }) => prop_assert_eq!(&found[..], &bytes[0..2]),
-        Err(CodecError::UnsupportedVersion { theirs, .. }) => prop_assert_eq!(*theirs, u16::from_be_bytes([bytes[2], bytes[3]])),
+        Err(CodecError::UnsupportedVersion { theirs, .. }) => {
+            prop_assert_eq!(*theirs, u16::from_be_bytes([bytes[2], bytes[3]]))
+        }
         Err(CodecError::Malformed(why)) => prop_assert!(!why.is_empty()),
     }
     // The message's own shape bounds every allocation: the payload (at most the limit) or
     // serde's preallocation cap for a claimed sequence length, never the length claimed.
-    prop_assert!(largest <= limit.max(SERDE_PREALLOC_CAP), "decoding {} bytes under limit {} allocated {} bytes at once", bytes.len(), limit, largest);
+    prop_assert!(
+        largest <= limit.max(SERDE_PREALLOC_CAP),
+        "decoding {} bytes under limit {} allocated {} bytes at once",
+        bytes.len(),
+        limit,
+        largest
+    );
     let msg = match result {
         Ok(Some((m, _))) => m,
         _ => return Ok(None),
     };
     // Whatever was accepted is a well-formed message: it re-encodes and decodes to itself.
     let again = encode(&msg);
-    let (back, used) = decode(&again, usize::MAX >> 1).map_err(|e| TestCaseError::fail(e.to_string()))?.ok_or_else(|| TestCaseError::fail("re-encoding is incomplete"))?;
+    let (back, used) = decode(&again, usize::MAX >> 1)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?
+        .ok_or_else(|| TestCaseError::fail("re-encoding is incomplete"))?;
     prop_assert_eq!(used, again.len());
     prop_assert_eq!(&back, &msg);
     Ok(Some(msg))
@@ -457,14 +573,22 @@ fn inner_lengths_beyond_the_payload_are_malformed_and_bounded() {
     let mut nested = vec![4u8, 1, 0, 0, 1];
     nested.extend_from_slice(&[1, 1, 7]); // task {epoch 1, seq 1}, request 7
     nested.extend_from_slice(&varint_u32_max);
-    for (name, payload) in [("frame.lookups", frame), ("hello.group_id", hello), ("frame.stores[0].block_hashes", nested)] {
+    for (name, payload) in [
+        ("frame.lookups", frame),
+        ("hello.group_id", hello),
+        ("frame.stores[0].block_hashes", nested),
+    ] {
         let mut bytes = header(payload.len() as u32);
         bytes.extend_from_slice(&payload);
         for limit in LIMITS {
             let (r, largest) = largest_allocation(|| decode(&bytes, limit));
             println!("\n{name}: claims 2^32-1 or more, {} payload bytes, limit {limit}: {r:?}, largest allocation {largest} bytes", payload.len());
             assert!(matches!(r, Err(CodecError::Malformed(_))), "{name}: {r:?}");
-            assert!(largest <= SERDE_PREALLOC_CAP, "{name}: allocated {largest} bytes for a {}-byte payload", payload.len());
+            assert!(
+                largest <= SERDE_PREALLOC_CAP,
+                "{name}: allocated {largest} bytes for a {}-byte payload",
+                payload.len()
+            );
         }
     }
 }
@@ -476,20 +600,31 @@ fn inner_lengths_beyond_the_payload_are_malformed_and_bounded() {
 fn amplification_figure() {
     use proptest::test_runner::{Config, TestRunner};
     let worst = std::cell::Cell::new((0usize, 0usize, 0f64));
-    let mut runner = TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
     runner
-        .run(&(message(), prop::collection::vec(mutation(), 1..7)), |(msg, mutations)| {
-            let mut bytes = encode(&msg);
-            for m in &mutations {
-                apply(&mut bytes, m, 4096);
-            }
-            let (_, largest) = largest_allocation(|| decode(&bytes, 4096));
-            let ratio = largest as f64 / bytes.len().max(1) as f64;
-            let (w, wl, wr) = worst.get();
-            worst.set((w.max(largest), if largest > w { bytes.len() } else { wl }, wr.max(ratio)));
-            prop_assert!(largest <= SERDE_PREALLOC_CAP);
-            Ok(())
-        })
+        .run(
+            &(message(), prop::collection::vec(mutation(), 1..7)),
+            |(msg, mutations)| {
+                let mut bytes = encode(&msg);
+                for m in &mutations {
+                    apply(&mut bytes, m, 4096);
+                }
+                let (_, largest) = largest_allocation(|| decode(&bytes, 4096));
+                let ratio = largest as f64 / bytes.len().max(1) as f64;
+                let (w, wl, wr) = worst.get();
+                worst.set((
+                    w.max(largest),
+                    if largest > w { bytes.len() } else { wl },
+                    wr.max(ratio),
+                ));
+                prop_assert!(largest <= SERDE_PREALLOC_CAP);
+                Ok(())
+            },
+        )
         .expect("every mutated message decodes within the allocation bound");
     let (w, wl, wr) = worst.get();
     println!("\nFIGURE fault=fuzz_decode_allocation cases={} largest_allocation_bytes={w} from_message_bytes={wl} worst_ratio_allocation_to_message={wr:.1}", cases());

@@ -860,26 +860,52 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
 #[test]
 fn starts_are_revealed_only_once_durable() {
     let mut g = Group::new(1, 2, None);
-    let t = g.leader.start_store(RequestId(1), vec![BlockHash(1)], vec![PageId(1)], vec![Tier::Disk]);
+    let t = g.leader.start_store(
+        RequestId(1),
+        vec![BlockHash(1)],
+        vec![PageId(1)],
+        vec![Tier::Disk],
+    );
     let f0 = g.seal();
-    assert!(f0.stores.is_empty(), "a start that is not durable is not revealed");
-    let b = g.leader.poll_persist().expect("the start waits to be logged");
+    assert!(
+        f0.stores.is_empty(),
+        "a start that is not durable is not revealed"
+    );
+    let b = g
+        .leader
+        .poll_persist()
+        .expect("the start waits to be logged");
     assert_eq!(b.started.len(), 1);
     g.leader.handle_persist_failed(b.id).unwrap();
-    assert!(g.seal().stores.is_empty(), "still not durable after a failed append");
+    assert!(
+        g.seal().stores.is_empty(),
+        "still not durable after a failed append"
+    );
     g.persist();
     let f2 = g.seal();
     assert_eq!(f2.stores.len(), 1);
-    assert_eq!((f2.stores[0].task, f2.stores[0].tiers.clone()), (t, vec![Tier::Disk]));
+    assert_eq!(
+        (f2.stores[0].task, f2.stores[0].tiers.clone()),
+        (t, vec![Tier::Disk])
+    );
     assert!(g.seal().stores.is_empty(), "revealed once");
 }
 
 #[test]
 fn a_rejected_task_fails_once_without_starting() {
     let mut g = Group::new(1, 2, None);
-    let t = g.leader.reject_task(TaskKind::Store, RequestId(4), "host tier full".into());
+    let t = g
+        .leader
+        .reject_task(TaskKind::Store, RequestId(4), "host tier full".into());
     // Until its failure is durable a new epoch would report it aborted, like any outcome.
-    assert_eq!(g.leader.in_flight().iter().map(|t| t.task).collect::<Vec<_>>(), vec![t]);
+    assert_eq!(
+        g.leader
+            .in_flight()
+            .iter()
+            .map(|t| t.task)
+            .collect::<Vec<_>>(),
+        vec![t]
+    );
     g.persist();
     assert!(g.leader.in_flight().is_empty());
     let f = g.seal();
@@ -890,7 +916,9 @@ fn a_rejected_task_fails_once_without_starting() {
             task: t,
             kind: TaskKind::Store,
             request: RequestId(4),
-            result: OutcomeResult::Failed { reason: "host tier full".into() },
+            result: OutcomeResult::Failed {
+                reason: "host tier full".into()
+            },
         }]
     );
     assert!(g.seal().finished.is_empty());

@@ -497,7 +497,13 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
             // Requested but never listed by a frame of their epoch: they never started, and no
             // outcome will come. Their requests go on as after a failure.
             for task in std::mem::take(&mut self.started) {
-                self.sched.on_lost(task).map_err(|source| EngineError::Scheduler { epoch, step: self.step, source })?;
+                self.sched
+                    .on_lost(task)
+                    .map_err(|source| EngineError::Scheduler {
+                        epoch,
+                        step: self.step,
+                        source,
+                    })?;
             }
             self.sched
                 .on_new_epoch()

@@ -11,7 +11,11 @@ use std::process::ExitCode;
 use tandem_store::bench::{run_tier_bench, TierBenchOptions};
 
 fn main() -> ExitCode {
-    let mut opts = TierBenchOptions { disk_dir: std::env::temp_dir(), shm_dir: PathBuf::from("/dev/shm"), quick: false };
+    let mut opts = TierBenchOptions {
+        disk_dir: std::env::temp_dir(),
+        shm_dir: PathBuf::from("/dev/shm"),
+        quick: false,
+    };
     let mut json = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {

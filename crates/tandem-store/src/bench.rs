@@ -135,10 +135,19 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
 ///
 /// Errors: [`BenchError`] when a file cannot be created or a tier fails.
 pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchError> {
-    let (pool_bytes, bytes_per_figure, burst_bytes) =
-        if opts.quick { (32u64 << 20, 256u64 << 20, 16u64 << 20) } else { (256u64 << 20, 2u64 << 30, 32u64 << 20) };
-    let work = tempfile::Builder::new().prefix("tandem-bench-").tempdir_in(&opts.disk_dir).map_err(io("disk dir"))?;
-    let shm = tempfile::Builder::new().prefix("tandem-bench-").tempdir_in(&opts.shm_dir).map_err(io("shm dir"))?;
+    let (pool_bytes, bytes_per_figure, burst_bytes) = if opts.quick {
+        (32u64 << 20, 256u64 << 20, 16u64 << 20)
+    } else {
+        (256u64 << 20, 2u64 << 30, 32u64 << 20)
+    };
+    let work = tempfile::Builder::new()
+        .prefix("tandem-bench-")
+        .tempdir_in(&opts.disk_dir)
+        .map_err(io("disk dir"))?;
+    let shm = tempfile::Builder::new()
+        .prefix("tandem-bench-")
+        .tempdir_in(&opts.shm_dir)
+        .map_err(io("shm dir"))?;
     let mut rows = Vec::new();
     let mut direct_unsupported = None;
     for &shard in &SHARD_SIZES {
@@ -146,7 +155,14 @@ pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchE
         // so that they outlive it): /dev/shm never holds more than one size's files.
         let size_work = tempfile::tempdir_in(work.path()).map_err(io("disk dir"))?;
         let size_shm = tempfile::tempdir_in(shm.path()).map_err(io("shm dir"))?;
-        let mut bench = SizeBench::new(shard, pool_bytes, bytes_per_figure, burst_bytes, size_work.path(), size_shm.path())?;
+        let mut bench = SizeBench::new(
+            shard,
+            pool_bytes,
+            bytes_per_figure,
+            burst_bytes,
+            size_work.path(),
+            size_shm.path(),
+        )?;
         let best = bench.measure(&mut direct_unsupported)?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         rows.push(TierBenchRow {
@@ -171,7 +187,14 @@ pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchE
             }),
         });
     }
-    Ok(TierBenchReport { quick: opts.quick, pool_bytes, bytes_per_figure, burst_bytes, rows, direct_unsupported })
+    Ok(TierBenchReport {
+        quick: opts.quick,
+        pool_bytes,
+        bytes_per_figure,
+        burst_bytes,
+        rows,
+        direct_unsupported,
+    })
 }
 
 /// Everything one shard size needs: engine region, stores, baseline pool and files.
@@ -194,14 +217,26 @@ struct SizeBench {
 const REGION: &str = "bench-engine";
 
 impl SizeBench {
-    fn new(shard: usize, pool_bytes: u64, bytes: u64, burst: u64, work: &Path, shm: &Path) -> Result<SizeBench, BenchError> {
+    fn new(
+        shard: usize,
+        pool_bytes: u64,
+        bytes: u64,
+        burst: u64,
+        work: &Path,
+        shm: &Path,
+    ) -> Result<SizeBench, BenchError> {
         let slots = (pool_bytes / shard as u64).max(2);
         // The engine region is as large as the pool: real page pools are GBs, so neither the
         // baseline nor the tier finds its source or destination pages in cache.
         let pages = u32::try_from(slots).unwrap_or(u32::MAX);
         let region = shm.join(format!("engine-{shard}"));
-        let mut engine = ShmFile::create(&region, u64::from(pages) * shard as u64)
-            .map_err(|e| BenchError::Io { what: "engine region".into(), source: std::io::Error::other(e.to_string()) })?;
+        let mut engine =
+            ShmFile::create(&region, u64::from(pages) * shard as u64).map_err(|e| {
+                BenchError::Io {
+                    what: "engine region".into(),
+                    source: std::io::Error::other(e.to_string()),
+                }
+            })?;
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for chunk in engine.bytes_mut().chunks_exact_mut(8) {
             x ^= x << 13;
@@ -210,7 +245,11 @@ impl SizeBench {
             chunk.copy_from_slice(&x.to_le_bytes());
         }
         let mut bufs = EngineBuffers::new();
-        let spec = RegionSpec { name: REGION.into(), size_bytes: u64::from(pages) * shard as u64, page_size_bytes: shard as u64 };
+        let spec = RegionSpec {
+            name: REGION.into(),
+            size_bytes: u64::from(pages) * shard as u64,
+            page_size_bytes: shard as u64,
+        };
         bufs.register(spec).map_err(StoreError::from)?;
         bufs.map(REGION, &region).map_err(StoreError::from)?;
         let store = |name: &str, host: u64, disk: u64, mode: IoMode| {
@@ -233,7 +272,13 @@ impl SizeBench {
             Err(e) => return Err(e.into()),
         };
         let plain_path = work.join(format!("plain-{shard}"));
-        let plain = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&plain_path).map_err(io("baseline file"))?;
+        let plain = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&plain_path)
+            .map_err(io("baseline file"))?;
         preallocate(&plain, slots * shard as u64).map_err(io("baseline file"))?;
         let plain_direct = if direct.is_some() {
             let p = work.join(format!("plain-direct-{shard}"));
@@ -253,7 +298,21 @@ impl SizeBench {
         let pool = vec![1u8; (slots as usize) * shard];
         let ops = (bytes / shard as u64).max(slots);
         let burst = (burst / shard as u64).max(1);
-        let mut bench = SizeBench { shard, slots, pages, ops, burst, bufs, pool, host, disk, direct, plain, plain_direct, _engine: engine };
+        let mut bench = SizeBench {
+            shard,
+            slots,
+            pages,
+            ops,
+            burst,
+            bufs,
+            pool,
+            host,
+            disk,
+            direct,
+            plain,
+            plain_direct,
+            _engine: engine,
+        };
         bench.fill()?;
         Ok(bench)
     }
@@ -263,12 +322,30 @@ impl SizeBench {
     fn fill(&mut self) -> Result<(), BenchError> {
         for s in 0..self.slots {
             let page = [PageId((s % u64::from(self.pages)) as u32)];
-            let src = self.bufs.pages(REGION, &page, self.shard as u64).map_err(StoreError::from)?;
-            for file in [Some(&self.plain), self.plain_direct.as_ref()].into_iter().flatten() {
-                file.write_all_at(src[0], s * self.shard as u64).map_err(io("baseline fill"))?;
+            let src = self
+                .bufs
+                .pages(REGION, &page, self.shard as u64)
+                .map_err(StoreError::from)?;
+            for file in [Some(&self.plain), self.plain_direct.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                file.write_all_at(src[0], s * self.shard as u64)
+                    .map_err(io("baseline fill"))?;
             }
-            for store in [Some(&mut self.host), Some(&mut self.disk), self.direct.as_mut()].into_iter().flatten() {
-                let tier = if store.config().host_capacity_blocks > 0 { TierKind::Host } else { TierKind::Disk };
+            for store in [
+                Some(&mut self.host),
+                Some(&mut self.disk),
+                self.direct.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let tier = if store.config().host_capacity_blocks > 0 {
+                    TierKind::Host
+                } else {
+                    TierKind::Disk
+                };
                 store.store_pages(BlockHash(s), tier, &self.bufs, REGION, &page)?;
             }
         }
@@ -281,7 +358,10 @@ impl SizeBench {
 
     /// Every figure, in GB/s, in the row's order. Each tier runs in bursts alternating with its
     /// baseline, so that load from other processes falls on both alike.
-    fn measure(&mut self, direct_unsupported: &mut Option<String>) -> Result<[f64; 12], BenchError> {
+    fn measure(
+        &mut self,
+        direct_unsupported: &mut Option<String>,
+    ) -> Result<[f64; 12], BenchError> {
         let mut f = [0f64; 12];
         let pairs = [
             (Op::MemcpyStore, Op::HostStore),
@@ -338,45 +418,88 @@ impl SizeBench {
             let page = self.page(i);
             match op {
                 Op::MemcpyStore => {
-                    let src = self.bufs.pages(REGION, &[page], len).map_err(StoreError::from)?;
+                    let src = self
+                        .bufs
+                        .pages(REGION, &[page], len)
+                        .map_err(StoreError::from)?;
                     let s = slot as usize;
                     self.pool[s * shard..(s + 1) * shard].copy_from_slice(src[0]);
                 }
                 Op::MemcpyLoad => {
-                    let mut dst = self.bufs.pages_mut(REGION, &[page], len).map_err(StoreError::from)?;
+                    let mut dst = self
+                        .bufs
+                        .pages_mut(REGION, &[page], len)
+                        .map_err(StoreError::from)?;
                     let s = slot as usize;
                     dst[0].copy_from_slice(&self.pool[s * shard..(s + 1) * shard]);
                 }
                 Op::HostStore => {
                     self.host.evict(BlockHash(slot));
-                    self.host.store_pages(BlockHash(slot), TierKind::Host, &self.bufs, REGION, &[page])?;
+                    self.host.store_pages(
+                        BlockHash(slot),
+                        TierKind::Host,
+                        &self.bufs,
+                        REGION,
+                        &[page],
+                    )?;
                 }
                 Op::HostLoad => {
-                    self.host.load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
+                    self.host
+                        .load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
                 }
                 Op::Pwrite(direct) => {
-                    let file = if direct { self.plain_direct.as_ref() } else { Some(&self.plain) };
-                    let src = self.bufs.pages(REGION, &[page], len).map_err(StoreError::from)?;
+                    let file = if direct {
+                        self.plain_direct.as_ref()
+                    } else {
+                        Some(&self.plain)
+                    };
+                    let src = self
+                        .bufs
+                        .pages(REGION, &[page], len)
+                        .map_err(StoreError::from)?;
                     if let Some(file) = file {
-                        file.write_all_at(src[0], slot * len).map_err(io("pwrite"))?;
+                        file.write_all_at(src[0], slot * len)
+                            .map_err(io("pwrite"))?;
                     }
                 }
                 Op::Pread(direct) => {
-                    let file = if direct { self.plain_direct.as_ref() } else { Some(&self.plain) };
-                    let mut dst = self.bufs.pages_mut(REGION, &[page], len).map_err(StoreError::from)?;
+                    let file = if direct {
+                        self.plain_direct.as_ref()
+                    } else {
+                        Some(&self.plain)
+                    };
+                    let mut dst = self
+                        .bufs
+                        .pages_mut(REGION, &[page], len)
+                        .map_err(StoreError::from)?;
                     if let Some(file) = file {
-                        file.read_exact_at(dst[0], slot * len).map_err(io("pread"))?;
+                        file.read_exact_at(dst[0], slot * len)
+                            .map_err(io("pread"))?;
                     }
                 }
                 Op::DiskStore(direct) => {
-                    let store = if direct { self.direct.as_mut() } else { Some(&mut self.disk) };
+                    let store = if direct {
+                        self.direct.as_mut()
+                    } else {
+                        Some(&mut self.disk)
+                    };
                     if let Some(store) = store {
                         store.evict(BlockHash(slot));
-                        store.store_pages(BlockHash(slot), TierKind::Disk, &self.bufs, REGION, &[page])?;
+                        store.store_pages(
+                            BlockHash(slot),
+                            TierKind::Disk,
+                            &self.bufs,
+                            REGION,
+                            &[page],
+                        )?;
                     }
                 }
                 Op::DiskLoad(direct) => {
-                    let store = if direct { self.direct.as_mut() } else { Some(&mut self.disk) };
+                    let store = if direct {
+                        self.direct.as_mut()
+                    } else {
+                        Some(&mut self.disk)
+                    };
                     if let Some(store) = store {
                         store.load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
                     }
@@ -413,7 +536,19 @@ impl std::fmt::Display for TierBenchReport {
         writeln!(
             f,
             "{:>6} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5}",
-            "shard", "memcpy", "host-w", "×", "memcpy", "host-r", "×", "pwrite", "disk-w", "×", "pread", "disk-r", "×"
+            "shard",
+            "memcpy",
+            "host-w",
+            "×",
+            "memcpy",
+            "host-r",
+            "×",
+            "pwrite",
+            "disk-w",
+            "×",
+            "pread",
+            "disk-r",
+            "×"
         )?;
         for r in &self.rows {
             writeln!(
@@ -437,8 +572,15 @@ impl std::fmt::Display for TierBenchReport {
         match &self.direct_unsupported {
             Some(why) => writeln!(f, "O_DIRECT: not measured ({why})"),
             None => {
-                writeln!(f, "O_DIRECT (GB/s; × is against the buffered baseline above)")?;
-                writeln!(f, "{:>6} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5}", "shard", "pwrite", "disk-w", "×", "pread", "disk-r", "×")?;
+                writeln!(
+                    f,
+                    "O_DIRECT (GB/s; × is against the buffered baseline above)"
+                )?;
+                writeln!(
+                    f,
+                    "{:>6} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5}",
+                    "shard", "pwrite", "disk-w", "×", "pread", "disk-r", "×"
+                )?;
                 for r in &self.rows {
                     if let Some(d) = &r.direct {
                         writeln!(
@@ -474,10 +616,16 @@ mod tests {
 
     #[test]
     fn error_messages_and_labels() {
-        let e = BenchError::Io { what: "pwrite".into(), source: std::io::Error::other("x") };
+        let e = BenchError::Io {
+            what: "pwrite".into(),
+            source: std::io::Error::other("x"),
+        };
         assert_eq!(e.to_string(), "tier benchmark: pwrite: x");
         let e: BenchError = StoreError::ZeroShard.into();
-        assert_eq!(e.to_string(), "tier benchmark: store: shard size must be at least one byte");
+        assert_eq!(
+            e.to_string(),
+            "tier benchmark: store: shard size must be at least one byte"
+        );
         assert_eq!(size_label(64 << 10), "64K");
         assert_eq!(size_label(8 << 20), "8M");
     }

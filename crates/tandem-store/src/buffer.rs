@@ -35,7 +35,9 @@ pub struct RegionSpec {
 impl RegionSpec {
     /// Number of pages in the region.
     pub fn pages(&self) -> u64 {
-        self.size_bytes.checked_div(self.page_size_bytes).unwrap_or(0)
+        self.size_bytes
+            .checked_div(self.page_size_bytes)
+            .unwrap_or(0)
     }
 }
 
@@ -151,7 +153,10 @@ impl EngineBuffers {
         if name.is_empty() || name.len() > 200 || name.contains('/') || name.contains('\0') {
             return Err(BufferError::InvalidName { name: name.clone() });
         }
-        if spec.page_size_bytes == 0 || spec.size_bytes == 0 || spec.size_bytes % spec.page_size_bytes != 0 {
+        if spec.page_size_bytes == 0
+            || spec.size_bytes == 0
+            || spec.size_bytes % spec.page_size_bytes != 0
+        {
             return Err(BufferError::InvalidGeometry {
                 name: name.clone(),
                 size_bytes: spec.size_bytes,
@@ -161,7 +166,8 @@ impl EngineBuffers {
         if self.regions.contains_key(name) {
             return Err(BufferError::AlreadyRegistered { name: name.clone() });
         }
-        self.regions.insert(name.clone(), Region { spec, map: None });
+        self.regions
+            .insert(name.clone(), Region { spec, map: None });
         Ok(())
     }
 
@@ -170,9 +176,15 @@ impl EngineBuffers {
     ///
     /// Errors: [`BufferError::Unregistered`], [`BufferError::Map`].
     pub fn map(&mut self, name: &str, path: &Path) -> Result<(), BufferError> {
-        let region = self.regions.get_mut(name).ok_or_else(|| unregistered(name))?;
-        let file = ShmFile::open(path, region.spec.size_bytes)
-            .map_err(|source| BufferError::Map { name: name.to_string(), source })?;
+        let region = self
+            .regions
+            .get_mut(name)
+            .ok_or_else(|| unregistered(name))?;
+        let file =
+            ShmFile::open(path, region.spec.size_bytes).map_err(|source| BufferError::Map {
+                name: name.to_string(),
+                source,
+            })?;
         region.map = Some(file);
         Ok(())
     }
@@ -181,7 +193,10 @@ impl EngineBuffers {
     ///
     /// Errors: [`BufferError::Unregistered`].
     pub fn unmap(&mut self, name: &str) -> Result<(), BufferError> {
-        let region = self.regions.get_mut(name).ok_or_else(|| unregistered(name))?;
+        let region = self
+            .regions
+            .get_mut(name)
+            .ok_or_else(|| unregistered(name))?;
         region.map = None;
         Ok(())
     }
@@ -190,7 +205,10 @@ impl EngineBuffers {
     ///
     /// Errors: [`BufferError::Unregistered`].
     pub fn unregister(&mut self, name: &str) -> Result<(), BufferError> {
-        self.regions.remove(name).map(|_| ()).ok_or_else(|| unregistered(name))
+        self.regions
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| unregistered(name))
     }
 
     /// The spec of a registered region.
@@ -202,22 +220,40 @@ impl EngineBuffers {
     ///
     /// Errors: [`BufferError::Unregistered`], [`BufferError::Unmapped`],
     /// [`BufferError::WrongLength`], [`BufferError::PageOutOfRange`].
-    pub fn pages(&self, name: &str, pages: &[PageId], shard_bytes: u64) -> Result<Vec<&[u8]>, BufferError> {
+    pub fn pages(
+        &self,
+        name: &str,
+        pages: &[PageId],
+        shard_bytes: u64,
+    ) -> Result<Vec<&[u8]>, BufferError> {
         let (spec, map) = self.mapped(name)?;
         check_pages(spec, pages, shard_bytes, false)?;
         let page = spec.page_size_bytes as usize;
         let bytes = map.bytes();
-        Ok(pages.iter().map(|&p| &bytes[p.0 as usize * page..(p.0 as usize + 1) * page]).collect())
+        Ok(pages
+            .iter()
+            .map(|&p| &bytes[p.0 as usize * page..(p.0 as usize + 1) * page])
+            .collect())
     }
 
     /// Write views of `pages` (in order) whose concatenation is one shard of `shard_bytes`.
     ///
     /// Errors: as [`EngineBuffers::pages`], plus [`BufferError::DuplicatePage`] (two views of
     /// one page would alias).
-    pub fn pages_mut(&mut self, name: &str, pages: &[PageId], shard_bytes: u64) -> Result<Vec<&mut [u8]>, BufferError> {
-        let region = self.regions.get_mut(name).ok_or_else(|| unregistered(name))?;
+    pub fn pages_mut(
+        &mut self,
+        name: &str,
+        pages: &[PageId],
+        shard_bytes: u64,
+    ) -> Result<Vec<&mut [u8]>, BufferError> {
+        let region = self
+            .regions
+            .get_mut(name)
+            .ok_or_else(|| unregistered(name))?;
         let spec = &region.spec;
-        let map = region.map.as_mut().ok_or_else(|| BufferError::Unmapped { name: name.to_string() })?;
+        let map = region.map.as_mut().ok_or_else(|| BufferError::Unmapped {
+            name: name.to_string(),
+        })?;
         check_pages(spec, pages, shard_bytes, true)?;
         let page = spec.page_size_bytes as usize;
         let base = map.bytes_mut().as_mut_ptr();
@@ -234,17 +270,26 @@ impl EngineBuffers {
 
     fn mapped(&self, name: &str) -> Result<(&RegionSpec, &ShmFile), BufferError> {
         let region = self.regions.get(name).ok_or_else(|| unregistered(name))?;
-        let map = region.map.as_ref().ok_or_else(|| BufferError::Unmapped { name: name.to_string() })?;
+        let map = region.map.as_ref().ok_or_else(|| BufferError::Unmapped {
+            name: name.to_string(),
+        })?;
         Ok((&region.spec, map))
     }
 }
 
 fn unregistered(name: &str) -> BufferError {
-    BufferError::Unregistered { name: name.to_string() }
+    BufferError::Unregistered {
+        name: name.to_string(),
+    }
 }
 
 /// Length first (cheap and names the mismatch), then every page id, then distinctness.
-fn check_pages(spec: &RegionSpec, pages: &[PageId], shard_bytes: u64, distinct: bool) -> Result<(), BufferError> {
+fn check_pages(
+    spec: &RegionSpec,
+    pages: &[PageId],
+    shard_bytes: u64,
+    distinct: bool,
+) -> Result<(), BufferError> {
     let got = pages.len() as u64 * spec.page_size_bytes;
     if got != shard_bytes {
         return Err(BufferError::WrongLength {
@@ -257,13 +302,20 @@ fn check_pages(spec: &RegionSpec, pages: &[PageId], shard_bytes: u64, distinct: 
     }
     let count = spec.pages();
     if let Some(&page) = pages.iter().find(|&&p| u64::from(p.0) >= count) {
-        return Err(BufferError::PageOutOfRange { name: spec.name.clone(), page, pages: count });
+        return Err(BufferError::PageOutOfRange {
+            name: spec.name.clone(),
+            page,
+            pages: count,
+        });
     }
     if distinct {
         let mut sorted = pages.to_vec();
         sorted.sort_unstable();
         if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            return Err(BufferError::DuplicatePage { name: spec.name.clone(), page: w[0] });
+            return Err(BufferError::DuplicatePage {
+                name: spec.name.clone(),
+                page: w[0],
+            });
         }
     }
     Ok(())
@@ -274,7 +326,11 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, size: u64, page: u64) -> RegionSpec {
-        RegionSpec { name: name.into(), size_bytes: size, page_size_bytes: page }
+        RegionSpec {
+            name: name.into(),
+            size_bytes: size,
+            page_size_bytes: page,
+        }
     }
 
     fn mapped(dir: &Path) -> (EngineBuffers, ShmFile) {
@@ -298,7 +354,10 @@ mod tests {
         assert_eq!(views[1][63], 0);
         let mut views = bufs.pages_mut("eng", &[PageId(2)], 64).unwrap();
         views[0].fill(9);
-        assert!(engine.bytes()[128..192].iter().all(|&b| b == 9), "writes land in the shared file");
+        assert!(
+            engine.bytes()[128..192].iter().all(|&b| b == 9),
+            "writes land in the shared file"
+        );
         assert_eq!(default_region_path("x"), PathBuf::from("/dev/shm/x"));
     }
 
@@ -307,29 +366,63 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut bufs, _engine) = mapped(dir.path());
         let e = bufs.register(spec("a/b", 64, 64)).unwrap_err();
-        assert_eq!(e.to_string(), "engine region name \"a/b\" is invalid (1..=200 bytes, no '/' or NUL)");
+        assert_eq!(
+            e.to_string(),
+            "engine region name \"a/b\" is invalid (1..=200 bytes, no '/' or NUL)"
+        );
         let e = bufs.register(spec("g", 100, 64)).unwrap_err();
-        assert_eq!(e.to_string(), "engine region g: size 100 bytes is not a positive whole number of 64-byte pages");
-        assert!(matches!(bufs.register(spec("g", 64, 0)), Err(BufferError::InvalidGeometry { .. })));
+        assert_eq!(
+            e.to_string(),
+            "engine region g: size 100 bytes is not a positive whole number of 64-byte pages"
+        );
+        assert!(matches!(
+            bufs.register(spec("g", 64, 0)),
+            Err(BufferError::InvalidGeometry { .. })
+        ));
         let e = bufs.register(spec("eng", 64, 64)).unwrap_err();
         assert_eq!(e.to_string(), "engine region eng is already registered");
         let e = bufs.pages("nope", &[PageId(0)], 64).unwrap_err();
         assert_eq!(e.to_string(), "engine region nope is not registered");
         let e = bufs.pages("eng", &[PageId(4)], 64).unwrap_err();
-        assert_eq!(e.to_string(), "engine region eng: page 4 out of range (4 pages)");
+        assert_eq!(
+            e.to_string(),
+            "engine region eng: page 4 out of range (4 pages)"
+        );
         let e = bufs.pages("eng", &[PageId(0), PageId(1)], 64).unwrap_err();
-        assert_eq!(e.to_string(), "engine region eng: 2 pages × 64 bytes = 128 bytes, shard is 64 bytes");
-        let e = bufs.pages_mut("eng", &[PageId(1), PageId(1)], 128).unwrap_err();
-        assert_eq!(e.to_string(), "engine region eng: page 1 appears twice in one load");
-        assert!(bufs.pages("eng", &[PageId(1), PageId(1)], 128).is_ok(), "reading one page twice is harmless");
+        assert_eq!(
+            e.to_string(),
+            "engine region eng: 2 pages × 64 bytes = 128 bytes, shard is 64 bytes"
+        );
+        let e = bufs
+            .pages_mut("eng", &[PageId(1), PageId(1)], 128)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "engine region eng: page 1 appears twice in one load"
+        );
+        assert!(
+            bufs.pages("eng", &[PageId(1), PageId(1)], 128).is_ok(),
+            "reading one page twice is harmless"
+        );
         bufs.register(spec("late", 64, 64)).unwrap();
         let e = bufs.pages_mut("late", &[PageId(0)], 64).unwrap_err();
-        assert_eq!(e.to_string(), "engine region late is registered but not mapped");
+        assert_eq!(
+            e.to_string(),
+            "engine region late is registered but not mapped"
+        );
         let e = bufs.map("late", &dir.path().join("missing")).unwrap_err();
-        assert!(e.to_string().starts_with("engine region late: shared memory "));
+        assert!(e
+            .to_string()
+            .starts_with("engine region late: shared memory "));
         bufs.unmap("eng").unwrap();
-        assert!(matches!(bufs.pages("eng", &[PageId(0)], 64), Err(BufferError::Unmapped { .. })));
+        assert!(matches!(
+            bufs.pages("eng", &[PageId(0)], 64),
+            Err(BufferError::Unmapped { .. })
+        ));
         bufs.unregister("eng").unwrap();
-        assert!(matches!(bufs.unregister("eng"), Err(BufferError::Unregistered { .. })));
+        assert!(matches!(
+            bufs.unregister("eng"),
+            Err(BufferError::Unregistered { .. })
+        ));
     }
 }

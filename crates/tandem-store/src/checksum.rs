@@ -64,7 +64,11 @@ impl ShardHasher {
             bytes[8] = k as u8;
             *reg = u64::from(!crc32c::crc32c(&bytes));
         }
-        ShardHasher { regs, pending: [0; GROUP], pending_len: 0 }
+        ShardHasher {
+            regs,
+            pending: [0; GROUP],
+            pending_len: 0,
+        }
     }
 
     /// Feeds `data` (the next bytes of the shard).
@@ -81,7 +85,11 @@ impl ShardHasher {
     /// never external input).
     pub fn copy_update(&mut self, dst: &mut [u8], src: &[u8]) {
         assert_eq!(dst.len(), src.len(), "copy_update needs equal lengths");
-        let head = if self.pending_len > 0 { (GROUP - self.pending_len).min(src.len()) } else { 0 };
+        let head = if self.pending_len > 0 {
+            (GROUP - self.pending_len).min(src.len())
+        } else {
+            0
+        };
         dst[..head].copy_from_slice(&src[..head]);
         self.update(&src[..head]);
         let whole = (src.len() - head) / GROUP * GROUP;
@@ -93,7 +101,8 @@ impl ShardHasher {
 
     /// Ends the stream and returns the checksum.
     pub fn finish(self) -> Checksum {
-        let lane0 = crc32c::crc32c_append(!(self.regs[0] as u32), &self.pending[..self.pending_len]);
+        let lane0 =
+            crc32c::crc32c_append(!(self.regs[0] as u32), &self.pending[..self.pending_len]);
         Checksum([lane0, !(self.regs[1] as u32), !(self.regs[2] as u32)])
     }
 
@@ -277,7 +286,11 @@ mod tests {
     fn matches_reference_definition() {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
         for len in [0, 1, 23, 24, 25, 47, 48, 1000] {
-            assert_eq!(checksum(BlockHash(5), &data[..len]), reference(BlockHash(5), &data[..len]), "len {len}");
+            assert_eq!(
+                checksum(BlockHash(5), &data[..len]),
+                reference(BlockHash(5), &data[..len]),
+                "len {len}"
+            );
         }
     }
 
@@ -300,7 +313,10 @@ mod tests {
 
     #[test]
     fn display_is_three_hex_lanes() {
-        assert_eq!(Checksum([1, 0xabc, 0xffff_ffff]).to_string(), "00000001-00000abc-ffffffff");
+        assert_eq!(
+            Checksum([1, 0xabc, 0xffff_ffff]).to_string(),
+            "00000001-00000abc-ffffffff"
+        );
     }
 
     proptest! {

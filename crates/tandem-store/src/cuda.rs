@@ -58,7 +58,10 @@ pub struct DeviceTier {
 
 impl std::fmt::Debug for DeviceTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceTier").field("slot_bytes", &self.slot_bytes).field("capacity", &self.capacity).finish()
+        f.debug_struct("DeviceTier")
+            .field("slot_bytes", &self.slot_bytes)
+            .field("capacity", &self.capacity)
+            .finish()
     }
 }
 
@@ -67,7 +70,11 @@ impl DeviceTier {
     ///
     /// Errors: [`DeviceError::LibraryMissing`] (checked first), [`DeviceError::InvalidGeometry`],
     /// [`DeviceError::Driver`] (no such device, out of memory).
-    pub fn new(ordinal: usize, slot_bytes: usize, capacity: u64) -> Result<DeviceTier, DeviceError> {
+    pub fn new(
+        ordinal: usize,
+        slot_bytes: usize,
+        capacity: u64,
+    ) -> Result<DeviceTier, DeviceError> {
         if !driver_present() {
             return Err(DeviceError::LibraryMissing);
         }
@@ -75,11 +82,23 @@ impl DeviceTier {
             .checked_mul(capacity)
             .filter(|&t| t > 0)
             .and_then(|t| usize::try_from(t).ok())
-            .ok_or(DeviceError::InvalidGeometry { slot_bytes, capacity })?;
+            .ok_or(DeviceError::InvalidGeometry {
+                slot_bytes,
+                capacity,
+            })?;
         let ctx = CudaContext::new(ordinal).map_err(driver("open context"))?;
         let stream = ctx.default_stream();
-        let slots = stream.alloc_zeros::<u8>(total).map_err(driver("allocate"))?;
-        Ok(DeviceTier { _ctx: ctx, stream, slots, slot_bytes, capacity, staging: vec![0; slot_bytes] })
+        let slots = stream
+            .alloc_zeros::<u8>(total)
+            .map_err(driver("allocate"))?;
+        Ok(DeviceTier {
+            _ctx: ctx,
+            stream,
+            slots,
+            slot_bytes,
+            capacity,
+            staging: vec![0; slot_bytes],
+        })
     }
 
     fn range(&self, slot: SlotId) -> std::ops::Range<usize> {
@@ -89,7 +108,10 @@ impl DeviceTier {
 }
 
 fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> DeviceError {
-    move |e| DeviceError::Driver { op, message: format!("{e:?}") }
+    move |e| DeviceError::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
 }
 
 fn tier_error(e: DeviceError) -> TierError {
@@ -109,25 +131,55 @@ impl Tier for DeviceTier {
         self.slot_bytes
     }
 
-    fn write_slot(&mut self, slot: SlotId, src: &[&[u8]], seed: BlockHash) -> Result<Checksum, TierError> {
+    fn write_slot(
+        &mut self,
+        slot: SlotId,
+        src: &[&[u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
-        check_slot(TierKind::Device, slot, self.capacity, self.slot_bytes, total)?;
+        check_slot(
+            TierKind::Device,
+            slot,
+            self.capacity,
+            self.slot_bytes,
+            total,
+        )?;
         let mut hasher = ShardHasher::new(seed);
         copy_parts(&mut [&mut self.staging[..]], src, &mut hasher);
         let range = self.range(slot);
         let mut view = self.slots.slice_mut(range);
-        self.stream.memcpy_htod(&self.staging[..], &mut view).map_err(|e| tier_error(driver("copy to device")(e)))?;
-        self.stream.synchronize().map_err(|e| tier_error(driver("synchronize")(e)))?;
+        self.stream
+            .memcpy_htod(&self.staging[..], &mut view)
+            .map_err(|e| tier_error(driver("copy to device")(e)))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| tier_error(driver("synchronize")(e)))?;
         Ok(hasher.finish())
     }
 
-    fn read_slot(&mut self, slot: SlotId, dst: &mut [&mut [u8]], seed: BlockHash) -> Result<Checksum, TierError> {
+    fn read_slot(
+        &mut self,
+        slot: SlotId,
+        dst: &mut [&mut [u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
-        check_slot(TierKind::Device, slot, self.capacity, self.slot_bytes, total)?;
+        check_slot(
+            TierKind::Device,
+            slot,
+            self.capacity,
+            self.slot_bytes,
+            total,
+        )?;
         let range = self.range(slot);
         let view = self.slots.slice(range);
-        self.stream.memcpy_dtoh(&view, &mut self.staging[..]).map_err(|e| tier_error(driver("copy to host")(e)))?;
-        self.stream.synchronize().map_err(|e| tier_error(driver("synchronize")(e)))?;
+        self.stream
+            .memcpy_dtoh(&view, &mut self.staging[..])
+            .map_err(|e| tier_error(driver("copy to host")(e)))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| tier_error(driver("synchronize")(e)))?;
         let mut hasher = ShardHasher::new(seed);
         copy_parts(dst, &[&self.staging[..]], &mut hasher);
         Ok(hasher.finish())
@@ -145,11 +197,21 @@ mod tests {
             "device tier: the CUDA driver library (libcuda) is not available on this machine"
         );
         assert_eq!(
-            DeviceError::InvalidGeometry { slot_bytes: 0, capacity: 1 }.to_string(),
+            DeviceError::InvalidGeometry {
+                slot_bytes: 0,
+                capacity: 1
+            }
+            .to_string(),
             "device tier: invalid geometry, 0 bytes per slot × 1 slots"
         );
-        let e = DeviceError::Driver { op: "allocate", message: "OUT_OF_MEMORY".into() };
-        assert_eq!(e.to_string(), "device tier: CUDA driver error during allocate: OUT_OF_MEMORY");
+        let e = DeviceError::Driver {
+            op: "allocate",
+            message: "OUT_OF_MEMORY".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "device tier: CUDA driver error during allocate: OUT_OF_MEMORY"
+        );
         assert_eq!(TierKind::Device.to_string(), "device");
     }
 
@@ -163,9 +225,15 @@ mod tests {
             }
             Ok(mut tier) => {
                 let data: Vec<u8> = (0..4096u32).map(|i| (i * 3) as u8).collect();
-                let sum = tier.write_slot(1, &[&data[..1000], &data[1000..]], BlockHash(5)).unwrap();
+                let sum = tier
+                    .write_slot(1, &[&data[..1000], &data[1000..]], BlockHash(5))
+                    .unwrap();
                 let mut out = vec![0u8; 4096];
-                assert_eq!(tier.read_slot(1, &mut [&mut out[..]], BlockHash(5)).unwrap(), sum);
+                assert_eq!(
+                    tier.read_slot(1, &mut [&mut out[..]], BlockHash(5))
+                        .unwrap(),
+                    sum
+                );
                 assert_eq!(out, data);
             }
         }

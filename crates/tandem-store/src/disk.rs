@@ -63,8 +63,17 @@ impl DiskTier {
     ///
     /// Errors: [`TierError::InvalidGeometry`], [`TierError::DirectUnsupported`] (direct mode on
     /// a file system without O_DIRECT, such as tmpfs on older kernels), [`TierError::Io`].
-    pub fn open(path: &Path, slot_bytes: usize, capacity: u64, mode: IoMode) -> Result<(DiskTier, FileOrigin), TierError> {
-        let bad = TierError::InvalidGeometry { tier: TierKind::Disk, slot_bytes, capacity };
+    pub fn open(
+        path: &Path,
+        slot_bytes: usize,
+        capacity: u64,
+        mode: IoMode,
+    ) -> Result<(DiskTier, FileOrigin), TierError> {
+        let bad = TierError::InvalidGeometry {
+            tier: TierKind::Disk,
+            slot_bytes,
+            capacity,
+        };
         if slot_bytes == 0 || capacity == 0 {
             return Err(bad);
         }
@@ -74,7 +83,11 @@ impl DiskTier {
             std::fs::create_dir_all(parent).map_err(io(path, "create"))?;
         }
         let existing = std::fs::metadata(path).ok().map(|m| m.len());
-        let origin = if existing == Some(size) { FileOrigin::Reused } else { FileOrigin::Fresh };
+        let origin = if existing == Some(size) {
+            FileOrigin::Reused
+        } else {
+            FileOrigin::Fresh
+        };
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(true);
         if mode == IoMode::Direct {
@@ -82,7 +95,10 @@ impl DiskTier {
         }
         let file = options.open(path).map_err(|source| {
             if mode == IoMode::Direct && source.raw_os_error() == Some(libc::EINVAL) {
-                TierError::DirectUnsupported { path: path.to_path_buf(), source }
+                TierError::DirectUnsupported {
+                    path: path.to_path_buf(),
+                    source,
+                }
             } else {
                 io(path, "open")(source)
             }
@@ -93,9 +109,22 @@ impl DiskTier {
         }
         let bounce = match mode {
             IoMode::Buffered => None,
-            IoMode::Direct => Some(MmapMut::map_anon(stride.min(CHUNK as u64) as usize).map_err(io(path, "map"))?),
+            IoMode::Direct => Some(
+                MmapMut::map_anon(stride.min(CHUNK as u64) as usize).map_err(io(path, "map"))?,
+            ),
         };
-        Ok((DiskTier { file, path: path.to_path_buf(), slot_bytes, stride, capacity, mode, bounce }, origin))
+        Ok((
+            DiskTier {
+                file,
+                path: path.to_path_buf(),
+                slot_bytes,
+                stride,
+                capacity,
+                mode,
+                bounce,
+            },
+            origin,
+        ))
     }
 
     /// The tier file.
@@ -122,7 +151,12 @@ impl Tier for DiskTier {
         self.slot_bytes
     }
 
-    fn write_slot(&mut self, slot: SlotId, src: &[&[u8]], seed: BlockHash) -> Result<Checksum, TierError> {
+    fn write_slot(
+        &mut self,
+        slot: SlotId,
+        src: &[&[u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
         check_slot(TierKind::Disk, slot, self.capacity, self.slot_bytes, total)?;
         let base = slot * self.stride;
@@ -133,7 +167,9 @@ impl Tier for DiskTier {
                 // Write first, then checksum the chunk while the kernel's copy has left it in
                 // cache: the checksum then costs a cache read, not a second trip to memory.
                 for chunk in src.iter().flat_map(|part| part.chunks(CHUNK)) {
-                    self.file.write_all_at(chunk, off).map_err(io(&self.path, "write"))?;
+                    self.file
+                        .write_all_at(chunk, off)
+                        .map_err(io(&self.path, "write"))?;
                     hasher.update(chunk);
                     off += chunk.len() as u64;
                 }
@@ -142,7 +178,11 @@ impl Tier for DiskTier {
                 let mut done = 0;
                 while done < total {
                     let n = (total - done).min(bounce.len());
-                    copy_parts(&mut [&mut bounce[..n]], &sub_parts(src, done, n), &mut hasher);
+                    copy_parts(
+                        &mut [&mut bounce[..n]],
+                        &sub_parts(src, done, n),
+                        &mut hasher,
+                    );
                     let padded = (n as u64).div_ceil(ALIGN) * ALIGN;
                     bounce[n..padded as usize].fill(0);
                     self.file
@@ -155,7 +195,12 @@ impl Tier for DiskTier {
         Ok(hasher.finish())
     }
 
-    fn read_slot(&mut self, slot: SlotId, dst: &mut [&mut [u8]], seed: BlockHash) -> Result<Checksum, TierError> {
+    fn read_slot(
+        &mut self,
+        slot: SlotId,
+        dst: &mut [&mut [u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
         check_slot(TierKind::Disk, slot, self.capacity, self.slot_bytes, total)?;
         let base = slot * self.stride;
@@ -164,7 +209,9 @@ impl Tier for DiskTier {
             None => {
                 let mut off = base;
                 for chunk in dst.iter_mut().flat_map(|part| part.chunks_mut(CHUNK)) {
-                    self.file.read_exact_at(chunk, off).map_err(io(&self.path, "read"))?;
+                    self.file
+                        .read_exact_at(chunk, off)
+                        .map_err(io(&self.path, "read"))?;
                     hasher.update(chunk);
                     off += chunk.len() as u64;
                 }
@@ -177,7 +224,11 @@ impl Tier for DiskTier {
                     self.file
                         .read_exact_at(&mut bounce[..padded], base + done as u64)
                         .map_err(io(&self.path, "read"))?;
-                    copy_parts(&mut sub_parts_mut(dst, done, n), &[&bounce[..n]], &mut hasher);
+                    copy_parts(
+                        &mut sub_parts_mut(dst, done, n),
+                        &[&bounce[..n]],
+                        &mut hasher,
+                    );
                     done += n;
                 }
             }
@@ -229,7 +280,8 @@ fn sub_parts_mut<'a>(parts: &'a mut [&mut [u8]], start: usize, len: usize) -> Ve
 /// Reserves the file's blocks so that later writes cannot fail for lack of space; falls back
 /// to a sparse file where the file system cannot preallocate.
 pub(crate) fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
-    let len = libc::off_t::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    let len =
+        libc::off_t::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: plain syscall on an open descriptor.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
     match rc {
@@ -240,7 +292,12 @@ pub(crate) fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> TierError + 'a {
-    move |source| TierError::Io { tier: TierKind::Disk, op, path: path.to_path_buf(), source }
+    move |source| TierError::Io {
+        tier: TierKind::Disk,
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 #[cfg(test)]
@@ -258,7 +315,9 @@ mod tests {
         assert_eq!(origin, FileOrigin::Fresh);
         assert_eq!(disk.mode(), mode);
         let data: Vec<u8> = (0..slot).map(|i| (i * 7 + 1) as u8).collect();
-        let sum = disk.write_slot(3, &[&data[..5000], &data[5000..]], BlockHash(4)).unwrap();
+        let sum = disk
+            .write_slot(3, &[&data[..5000], &data[5000..]], BlockHash(4))
+            .unwrap();
         assert_eq!(sum, checksum(BlockHash(4), &data));
         drop(disk);
         let (mut disk, origin) = DiskTier::open(&path, slot, 4, mode).unwrap();
@@ -300,10 +359,19 @@ mod tests {
     fn rejects_zero_geometry_and_bad_slot() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DISK_SLAB_FILE);
-        assert!(matches!(DiskTier::open(&path, 0, 1, IoMode::Buffered), Err(TierError::InvalidGeometry { .. })));
+        assert!(matches!(
+            DiskTier::open(&path, 0, 1, IoMode::Buffered),
+            Err(TierError::InvalidGeometry { .. })
+        ));
         let (mut disk, _) = DiskTier::open(&path, 16, 1, IoMode::Buffered).unwrap();
-        assert!(matches!(disk.write_slot(1, &[&[0u8; 16]], BlockHash(0)), Err(TierError::SlotOutOfRange { .. })));
+        assert!(matches!(
+            disk.write_slot(1, &[&[0u8; 16]], BlockHash(0)),
+            Err(TierError::SlotOutOfRange { .. })
+        ));
         let mut out = [0u8; 15];
-        assert!(matches!(disk.read_slot(0, &mut [&mut out[..]], BlockHash(0)), Err(TierError::WrongLength { .. })));
+        assert!(matches!(
+            disk.read_slot(0, &mut [&mut out[..]], BlockHash(0)),
+            Err(TierError::WrongLength { .. })
+        ));
     }
 }

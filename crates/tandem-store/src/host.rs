@@ -31,13 +31,28 @@ impl HostTier {
     /// size starts from zeros ([`FileOrigin::Fresh`]).
     ///
     /// Errors: [`TierError::InvalidGeometry`] (zero sizes or overflow), [`TierError::Io`].
-    pub fn open(path: &Path, slot_bytes: usize, capacity: u64) -> Result<(HostTier, FileOrigin), TierError> {
+    pub fn open(
+        path: &Path,
+        slot_bytes: usize,
+        capacity: u64,
+    ) -> Result<(HostTier, FileOrigin), TierError> {
         let size = (slot_bytes as u64)
             .checked_mul(capacity)
             .filter(|&s| s > 0 && usize::try_from(s).is_ok())
-            .ok_or(TierError::InvalidGeometry { tier: TierKind::Host, slot_bytes, capacity })?;
+            .ok_or(TierError::InvalidGeometry {
+                tier: TierKind::Host,
+                slot_bytes,
+                capacity,
+            })?;
         let (slab, origin) = ShmFile::open_or_create(path, size).map_err(|e| shm_error(path, e))?;
-        Ok((HostTier { slab, slot_bytes, capacity }, origin))
+        Ok((
+            HostTier {
+                slab,
+                slot_bytes,
+                capacity,
+            },
+            origin,
+        ))
     }
 
     /// The slab file.
@@ -64,7 +79,12 @@ impl Tier for HostTier {
         self.slot_bytes
     }
 
-    fn write_slot(&mut self, slot: SlotId, src: &[&[u8]], seed: BlockHash) -> Result<Checksum, TierError> {
+    fn write_slot(
+        &mut self,
+        slot: SlotId,
+        src: &[&[u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
         check_slot(TierKind::Host, slot, self.capacity, self.slot_bytes, total)?;
         let range = self.range(slot);
@@ -73,7 +93,12 @@ impl Tier for HostTier {
         Ok(hasher.finish())
     }
 
-    fn read_slot(&mut self, slot: SlotId, dst: &mut [&mut [u8]], seed: BlockHash) -> Result<Checksum, TierError> {
+    fn read_slot(
+        &mut self,
+        slot: SlotId,
+        dst: &mut [&mut [u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
         check_slot(TierKind::Host, slot, self.capacity, self.slot_bytes, total)?;
         let range = self.range(slot);
@@ -86,9 +111,17 @@ impl Tier for HostTier {
 fn shm_error(path: &Path, e: ShmError) -> TierError {
     let (op, source) = match e {
         ShmError::Io { op, source, .. } => (op, source),
-        other => ("map", std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string())),
+        other => (
+            "map",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+        ),
     };
-    TierError::Io { tier: TierKind::Host, op, path: PathBuf::from(path), source }
+    TierError::Io {
+        tier: TierKind::Host,
+        op,
+        path: PathBuf::from(path),
+        source,
+    }
 }
 
 #[cfg(test)]
@@ -103,13 +136,17 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 13) as u8).collect();
         let (mut host, origin) = HostTier::open(&path, 1000, 3).unwrap();
         assert_eq!(origin, FileOrigin::Fresh);
-        let sum = host.write_slot(2, &[&data[..100], &data[100..]], BlockHash(1)).unwrap();
+        let sum = host
+            .write_slot(2, &[&data[..100], &data[100..]], BlockHash(1))
+            .unwrap();
         assert_eq!(sum, checksum(BlockHash(1), &data));
         drop(host);
         let (mut host, origin) = HostTier::open(&path, 1000, 3).unwrap();
         assert_eq!(origin, FileOrigin::Reused);
         let mut out = vec![0u8; 1000];
-        let read = host.read_slot(2, &mut [&mut out[..]], BlockHash(1)).unwrap();
+        let read = host
+            .read_slot(2, &mut [&mut out[..]], BlockHash(1))
+            .unwrap();
         assert_eq!(read, sum);
         assert_eq!(out, data);
     }
@@ -119,10 +156,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(HOST_SLAB_FILE);
         let (mut host, _) = HostTier::open(&path, 64, 2).unwrap();
-        assert!(matches!(host.write_slot(2, &[&[0u8; 64]], BlockHash(0)), Err(TierError::SlotOutOfRange { .. })));
-        assert!(matches!(host.write_slot(0, &[&[0u8; 63]], BlockHash(0)), Err(TierError::WrongLength { .. })));
+        assert!(matches!(
+            host.write_slot(2, &[&[0u8; 64]], BlockHash(0)),
+            Err(TierError::SlotOutOfRange { .. })
+        ));
+        assert!(matches!(
+            host.write_slot(0, &[&[0u8; 63]], BlockHash(0)),
+            Err(TierError::WrongLength { .. })
+        ));
         assert!(host.path().ends_with(HOST_SLAB_FILE));
-        assert!(matches!(HostTier::open(&path, 0, 2), Err(TierError::InvalidGeometry { .. })));
-        assert!(matches!(HostTier::open(&path, 64, 0), Err(TierError::InvalidGeometry { .. })));
+        assert!(matches!(
+            HostTier::open(&path, 0, 2),
+            Err(TierError::InvalidGeometry { .. })
+        ));
+        assert!(matches!(
+            HostTier::open(&path, 64, 0),
+            Err(TierError::InvalidGeometry { .. })
+        ));
     }
 }

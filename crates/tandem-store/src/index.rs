@@ -230,7 +230,13 @@ impl GroupIndex {
         if config.world_size == 0 {
             return Err(IndexError::EmptyGroup);
         }
-        Ok(GroupIndex { config, entries: HashMap::new(), lru: BTreeMap::new(), clock: 0, generation: 0 })
+        Ok(GroupIndex {
+            config,
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            generation: 0,
+        })
     }
 
     /// The configuration.
@@ -260,7 +266,9 @@ impl GroupIndex {
 
     /// Pinned blocks in a tier.
     pub fn pinned(&self, tier: TierKind) -> u64 {
-        self.lru_iter(tier).filter(|h| self.entries.get(h).is_some_and(|e| e.pins > 0)).count() as u64
+        self.lru_iter(tier)
+            .filter(|h| self.entries.get(h).is_some_and(|e| e.pins > 0))
+            .count() as u64
     }
 
     /// Blocks of a tier from least to most recently used.
@@ -275,7 +283,10 @@ impl GroupIndex {
 
     /// The tier of a complete block.
     pub fn tier_of(&self, hash: BlockHash) -> Option<TierKind> {
-        self.entries.get(&hash).filter(|e| e.complete).map(|e| e.tier)
+        self.entries
+            .get(&hash)
+            .filter(|e| e.complete)
+            .map(|e| e.tier)
     }
 
     /// Whether the block is pinned.
@@ -297,12 +308,29 @@ impl GroupIndex {
         if self.entries.contains_key(&hash) {
             return Err(IndexError::AlreadyPresent { hash });
         }
-        let tier = if self.config.host_capacity_blocks > 0 { TierKind::Host } else { TierKind::Disk };
+        let tier = if self.config.host_capacity_blocks > 0 {
+            TierKind::Host
+        } else {
+            TierKind::Disk
+        };
         let moves = self.make_room(tier)?;
         let tick = self.tick();
-        self.entries.insert(hash, Entry { tier, complete: false, pins: 1, tick, id: tick });
+        self.entries.insert(
+            hash,
+            Entry {
+                tier,
+                complete: false,
+                pins: 1,
+                tick,
+                id: tick,
+            },
+        );
         self.lru.entry(tier).or_default().insert(tick, hash);
-        Ok(StorePlan { tier, moves, pin: self.pin(hash, PinPurpose::Store, tick) })
+        Ok(StorePlan {
+            tier,
+            moves,
+            pin: self.pin(hash, PinPurpose::Store, tick),
+        })
     }
 
     /// Marks a pending block complete on every rank and releases its store pin.
@@ -331,7 +359,11 @@ impl GroupIndex {
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
     pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<Move>, IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
-        if self.entries.get(&pin.hash).is_some_and(|e| !e.complete && e.id == pin.entry) {
+        if self
+            .entries
+            .get(&pin.hash)
+            .is_some_and(|e| !e.complete && e.id == pin.entry)
+        {
             self.remove(pin.hash);
         }
         Ok(vec![Move::Drop(pin.hash)])
@@ -342,7 +374,11 @@ impl GroupIndex {
     ///
     /// Errors: [`IndexError::NotPresent`], [`IndexError::NotComplete`].
     pub fn begin_load(&mut self, hash: BlockHash) -> Result<LoadPlan, IndexError> {
-        let entry = self.entries.get(&hash).copied().ok_or(IndexError::NotPresent { hash })?;
+        let entry = self
+            .entries
+            .get(&hash)
+            .copied()
+            .ok_or(IndexError::NotPresent { hash })?;
         if !entry.complete {
             return Err(IndexError::NotComplete { hash });
         }
@@ -363,7 +399,11 @@ impl GroupIndex {
                 tier = TierKind::Host;
             }
         }
-        Ok(LoadPlan { tier, moves, pin: self.pin(hash, PinPurpose::Load, entry.id) })
+        Ok(LoadPlan {
+            tier,
+            moves,
+            pin: self.pin(hash, PinPurpose::Load, entry.id),
+        })
     }
 
     /// Hands back a load pin. A pin on a block dropped meanwhile is consumed quietly.
@@ -393,7 +433,12 @@ impl GroupIndex {
     /// whatever they wrote) and makes every earlier pin stale.
     pub fn release_all_pins(&mut self) -> Vec<BlockHash> {
         self.generation += 1;
-        let pending: Vec<BlockHash> = self.entries.iter().filter(|(_, e)| !e.complete).map(|(&h, _)| h).collect();
+        let pending: Vec<BlockHash> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.complete)
+            .map(|(&h, _)| h)
+            .collect();
         for &h in &pending {
             self.remove(h);
         }
@@ -409,7 +454,16 @@ impl GroupIndex {
     /// the caller keeps occupancy within capacity).
     pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: TierKind) {
         let tick = self.tick();
-        self.entries.insert(hash, Entry { tier, complete: true, pins: 0, tick, id: tick });
+        self.entries.insert(
+            hash,
+            Entry {
+                tier,
+                complete: true,
+                pins: 0,
+                tick,
+                id: tick,
+            },
+        );
         self.lru.entry(tier).or_default().insert(tick, hash);
     }
 
@@ -423,7 +477,11 @@ impl GroupIndex {
         let victim = self
             .lru_iter(tier)
             .find(|h| self.entries.get(h).is_some_and(|e| e.pins == 0))
-            .ok_or(IndexError::TierFull { tier, capacity_blocks: self.capacity(tier), pinned: self.pinned(tier) })?;
+            .ok_or(IndexError::TierFull {
+                tier,
+                capacity_blocks: self.capacity(tier),
+                pinned: self.pinned(tier),
+            })?;
         if tier == TierKind::Host && self.config.disk_capacity_blocks > 0 {
             if let Ok(mut moves) = self.make_room(TierKind::Disk) {
                 let tick = self.tick();
@@ -442,7 +500,10 @@ impl GroupIndex {
     }
 
     fn lru_iter(&self, tier: TierKind) -> impl Iterator<Item = BlockHash> + '_ {
-        self.lru.get(&tier).into_iter().flat_map(|m| m.values().copied())
+        self.lru
+            .get(&tier)
+            .into_iter()
+            .flat_map(|m| m.values().copied())
     }
 
     fn tick(&mut self) -> u64 {
@@ -451,7 +512,12 @@ impl GroupIndex {
     }
 
     fn pin(&self, hash: BlockHash, purpose: PinPurpose, entry: u64) -> Pin {
-        Pin { hash, generation: self.generation, purpose, entry }
+        Pin {
+            hash,
+            generation: self.generation,
+            purpose,
+            entry,
+        }
     }
 
     fn check_pin(&self, pin: &Pin, expected: PinPurpose) -> Result<(), IndexError> {
@@ -463,7 +529,11 @@ impl GroupIndex {
             });
         }
         if pin.purpose != expected {
-            return Err(IndexError::WrongPin { hash: pin.hash, got: pin.purpose, expected });
+            return Err(IndexError::WrongPin {
+                hash: pin.hash,
+                got: pin.purpose,
+                expected,
+            });
         }
         Ok(())
     }
@@ -474,7 +544,14 @@ impl GroupIndex {
         }
     }
 
-    fn relink(&mut self, hash: BlockHash, from: TierKind, old_tick: u64, to: TierKind, new_tick: u64) {
+    fn relink(
+        &mut self,
+        hash: BlockHash,
+        from: TierKind,
+        old_tick: u64,
+        to: TierKind,
+        new_tick: u64,
+    ) {
         if let Some(m) = self.lru.get_mut(&from) {
             m.remove(&old_tick);
         }

@@ -6,7 +6,12 @@ use proptest::prelude::*;
 use TierKind::{Disk, Host};
 
 fn index(host: u64, disk: u64) -> GroupIndex {
-    GroupIndex::new(IndexConfig { world_size: 2, host_capacity_blocks: host, disk_capacity_blocks: disk }).unwrap()
+    GroupIndex::new(IndexConfig {
+        world_size: 2,
+        host_capacity_blocks: host,
+        disk_capacity_blocks: disk,
+    })
+    .unwrap()
 }
 
 fn h(n: u64) -> BlockHash {
@@ -28,7 +33,11 @@ fn lru_evicts_oldest_and_loads_refresh() {
     let load = ix.begin_load(h(1)).unwrap();
     ix.finish_load(load.pin).unwrap();
     assert_eq!(ix.lru_order(Host), vec![h(2), h(3), h(1)]);
-    assert_eq!(store(&mut ix, 4), vec![Move::Drop(h(2))], "no disk tier: the oldest is dropped");
+    assert_eq!(
+        store(&mut ix, 4),
+        vec![Move::Drop(h(2))],
+        "no disk tier: the oldest is dropped"
+    );
     assert_eq!(store(&mut ix, 5), vec![Move::Drop(h(3))]);
     assert_eq!(ix.lru_order(Host), vec![h(1), h(4), h(5)]);
     assert_eq!(ix.lookup_prefix(&[h(1), h(4), h(2), h(5)]), 2);
@@ -43,12 +52,18 @@ fn host_evictions_demote_and_disk_loads_promote() {
     assert_eq!(ix.tier_of(h(1)), Some(Disk));
     assert_eq!(store(&mut ix, 4), vec![Move::Demote(h(2))]);
     // Disk full now: the next host eviction first drops the oldest disk block.
-    assert_eq!(store(&mut ix, 5), vec![Move::Drop(h(1)), Move::Demote(h(3))]);
+    assert_eq!(
+        store(&mut ix, 5),
+        vec![Move::Drop(h(1)), Move::Demote(h(3))]
+    );
     assert_eq!(ix.lru_order(Disk), vec![h(2), h(3)]);
     // Loading a disk block promotes it, making host room by demoting (and so dropping on disk).
     let load = ix.begin_load(h(2)).unwrap();
     assert_eq!(load.tier, Host);
-    assert_eq!(load.moves, vec![Move::Drop(h(3)), Move::Demote(h(4)), Move::Promote(h(2))]);
+    assert_eq!(
+        load.moves,
+        vec![Move::Drop(h(3)), Move::Demote(h(4)), Move::Promote(h(2))]
+    );
     ix.finish_load(load.pin).unwrap();
     assert_eq!(ix.lru_order(Host), vec![h(5), h(2)]);
     assert_eq!(ix.lru_order(Disk), vec![h(4)]);
@@ -63,11 +78,28 @@ fn pinned_blocks_are_never_evicted_and_all_pinned_is_tier_full() {
     // 1 is pinned and now most recent anyway; pin 2 too by loading it.
     let p2 = ix.begin_load(h(2)).unwrap().pin;
     let e = ix.begin_store(h(3)).unwrap_err();
-    assert_eq!(e, IndexError::TierFull { tier: Host, capacity_blocks: 2, pinned: 2 });
-    assert_eq!(e.to_string(), "host tier full: 2 blocks, 2 pinned, nothing can be evicted");
-    assert!(ix.contains(h(1)) && ix.contains(h(2)), "a refused store changes nothing");
+    assert_eq!(
+        e,
+        IndexError::TierFull {
+            tier: Host,
+            capacity_blocks: 2,
+            pinned: 2
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "host tier full: 2 blocks, 2 pinned, nothing can be evicted"
+    );
+    assert!(
+        ix.contains(h(1)) && ix.contains(h(2)),
+        "a refused store changes nothing"
+    );
     ix.finish_load(p2).unwrap();
-    assert_eq!(ix.begin_store(h(3)).unwrap().moves, vec![Move::Drop(h(2))], "only the unpinned one goes");
+    assert_eq!(
+        ix.begin_store(h(3)).unwrap().moves,
+        vec![Move::Drop(h(2))],
+        "only the unpinned one goes"
+    );
     ix.finish_load(p1).unwrap();
 }
 
@@ -77,9 +109,18 @@ fn pending_blocks_are_pinned_and_invisible() {
     let plan = ix.begin_store(h(1)).unwrap();
     assert!(!ix.contains(h(1)));
     assert_eq!(ix.lookup_prefix(&[h(1)]), 0);
-    assert_eq!(ix.begin_load(h(1)).unwrap_err(), IndexError::NotComplete { hash: h(1) });
-    assert_eq!(ix.begin_store(h(1)).unwrap_err(), IndexError::AlreadyPresent { hash: h(1) });
-    assert!(matches!(ix.begin_store(h(2)), Err(IndexError::TierFull { pinned: 1, .. })));
+    assert_eq!(
+        ix.begin_load(h(1)).unwrap_err(),
+        IndexError::NotComplete { hash: h(1) }
+    );
+    assert_eq!(
+        ix.begin_store(h(1)).unwrap_err(),
+        IndexError::AlreadyPresent { hash: h(1) }
+    );
+    assert!(matches!(
+        ix.begin_store(h(2)),
+        Err(IndexError::TierFull { pinned: 1, .. })
+    ));
     assert_eq!(ix.abort_store(plan.pin).unwrap(), vec![Move::Drop(h(1))]);
     assert_eq!(ix.occupancy(Host), 0);
 }
@@ -89,10 +130,17 @@ fn dropped_blocks_fail_their_store_and_release_quietly() {
     let mut ix = index(2, 0);
     let plan = ix.begin_store(h(1)).unwrap();
     assert_eq!(ix.drop_block(h(1)), Some(Move::Drop(h(1))));
-    assert_eq!(ix.finish_store(plan.pin).unwrap_err(), IndexError::Dropped { hash: h(1) });
+    assert_eq!(
+        ix.finish_store(plan.pin).unwrap_err(),
+        IndexError::Dropped { hash: h(1) }
+    );
     store(&mut ix, 2);
     let load = ix.begin_load(h(2)).unwrap();
-    assert_eq!(ix.drop_block(h(2)), Some(Move::Drop(h(2))), "a corrupt block goes even when pinned");
+    assert_eq!(
+        ix.drop_block(h(2)),
+        Some(Move::Drop(h(2))),
+        "a corrupt block goes even when pinned"
+    );
     assert_eq!(ix.drop_block(h(2)), None);
     ix.finish_load(load.pin).unwrap();
     assert!(!ix.contains(h(2)));
@@ -107,32 +155,71 @@ fn new_epoch_releases_pins_and_aborts_pending_stores() {
     assert_eq!(ix.release_all_pins(), vec![h(2)]);
     assert!(!ix.is_pinned(h(1)));
     let e = ix.finish_load(load.pin).unwrap_err();
-    assert_eq!(e.to_string(), format!("pin on block {} is from generation 0, the index is at generation 1", h(1)));
-    assert!(matches!(ix.finish_store(pending.pin), Err(IndexError::StalePin { .. })));
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "pin on block {} is from generation 0, the index is at generation 1",
+            h(1)
+        )
+    );
+    assert!(matches!(
+        ix.finish_store(pending.pin),
+        Err(IndexError::StalePin { .. })
+    ));
     assert_eq!(ix.generation(), 1);
 }
 
 #[test]
 fn error_messages() {
-    let e = IndexError::WrongPin { hash: h(1), got: PinPurpose::Load, expected: PinPurpose::Store };
-    assert_eq!(e.to_string(), format!("pin on block {} is a load pin, expected a store pin", h(1)));
-    assert_eq!(IndexError::NotPresent { hash: h(1) }.to_string(), format!("block {} is not in the index", h(1)));
-    assert_eq!(IndexError::NotComplete { hash: h(1) }.to_string(), format!("block {} is still being stored", h(1)));
-    assert_eq!(IndexError::AlreadyPresent { hash: h(1) }.to_string(), format!("block {} is already in the index", h(1)));
+    let e = IndexError::WrongPin {
+        hash: h(1),
+        got: PinPurpose::Load,
+        expected: PinPurpose::Store,
+    };
+    assert_eq!(
+        e.to_string(),
+        format!("pin on block {} is a load pin, expected a store pin", h(1))
+    );
+    assert_eq!(
+        IndexError::NotPresent { hash: h(1) }.to_string(),
+        format!("block {} is not in the index", h(1))
+    );
+    assert_eq!(
+        IndexError::NotComplete { hash: h(1) }.to_string(),
+        format!("block {} is still being stored", h(1))
+    );
+    assert_eq!(
+        IndexError::AlreadyPresent { hash: h(1) }.to_string(),
+        format!("block {} is already in the index", h(1))
+    );
     assert_eq!(
         IndexError::Dropped { hash: h(1) }.to_string(),
         format!("block {} was dropped while its store was in flight", h(1))
     );
-    assert_eq!(IndexError::EmptyGroup.to_string(), "world size must be at least 1");
     assert_eq!(
-        GroupIndex::new(IndexConfig { world_size: 0, host_capacity_blocks: 1, disk_capacity_blocks: 0 }).unwrap_err(),
+        IndexError::EmptyGroup.to_string(),
+        "world size must be at least 1"
+    );
+    assert_eq!(
+        GroupIndex::new(IndexConfig {
+            world_size: 0,
+            host_capacity_blocks: 1,
+            disk_capacity_blocks: 0
+        })
+        .unwrap_err(),
         IndexError::EmptyGroup
     );
     let mut ix = index(1, 0);
     let plan = ix.begin_store(h(1)).unwrap();
-    assert!(matches!(ix.finish_load(plan.pin), Err(IndexError::WrongPin { .. })));
+    assert!(matches!(
+        ix.finish_load(plan.pin),
+        Err(IndexError::WrongPin { .. })
+    ));
     let e = index(0, 0).begin_store(h(1)).unwrap_err();
-    assert_eq!(e.to_string(), "disk tier full: 0 blocks, 0 pinned, nothing can be evicted");
+    assert_eq!(
+        e.to_string(),
+        "disk tier full: 0 blocks, 0 pinned, nothing can be evicted"
+    );
 }
 
 #[test]
@@ -142,7 +229,11 @@ fn disk_only_group_stores_to_disk() {
     assert_eq!(plan.tier, Disk);
     ix.finish_store(plan.pin).unwrap();
     let load = ix.begin_load(h(1)).unwrap();
-    assert_eq!((load.tier, load.moves.len()), (Disk, 0), "no host tier: no promotion");
+    assert_eq!(
+        (load.tier, load.moves.len()),
+        (Disk, 0),
+        "no host tier: no promotion"
+    );
     ix.finish_load(load.pin).unwrap();
 }
 

@@ -89,7 +89,11 @@ pub enum ManifestError {
 impl Manifest {
     /// An empty manifest.
     pub fn new(rank: Rank, geometry: Geometry) -> Self {
-        Manifest { rank, geometry, entries: BTreeMap::new() }
+        Manifest {
+            rank,
+            geometry,
+            entries: BTreeMap::new(),
+        }
     }
 
     /// The file bytes: magic, payload checksum, payload.
@@ -109,7 +113,9 @@ impl Manifest {
     /// [`ManifestError::Decode`].
     pub fn decode(path: &Path, bytes: &[u8]) -> Result<Manifest, ManifestError> {
         if bytes.len() < 12 || &bytes[..8] != MAGIC {
-            return Err(ManifestError::BadMagic { path: path.to_path_buf() });
+            return Err(ManifestError::BadMagic {
+                path: path.to_path_buf(),
+            });
         }
         let mut header = [0u8; 4];
         header.copy_from_slice(&bytes[8..12]);
@@ -117,10 +123,16 @@ impl Manifest {
         let payload = &bytes[12..];
         let actual = crc32c::crc32c(payload);
         if actual != expected {
-            return Err(ManifestError::BadChecksum { path: path.to_path_buf(), expected, actual });
+            return Err(ManifestError::BadChecksum {
+                path: path.to_path_buf(),
+                expected,
+                actual,
+            });
         }
-        postcard::from_bytes(payload)
-            .map_err(|e| ManifestError::Decode { path: path.to_path_buf(), reason: e.to_string() })
+        postcard::from_bytes(payload).map_err(|e| ManifestError::Decode {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
     }
 
     /// Reads the manifest at `path`; `Ok(None)` when there is no file.
@@ -130,7 +142,11 @@ impl Manifest {
         match std::fs::read(path) {
             Ok(bytes) => Manifest::decode(path, &bytes).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ManifestError::Io { path: path.to_path_buf(), op: "read", source }),
+            Err(source) => Err(ManifestError::Io {
+                path: path.to_path_buf(),
+                op: "read",
+                source,
+            }),
         }
     }
 
@@ -147,7 +163,11 @@ impl Manifest {
         let tmp = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
         let io = |p: &Path, op: &'static str| {
             let p = p.to_path_buf();
-            move |source| ManifestError::Io { path: p, op, source }
+            move |source| ManifestError::Io {
+                path: p,
+                op,
+                source,
+            }
         };
         let mut file = OpenOptions::new()
             .write(true)
@@ -159,8 +179,13 @@ impl Manifest {
         file.sync_all().map_err(io(&tmp, "sync"))?;
         drop(file);
         std::fs::rename(&tmp, path).map_err(io(path, "rename"))?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir, "sync-dir"))?;
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(dir, "sync-dir"))?;
         Ok(())
     }
 }
@@ -172,10 +197,28 @@ mod tests {
     use crate::tier::TierKind;
 
     fn sample() -> Manifest {
-        let geometry = Geometry { shard_bytes: 4096, host_capacity_blocks: 4, disk_capacity_blocks: 8 };
+        let geometry = Geometry {
+            shard_bytes: 4096,
+            host_capacity_blocks: 4,
+            disk_capacity_blocks: 8,
+        };
         let mut m = Manifest::new(Rank(2), geometry);
-        m.entries.insert(BlockHash(7), Location { tier: TierKind::Host, slot: 1, checksum: Checksum([1, 2, 3]) });
-        m.entries.insert(BlockHash(9), Location { tier: TierKind::Disk, slot: 5, checksum: Checksum([4, 5, 6]) });
+        m.entries.insert(
+            BlockHash(7),
+            Location {
+                tier: TierKind::Host,
+                slot: 1,
+                checksum: Checksum([1, 2, 3]),
+            },
+        );
+        m.entries.insert(
+            BlockHash(9),
+            Location {
+                tier: TierKind::Disk,
+                slot: 5,
+                checksum: Checksum([4, 5, 6]),
+            },
+        );
         m
     }
 
@@ -203,18 +246,31 @@ mod tests {
     fn errors() {
         let p = Path::new("/m");
         let e = Manifest::decode(p, b"nonsense-bytes").unwrap_err();
-        assert_eq!(e.to_string(), "manifest /m: not a Tandem manifest (bad magic)");
+        assert_eq!(
+            e.to_string(),
+            "manifest /m: not a Tandem manifest (bad magic)"
+        );
         let mut bytes = sample().encode();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         let e = Manifest::decode(p, &bytes).unwrap_err();
-        assert!(e.to_string().starts_with("manifest /m: payload checksum "), "{e}");
+        assert!(
+            e.to_string().starts_with("manifest /m: payload checksum "),
+            "{e}"
+        );
         let mut bytes = MAGIC.to_vec();
         bytes.extend_from_slice(&crc32c::crc32c(&[0xff]).to_le_bytes());
         bytes.push(0xff);
         let e = Manifest::decode(p, &bytes).unwrap_err();
-        assert!(e.to_string().starts_with("manifest /m: cannot decode: "), "{e}");
-        let e = ManifestError::Io { path: "/d".into(), op: "rename", source: std::io::Error::other("x") };
+        assert!(
+            e.to_string().starts_with("manifest /m: cannot decode: "),
+            "{e}"
+        );
+        let e = ManifestError::Io {
+            path: "/d".into(),
+            op: "rename",
+            source: std::io::Error::other("x"),
+        };
         assert_eq!(e.to_string(), "manifest /d: rename failed: x");
     }
 }

@@ -51,13 +51,18 @@ impl GroupIndex {
         for r in ranks {
             let slot = seen
                 .get_mut(r.rank.0 as usize)
-                .ok_or(IndexError::RankOutOfRange { rank: r.rank, world_size: config.world_size })?;
+                .ok_or(IndexError::RankOutOfRange {
+                    rank: r.rank,
+                    world_size: config.world_size,
+                })?;
             if std::mem::replace(slot, true) {
                 return Err(IndexError::DuplicateRank { rank: r.rank });
             }
         }
         if let Some(missing) = seen.iter().position(|&s| !s) {
-            return Err(IndexError::MissingRank { rank: Rank(missing as u32) });
+            return Err(IndexError::MissingRank {
+                rank: Rank(missing as u32),
+            });
         }
         // hash → (ranks holding it, any rank holding it on disk)
         let mut holders: BTreeMap<BlockHash, (u32, bool)> = BTreeMap::new();
@@ -89,7 +94,12 @@ impl GroupIndex {
                 dropped.push(hash);
             }
         }
-        Ok(Rebuild { index, moves, kept, dropped })
+        Ok(Rebuild {
+            index,
+            moves,
+            kept,
+            dropped,
+        })
     }
 }
 
@@ -98,11 +108,18 @@ mod tests {
     use super::*;
 
     fn cfg(world: u32, host: u64, disk: u64) -> IndexConfig {
-        IndexConfig { world_size: world, host_capacity_blocks: host, disk_capacity_blocks: disk }
+        IndexConfig {
+            world_size: world,
+            host_capacity_blocks: host,
+            disk_capacity_blocks: disk,
+        }
     }
 
     fn rank(r: u32, blocks: &[(u64, TierKind)]) -> RankBlocks {
-        RankBlocks { rank: Rank(r), blocks: blocks.iter().map(|&(h, t)| (BlockHash(h), t)).collect() }
+        RankBlocks {
+            rank: Rank(r),
+            blocks: blocks.iter().map(|&(h, t)| (BlockHash(h), t)).collect(),
+        }
     }
 
     #[test]
@@ -115,11 +132,22 @@ mod tests {
         let r = GroupIndex::rebuild(cfg(2, 4, 4), &ranks).unwrap();
         assert_eq!(r.kept, 3);
         assert_eq!(r.dropped, vec![BlockHash(4)]);
-        assert_eq!(r.moves, vec![Move::Demote(BlockHash(2)), Move::Demote(BlockHash(3)), Move::Drop(BlockHash(4))]);
+        assert_eq!(
+            r.moves,
+            vec![
+                Move::Demote(BlockHash(2)),
+                Move::Demote(BlockHash(3)),
+                Move::Drop(BlockHash(4))
+            ]
+        );
         assert_eq!(r.index.tier_of(BlockHash(1)), Some(Host));
         assert_eq!(r.index.tier_of(BlockHash(2)), Some(Disk));
         assert!(!r.index.contains(BlockHash(4)));
-        assert_eq!(r.index.lookup_prefix(&[BlockHash(1), BlockHash(2), BlockHash(3), BlockHash(4)]), 3);
+        assert_eq!(
+            r.index
+                .lookup_prefix(&[BlockHash(1), BlockHash(2), BlockHash(3), BlockHash(4)]),
+            3
+        );
     }
 
     #[test]
@@ -127,7 +155,10 @@ mod tests {
         use TierKind::Host;
         let ranks = [rank(0, &[(1, Host), (2, Host), (3, Host)])];
         let r = GroupIndex::rebuild(cfg(1, 1, 1), &ranks).unwrap();
-        assert_eq!(r.moves, vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(3))]);
+        assert_eq!(
+            r.moves,
+            vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(3))]
+        );
         assert_eq!(r.dropped, vec![BlockHash(3)]);
     }
 
@@ -138,6 +169,9 @@ mod tests {
         let e = GroupIndex::rebuild(cfg(2, 1, 1), &[rank(0, &[]), rank(0, &[])]).unwrap_err();
         assert_eq!(e.to_string(), "rebuild: rank 0 sent two manifests");
         let e = GroupIndex::rebuild(cfg(2, 1, 1), &[rank(2, &[])]).unwrap_err();
-        assert_eq!(e.to_string(), "rebuild: rank 2 is outside the group of 2 ranks");
+        assert_eq!(
+            e.to_string(),
+            "rebuild: rank 2 is outside the group of 2 ranks"
+        );
     }
 }

@@ -28,7 +28,11 @@ impl Store {
         }
         let mut host_origin = None;
         let host = if config.host_capacity_blocks > 0 {
-            let (t, o) = HostTier::open(&config.host_dir.join(HOST_SLAB_FILE), config.shard_bytes, config.host_capacity_blocks)?;
+            let (t, o) = HostTier::open(
+                &config.host_dir.join(HOST_SLAB_FILE),
+                config.shard_bytes,
+                config.host_capacity_blocks,
+            )?;
             host_origin = Some(o);
             Some(t)
         } else {
@@ -37,7 +41,12 @@ impl Store {
         let mut disk_origin = None;
         let disk = if config.disk_capacity_blocks > 0 {
             let path = config.disk_dir.join(DISK_SLAB_FILE);
-            let (t, o) = DiskTier::open(&path, config.shard_bytes, config.disk_capacity_blocks, config.disk_io)?;
+            let (t, o) = DiskTier::open(
+                &path,
+                config.shard_bytes,
+                config.disk_capacity_blocks,
+                config.disk_io,
+            )?;
             disk_origin = Some(o);
             Some(t)
         } else {
@@ -138,8 +147,14 @@ impl Store {
             report.verified += 1;
         }
         // Free lists are stacks; push in reverse so that low slots are used first.
-        self.free_host = (0..used_host.len() as u64).rev().filter(|&s| !used_host[s as usize]).collect();
-        self.free_disk = (0..used_disk.len() as u64).rev().filter(|&s| !used_disk[s as usize]).collect();
+        self.free_host = (0..used_host.len() as u64)
+            .rev()
+            .filter(|&s| !used_host[s as usize])
+            .collect();
+        self.free_disk = (0..used_disk.len() as u64)
+            .rev()
+            .filter(|&s| !used_disk[s as usize])
+            .collect();
         Ok(())
     }
 }

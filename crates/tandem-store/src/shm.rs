@@ -80,18 +80,36 @@ impl ShmFile {
     /// the file does not exist).
     pub fn open(path: &Path, size: u64) -> Result<ShmFile, ShmError> {
         if size == 0 {
-            return Err(ShmError::ZeroSize { path: path.to_path_buf() });
+            return Err(ShmError::ZeroSize {
+                path: path.to_path_buf(),
+            });
         }
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path, "open"))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io(path, "open"))?;
         let actual = file.metadata().map_err(io(path, "stat"))?.len();
         if actual < size {
-            return Err(ShmError::TooSmall { path: path.to_path_buf(), needed: size, actual });
+            return Err(ShmError::TooSmall {
+                path: path.to_path_buf(),
+                needed: size,
+                actual,
+            });
         }
         // SAFETY: the mapping is shared with other processes by design (see module docs);
         // its length is within the file.
-        let map = unsafe { memmap2::MmapOptions::new().len(size as usize).map_mut(&file) }
-            .map_err(io(path, "map"))?;
-        Ok(ShmFile { path: path.to_path_buf(), map, _file: file })
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(size as usize)
+                .map_mut(&file)
+        }
+        .map_err(io(path, "map"))?;
+        Ok(ShmFile {
+            path: path.to_path_buf(),
+            map,
+            _file: file,
+        })
     }
 
     /// Maps `path` with exactly `size` bytes, keeping its contents when it already has that
@@ -104,7 +122,11 @@ impl ShmFile {
         if existing == Some(size) && size > 0 {
             // A slab left by a start whose reservation failed has the right length but holes:
             // reserve again, so that a full tmpfs is an error now and not a SIGBUS later.
-            let file = OpenOptions::new().read(true).write(true).open(path).map_err(io(path, "open"))?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(io(path, "open"))?;
             reserve(&file, size).map_err(io(path, "allocate"))?;
             return Ok((ShmFile::open(path, size)?, FileOrigin::Reused));
         }
@@ -114,7 +136,11 @@ impl ShmFile {
     fn map_file(path: &Path, file: File) -> Result<ShmFile, ShmError> {
         // SAFETY: as in `open`; the file was just sized to the mapping length.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(io(path, "map"))?;
-        Ok(ShmFile { path: path.to_path_buf(), map, _file: file })
+        Ok(ShmFile {
+            path: path.to_path_buf(),
+            map,
+            _file: file,
+        })
     }
 
     /// The mapped file.
@@ -145,7 +171,9 @@ impl ShmFile {
 
 fn create_file(path: &Path, size: u64, truncate: bool) -> Result<File, ShmError> {
     if size == 0 {
-        return Err(ShmError::ZeroSize { path: path.to_path_buf() });
+        return Err(ShmError::ZeroSize {
+            path: path.to_path_buf(),
+        });
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io(path, "create"))?;
@@ -170,7 +198,8 @@ fn create_file(path: &Path, size: u64, truncate: bool) -> Result<File, ShmError>
 /// SIGBUS on the first write through the mapping. File systems that cannot preallocate are
 /// left sparse.
 fn reserve(file: &File, size: u64) -> std::io::Result<()> {
-    let len = libc::off_t::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    let len =
+        libc::off_t::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: plain syscall on an open descriptor.
     match unsafe { libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(file), 0, len) } {
         0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
@@ -179,7 +208,11 @@ fn reserve(file: &File, size: u64) -> std::io::Result<()> {
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> ShmError + 'a {
-    move |source| ShmError::Io { path: path.to_path_buf(), op, source }
+    move |source| ShmError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
 }
 
 #[cfg(test)]
@@ -209,13 +242,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         let e = ShmFile::create(&path, 0).unwrap_err();
-        assert_eq!(e.to_string(), format!("shared memory {}: size must be at least one byte", path.display()));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "shared memory {}: size must be at least one byte",
+                path.display()
+            )
+        );
         ShmFile::create(&path, 100).unwrap();
         let e = ShmFile::open(&path, 200).unwrap_err();
-        assert_eq!(e.to_string(), format!("shared memory {}: file holds 100 bytes, need 200", path.display()));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "shared memory {}: file holds 100 bytes, need 200",
+                path.display()
+            )
+        );
         let missing = dir.path().join("missing");
         let e = ShmFile::open(&missing, 10).unwrap_err();
         assert!(matches!(e, ShmError::Io { op: "open", .. }));
-        assert!(e.to_string().starts_with(&format!("shared memory {}: open failed: ", missing.display())));
+        assert!(e.to_string().starts_with(&format!(
+            "shared memory {}: open failed: ",
+            missing.display()
+        )));
     }
 }

@@ -199,14 +199,24 @@ impl Store {
     pub fn rank_blocks(&self) -> RankBlocks {
         RankBlocks {
             rank: self.config.rank,
-            blocks: self.manifest.entries.iter().map(|(&h, l)| (h, l.tier)).collect(),
+            blocks: self
+                .manifest
+                .entries
+                .iter()
+                .map(|(&h, l)| (h, l.tier))
+                .collect(),
         }
     }
 
     /// Stores one shard given as one slice.
     ///
     /// Errors: as [`Store::store_parts`].
-    pub fn store_shard(&mut self, hash: BlockHash, tier: TierKind, src: &[u8]) -> Result<Location, StoreError> {
+    pub fn store_shard(
+        &mut self,
+        hash: BlockHash,
+        tier: TierKind,
+        src: &[u8],
+    ) -> Result<Location, StoreError> {
         self.store_parts(hash, tier, &[src])
     }
 
@@ -231,13 +241,25 @@ impl Store {
     /// Errors: [`StoreError::WrongLength`], [`StoreError::AlreadyStored`],
     /// [`StoreError::TierDisabled`], [`StoreError::NoFreeSlot`] (all before any write), and
     /// [`StoreError::Tier`] from the write (the slot is then released).
-    pub fn store_parts(&mut self, hash: BlockHash, tier: TierKind, parts: &[&[u8]]) -> Result<Location, StoreError> {
+    pub fn store_parts(
+        &mut self,
+        hash: BlockHash,
+        tier: TierKind,
+        parts: &[&[u8]],
+    ) -> Result<Location, StoreError> {
         let got: usize = parts.iter().map(|p| p.len()).sum();
         if got != self.config.shard_bytes {
-            return Err(StoreError::WrongLength { hash, expected: self.config.shard_bytes, got });
+            return Err(StoreError::WrongLength {
+                hash,
+                expected: self.config.shard_bytes,
+                got,
+            });
         }
         if let Some(loc) = self.location(hash) {
-            return Err(StoreError::AlreadyStored { hash, tier: loc.tier });
+            return Err(StoreError::AlreadyStored {
+                hash,
+                tier: loc.tier,
+            });
         }
         let slot = self.take_slot(tier)?;
         let written = match self.tier_mut(tier) {
@@ -245,7 +267,14 @@ impl Store {
             None => return Err(StoreError::TierDisabled { tier }),
         };
         match written {
-            Ok(checksum) => Ok(self.record(hash, Location { tier, slot, checksum })),
+            Ok(checksum) => Ok(self.record(
+                hash,
+                Location {
+                    tier,
+                    slot,
+                    checksum,
+                },
+            )),
             Err(e) => {
                 self.give_slot(tier, slot);
                 Err(e.into())
@@ -283,11 +312,21 @@ impl Store {
     ///
     /// Errors: [`StoreError::UnknownBlock`], [`StoreError::WrongLength`] (before any write),
     /// [`StoreError::ChecksumMismatch`], [`StoreError::Tier`].
-    pub fn load_parts(&mut self, hash: BlockHash, dst: &mut [&mut [u8]]) -> Result<Location, StoreError> {
-        let loc = self.location(hash).ok_or(StoreError::UnknownBlock { hash })?;
+    pub fn load_parts(
+        &mut self,
+        hash: BlockHash,
+        dst: &mut [&mut [u8]],
+    ) -> Result<Location, StoreError> {
+        let loc = self
+            .location(hash)
+            .ok_or(StoreError::UnknownBlock { hash })?;
         let got: usize = dst.iter().map(|d| d.len()).sum();
         if got != self.config.shard_bytes {
-            return Err(StoreError::WrongLength { hash, expected: self.config.shard_bytes, got });
+            return Err(StoreError::WrongLength {
+                hash,
+                expected: self.config.shard_bytes,
+                got,
+            });
         }
         let actual = match self.tier_mut(loc.tier) {
             Some(t) => t.read_slot(loc.slot, dst, hash)?,
@@ -331,8 +370,12 @@ impl Store {
     /// Errors: as [`Store::demote`] and [`Store::promote`].
     pub fn apply(&mut self, mv: Move) -> Result<(), StoreError> {
         match mv {
-            Move::Demote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Host) => self.demote(h).map(drop),
-            Move::Promote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Disk) => self.promote(h).map(drop),
+            Move::Demote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Host) => {
+                self.demote(h).map(drop)
+            }
+            Move::Promote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Disk) => {
+                self.promote(h).map(drop)
+            }
             Move::Drop(h) => {
                 self.evict(h);
                 Ok(())
@@ -358,8 +401,16 @@ impl Store {
         &self.manifest_path
     }
 
-    fn relocate(&mut self, hash: BlockHash, from: TierKind, to: TierKind) -> Result<Location, StoreError> {
-        let loc = self.location(hash).filter(|l| l.tier == from).ok_or(StoreError::UnknownBlock { hash })?;
+    fn relocate(
+        &mut self,
+        hash: BlockHash,
+        from: TierKind,
+        to: TierKind,
+    ) -> Result<Location, StoreError> {
+        let loc = self
+            .location(hash)
+            .filter(|l| l.tier == from)
+            .ok_or(StoreError::UnknownBlock { hash })?;
         if self.tier_mut(to).is_none() {
             return Err(StoreError::TierDisabled { tier: to });
         }
@@ -370,7 +421,14 @@ impl Store {
         match moved {
             Ok(checksum) => {
                 self.give_slot(from, loc.slot);
-                Ok(self.record(hash, Location { tier: to, slot, checksum }))
+                Ok(self.record(
+                    hash,
+                    Location {
+                        tier: to,
+                        slot,
+                        checksum,
+                    },
+                ))
             }
             Err(e) => {
                 self.give_slot(to, slot);
@@ -379,7 +437,14 @@ impl Store {
         }
     }
 
-    fn copy_between(&mut self, hash: BlockHash, loc: Location, to: TierKind, slot: SlotId, scratch: &mut [u8]) -> Result<Checksum, StoreError> {
+    fn copy_between(
+        &mut self,
+        hash: BlockHash,
+        loc: Location,
+        to: TierKind,
+        slot: SlotId,
+        scratch: &mut [u8],
+    ) -> Result<Checksum, StoreError> {
         let actual = match self.tier_mut(loc.tier) {
             Some(t) => t.read_slot(loc.slot, &mut [scratch], hash)?,
             None => return Err(StoreError::TierDisabled { tier: loc.tier }),
@@ -392,12 +457,23 @@ impl Store {
     }
 
     /// Compares; on mismatch drops the shard and reports it.
-    fn verify(&mut self, hash: BlockHash, loc: Location, actual: Checksum) -> Result<(), StoreError> {
+    fn verify(
+        &mut self,
+        hash: BlockHash,
+        loc: Location,
+        actual: Checksum,
+    ) -> Result<(), StoreError> {
         if actual == loc.checksum {
             return Ok(());
         }
         self.evict(hash);
-        Err(StoreError::ChecksumMismatch { hash, tier: loc.tier, slot: loc.slot, expected: loc.checksum, actual })
+        Err(StoreError::ChecksumMismatch {
+            hash,
+            tier: loc.tier,
+            slot: loc.slot,
+            expected: loc.checksum,
+            actual,
+        })
     }
 
     fn record(&mut self, hash: BlockHash, loc: Location) -> Location {
@@ -417,11 +493,18 @@ impl Store {
 
     fn take_slot(&mut self, tier: TierKind) -> Result<SlotId, StoreError> {
         let (free, capacity) = match tier {
-            TierKind::Host if self.host.is_some() => (&mut self.free_host, self.config.host_capacity_blocks),
-            TierKind::Disk if self.disk.is_some() => (&mut self.free_disk, self.config.disk_capacity_blocks),
+            TierKind::Host if self.host.is_some() => {
+                (&mut self.free_host, self.config.host_capacity_blocks)
+            }
+            TierKind::Disk if self.disk.is_some() => {
+                (&mut self.free_disk, self.config.disk_capacity_blocks)
+            }
             _ => return Err(StoreError::TierDisabled { tier }),
         };
-        free.pop().ok_or(StoreError::NoFreeSlot { tier, capacity_blocks: capacity })
+        free.pop().ok_or(StoreError::NoFreeSlot {
+            tier,
+            capacity_blocks: capacity,
+        })
     }
 
     fn give_slot(&mut self, tier: TierKind, slot: SlotId) {
@@ -441,22 +524,44 @@ mod tests {
     #[test]
     fn error_messages() {
         let h = BlockHash(1);
-        assert_eq!(StoreError::ZeroShard.to_string(), "store: shard size must be at least one byte");
         assert_eq!(
-            StoreError::WrongLength { hash: h, expected: 8, got: 7 }.to_string(),
+            StoreError::ZeroShard.to_string(),
+            "store: shard size must be at least one byte"
+        );
+        assert_eq!(
+            StoreError::WrongLength {
+                hash: h,
+                expected: 8,
+                got: 7
+            }
+            .to_string(),
             format!("block {h}: wrong length, shard is 8 bytes, got 7")
         );
         assert_eq!(
-            StoreError::AlreadyStored { hash: h, tier: TierKind::Disk }.to_string(),
+            StoreError::AlreadyStored {
+                hash: h,
+                tier: TierKind::Disk
+            }
+            .to_string(),
             format!("block {h} is already stored on this rank (disk tier)")
         );
-        assert_eq!(StoreError::UnknownBlock { hash: h }.to_string(), format!("block {h} is not stored on this rank"));
         assert_eq!(
-            StoreError::TierDisabled { tier: TierKind::Disk }.to_string(),
+            StoreError::UnknownBlock { hash: h }.to_string(),
+            format!("block {h} is not stored on this rank")
+        );
+        assert_eq!(
+            StoreError::TierDisabled {
+                tier: TierKind::Disk
+            }
+            .to_string(),
             "disk tier is disabled on this rank (capacity 0)"
         );
         assert_eq!(
-            StoreError::NoFreeSlot { tier: TierKind::Host, capacity_blocks: 4 }.to_string(),
+            StoreError::NoFreeSlot {
+                tier: TierKind::Host,
+                capacity_blocks: 4
+            }
+            .to_string(),
             "host tier has no free slot (4 blocks): this rank disagrees with the group index"
         );
         let e = StoreError::ChecksumMismatch {

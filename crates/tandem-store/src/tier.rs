@@ -120,12 +120,22 @@ pub trait Tier {
     ///
     /// Errors: [`TierError::SlotOutOfRange`], [`TierError::WrongLength`] (checked before any
     /// byte is written), [`TierError::Io`] or [`TierError::Device`] from the backing store.
-    fn write_slot(&mut self, slot: SlotId, src: &[&[u8]], seed: BlockHash) -> Result<Checksum, TierError>;
+    fn write_slot(
+        &mut self,
+        slot: SlotId,
+        src: &[&[u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError>;
     /// Copies `slot` into the concatenation of `dst` and returns the checksum of the bytes read,
     /// seeded with `seed`. The caller compares it with the checksum recorded at write time.
     ///
     /// Errors: as [`Tier::write_slot`]; on an I/O error `dst` holds unspecified bytes.
-    fn read_slot(&mut self, slot: SlotId, dst: &mut [&mut [u8]], seed: BlockHash) -> Result<Checksum, TierError>;
+    fn read_slot(
+        &mut self,
+        slot: SlotId,
+        dst: &mut [&mut [u8]],
+        seed: BlockHash,
+    ) -> Result<Checksum, TierError>;
 }
 
 /// Checks `slot` against `capacity` and the total length of `lens` against `slot_bytes`; the
@@ -138,10 +148,18 @@ pub(crate) fn check_slot(
     total_len: usize,
 ) -> Result<(), TierError> {
     if slot >= capacity {
-        return Err(TierError::SlotOutOfRange { tier, slot, capacity });
+        return Err(TierError::SlotOutOfRange {
+            tier,
+            slot,
+            capacity,
+        });
     }
     if total_len != slot_bytes {
-        return Err(TierError::WrongLength { tier, expected: slot_bytes, got: total_len });
+        return Err(TierError::WrongLength {
+            tier,
+            expected: slot_bytes,
+            got: total_len,
+        });
     }
     Ok(())
 }
@@ -159,17 +177,40 @@ mod tests {
 
     #[test]
     fn error_messages() {
-        let e = TierError::SlotOutOfRange { tier: TierKind::Host, slot: 9, capacity: 8 };
-        assert_eq!(e.to_string(), "host tier: slot 9 out of range (capacity 8 slots)");
-        let e = TierError::WrongLength { tier: TierKind::Disk, expected: 4096, got: 100 };
-        assert_eq!(e.to_string(), "disk tier: wrong length, slot holds 4096 bytes, got 100 bytes");
-        let e = TierError::InvalidGeometry { tier: TierKind::Host, slot_bytes: 0, capacity: 4 };
-        assert_eq!(e.to_string(), "host tier: invalid geometry, 0 bytes per slot × 4 slots");
+        let e = TierError::SlotOutOfRange {
+            tier: TierKind::Host,
+            slot: 9,
+            capacity: 8,
+        };
+        assert_eq!(
+            e.to_string(),
+            "host tier: slot 9 out of range (capacity 8 slots)"
+        );
+        let e = TierError::WrongLength {
+            tier: TierKind::Disk,
+            expected: 4096,
+            got: 100,
+        };
+        assert_eq!(
+            e.to_string(),
+            "disk tier: wrong length, slot holds 4096 bytes, got 100 bytes"
+        );
+        let e = TierError::InvalidGeometry {
+            tier: TierKind::Host,
+            slot_bytes: 0,
+            capacity: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "host tier: invalid geometry, 0 bytes per slot × 4 slots"
+        );
         let e = TierError::DirectUnsupported {
             path: "/x".into(),
             source: std::io::Error::from_raw_os_error(22),
         };
-        assert!(e.to_string().starts_with("disk tier: O_DIRECT is not supported for /x: "));
+        assert!(e
+            .to_string()
+            .starts_with("disk tier: O_DIRECT is not supported for /x: "));
         let e = TierError::Io {
             tier: TierKind::Disk,
             op: "read",
@@ -177,7 +218,10 @@ mod tests {
             source: std::io::Error::other("boom"),
         };
         assert_eq!(e.to_string(), "disk tier: read /d failed: boom");
-        assert_eq!(TierError::Device("no".into()).to_string(), "device tier: no");
+        assert_eq!(
+            TierError::Device("no".into()).to_string(),
+            "device tier: no"
+        );
     }
 
     #[test]

@@ -35,7 +35,12 @@ struct Group {
     disk: u64,
 }
 
-fn rank_config(r: usize, dirs: &(tempfile::TempDir, tempfile::TempDir), host: u64, disk: u64) -> StoreConfig {
+fn rank_config(
+    r: usize,
+    dirs: &(tempfile::TempDir, tempfile::TempDir),
+    host: u64,
+    disk: u64,
+) -> StoreConfig {
     StoreConfig {
         rank: Rank(r as u32),
         shard_bytes: SHARD,
@@ -52,18 +57,32 @@ impl Group {
         let shm = Path::new("/dev/shm");
         let dirs: Vec<_> = (0..world)
             .map(|_| {
-                let h = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() };
+                let h = if shm.is_dir() {
+                    tempfile::tempdir_in(shm)
+                } else {
+                    tempfile::tempdir()
+                };
                 (h.unwrap(), tempfile::tempdir().unwrap())
             })
             .collect();
-        let ranks = dirs.iter().enumerate().map(|(r, d)| Store::open(rank_config(r, d, host, disk)).unwrap().0).collect();
+        let ranks = dirs
+            .iter()
+            .enumerate()
+            .map(|(r, d)| Store::open(rank_config(r, d, host, disk)).unwrap().0)
+            .collect();
         let index = GroupIndex::new(IndexConfig {
             world_size: world as u32,
             host_capacity_blocks: host,
             disk_capacity_blocks: disk,
         })
         .unwrap();
-        Group { dirs, ranks, index, host, disk }
+        Group {
+            dirs,
+            ranks,
+            index,
+            host,
+            disk,
+        }
     }
 
     fn apply(&mut self, moves: &[Move]) {
@@ -105,7 +124,13 @@ impl Group {
             for tier in [TierKind::Host, TierKind::Disk] {
                 let mut want = self.index.lru_order(tier);
                 want.sort_unstable();
-                let mut got: Vec<_> = store.manifest().entries.iter().filter(|(_, l)| l.tier == tier).map(|(&h, _)| h).collect();
+                let mut got: Vec<_> = store
+                    .manifest()
+                    .entries
+                    .iter()
+                    .filter(|(_, l)| l.tier == tier)
+                    .map(|(&h, _)| h)
+                    .collect();
                 got.sort_unstable();
                 assert_eq!(got, want, "rank {r} {tier} tier");
             }
@@ -116,7 +141,13 @@ impl Group {
         for store in &mut self.ranks {
             store.flush_manifest().unwrap();
         }
-        let Group { dirs, ranks, host, disk, .. } = self;
+        let Group {
+            dirs,
+            ranks,
+            host,
+            disk,
+            ..
+        } = self;
         drop(ranks);
         let mut reports = Vec::new();
         let mut stores = Vec::new();
@@ -126,9 +157,19 @@ impl Group {
             reports.push(rep);
         }
         let blocks: Vec<_> = stores.iter().map(|s| s.rank_blocks()).collect();
-        let config = IndexConfig { world_size: dirs.len() as u32, host_capacity_blocks: host, disk_capacity_blocks: disk };
+        let config = IndexConfig {
+            world_size: dirs.len() as u32,
+            host_capacity_blocks: host,
+            disk_capacity_blocks: disk,
+        };
         let rebuilt = GroupIndex::rebuild(config, &blocks).unwrap();
-        let mut group = Group { dirs, ranks: stores, index: rebuilt.index, host, disk };
+        let mut group = Group {
+            dirs,
+            ranks: stores,
+            index: rebuilt.index,
+            host,
+            disk,
+        };
         group.apply(&rebuilt.moves);
         (group, reports)
     }
@@ -142,16 +183,36 @@ fn eviction_follows_lru_with_demotion_and_promotion() {
     g.load(1); // 2 is now the least recently used on host
     assert_eq!(g.store(3).unwrap(), vec![Move::Demote(BlockHash(2))]);
     assert_eq!(g.store(4).unwrap(), vec![Move::Demote(BlockHash(1))]);
-    assert_eq!(g.store(5).unwrap(), vec![Move::Drop(BlockHash(2)), Move::Demote(BlockHash(3))]);
+    assert_eq!(
+        g.store(5).unwrap(),
+        vec![Move::Drop(BlockHash(2)), Move::Demote(BlockHash(3))]
+    );
     g.assert_consistent();
-    assert_eq!(g.index.lru_order(TierKind::Host), vec![BlockHash(4), BlockHash(5)]);
-    assert_eq!(g.index.lru_order(TierKind::Disk), vec![BlockHash(1), BlockHash(3)]);
+    assert_eq!(
+        g.index.lru_order(TierKind::Host),
+        vec![BlockHash(4), BlockHash(5)]
+    );
+    assert_eq!(
+        g.index.lru_order(TierKind::Disk),
+        vec![BlockHash(1), BlockHash(3)]
+    );
     // A load from disk promotes the block, every rank reading the same bytes from host.
     let (tier, moves) = g.load(1);
     assert_eq!(tier, TierKind::Host);
-    assert_eq!(moves, vec![Move::Drop(BlockHash(3)), Move::Demote(BlockHash(4)), Move::Promote(BlockHash(1))]);
+    assert_eq!(
+        moves,
+        vec![
+            Move::Drop(BlockHash(3)),
+            Move::Demote(BlockHash(4)),
+            Move::Promote(BlockHash(1))
+        ]
+    );
     g.assert_consistent();
-    assert_eq!(g.index.lookup_prefix(&[BlockHash(1), BlockHash(5), BlockHash(4), BlockHash(3)]), 3);
+    assert_eq!(
+        g.index
+            .lookup_prefix(&[BlockHash(1), BlockHash(5), BlockHash(4), BlockHash(3)]),
+        3
+    );
 }
 
 #[test]
@@ -162,7 +223,14 @@ fn everything_pinned_is_tier_full_and_changes_nothing() {
     let p1 = g.index.begin_load(BlockHash(1)).unwrap().pin;
     let p2 = g.index.begin_load(BlockHash(2)).unwrap().pin;
     let e = g.store(3).unwrap_err();
-    assert_eq!(e, IndexError::TierFull { tier: TierKind::Host, capacity_blocks: 2, pinned: 2 });
+    assert_eq!(
+        e,
+        IndexError::TierFull {
+            tier: TierKind::Host,
+            capacity_blocks: 2,
+            pinned: 2
+        }
+    );
     g.assert_consistent();
     assert!(g.ranks.iter().all(|s| !s.contains(BlockHash(3))));
     g.index.finish_load(p1).unwrap();
@@ -183,10 +251,17 @@ fn restart_rebuilds_from_the_intersection_of_verified_manifests() {
     let loc = g.ranks[2].location(BlockHash(4)).unwrap();
     assert_eq!(loc.tier, TierKind::Host);
     let slab = g.dirs[2].0.path().join(HOST_SLAB_FILE);
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&slab).unwrap();
-    f.write_all_at(&[0xee], loc.slot * SHARD as u64 + 7).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&slab)
+        .unwrap();
+    f.write_all_at(&[0xee], loc.slot * SHARD as u64 + 7)
+        .unwrap();
     // Rank 0 had written block 7 but crashed before the others did: present on one rank only.
-    g.ranks[0].store_shard(BlockHash(7), TierKind::Disk, &shard(0, BlockHash(7))).unwrap();
+    g.ranks[0]
+        .store_shard(BlockHash(7), TierKind::Disk, &shard(0, BlockHash(7)))
+        .unwrap();
 
     let (mut g, reports) = g.restart();
     assert_eq!(reports[2].corrupt, vec![BlockHash(4)]);
@@ -194,7 +269,10 @@ fn restart_rebuilds_from_the_intersection_of_verified_manifests() {
     assert_eq!(reports[1].verified, 5);
     for gone in [2, 4, 7] {
         assert!(!g.index.contains(BlockHash(gone)), "block {gone} dropped");
-        assert!(g.ranks.iter().all(|s| !s.contains(BlockHash(gone))), "block {gone} dropped on every rank");
+        assert!(
+            g.ranks.iter().all(|s| !s.contains(BlockHash(gone))),
+            "block {gone} dropped on every rank"
+        );
     }
     g.assert_consistent();
     for n in [1, 3, 5, 6] {
@@ -214,7 +292,11 @@ fn a_discarded_manifest_is_reported_and_drops_the_rank_s_blocks() {
     }
     std::fs::write(g.ranks[1].manifest_path(), b"garbage").unwrap();
     let (g, reports) = g.restart();
-    assert!(reports[1].discarded_manifest.as_deref().unwrap_or("").contains("bad magic"));
+    assert!(reports[1]
+        .discarded_manifest
+        .as_deref()
+        .unwrap_or("")
+        .contains("bad magic"));
     assert!(!g.index.contains(BlockHash(1)));
     g.assert_consistent();
 }

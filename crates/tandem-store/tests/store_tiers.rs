@@ -46,7 +46,11 @@ fn random(rng: &mut StdRng, len: usize) -> Vec<u8> {
 }
 
 fn flip_byte(path: &Path, offset: u64) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, offset).unwrap();
     b[0] ^= 0x40;
@@ -62,19 +66,31 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         let mut cfg = config(host.path(), disk.path(), SHARD);
         cfg.disk_io = mode;
         let (mut store, report) = match Store::open(cfg) {
-            Err(StoreError::Tier(tandem_store::tier::TierError::DirectUnsupported { .. })) => continue,
+            Err(StoreError::Tier(tandem_store::tier::TierError::DirectUnsupported { .. })) => {
+                continue
+            }
             other => other.unwrap(),
         };
         assert_eq!(report.verified, 0);
         let mut shards = Vec::new();
         for n in 0..8u64 {
-            let tier = if n % 2 == 0 { TierKind::Host } else { TierKind::Disk };
+            let tier = if n % 2 == 0 {
+                TierKind::Host
+            } else {
+                TierKind::Disk
+            };
             let data = random(&mut rng, SHARD);
             let loc = store.store_shard(BlockHash(n), tier, &data).unwrap();
             assert_eq!(loc.tier, tier);
             shards.push(data);
         }
-        assert_eq!((store.free_slots(TierKind::Host), store.free_slots(TierKind::Disk)), (0, 0));
+        assert_eq!(
+            (
+                store.free_slots(TierKind::Host),
+                store.free_slots(TierKind::Disk)
+            ),
+            (0, 0)
+        );
         for (n, data) in shards.iter().enumerate() {
             let mut out = vec![0u8; SHARD];
             store.load_shard(BlockHash(n as u64), &mut out).unwrap();
@@ -107,17 +123,29 @@ fn pages_in_and_out_of_an_engine_region() {
     let source = random(&mut rng, 16 * page);
     engine.bytes_mut().copy_from_slice(&source);
     let mut bufs = EngineBuffers::new();
-    bufs.register(RegionSpec { name: "eng".into(), size_bytes: (16 * page) as u64, page_size_bytes: page as u64 }).unwrap();
+    bufs.register(RegionSpec {
+        name: "eng".into(),
+        size_bytes: (16 * page) as u64,
+        page_size_bytes: page as u64,
+    })
+    .unwrap();
     bufs.map("eng", &region_path).unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), shard)).unwrap();
     let src_pages = [PageId(5), PageId(1), PageId(9), PageId(2)];
-    for (tier, hash) in [(TierKind::Host, BlockHash(10)), (TierKind::Disk, BlockHash(11))] {
-        store.store_pages(hash, tier, &bufs, "eng", &src_pages).unwrap();
+    for (tier, hash) in [
+        (TierKind::Host, BlockHash(10)),
+        (TierKind::Disk, BlockHash(11)),
+    ] {
+        store
+            .store_pages(hash, tier, &bufs, "eng", &src_pages)
+            .unwrap();
     }
     let dst_pages = [PageId(12), PageId(15), PageId(13), PageId(0)];
     for hash in [BlockHash(10), BlockHash(11)] {
         engine.bytes_mut().fill(0);
-        store.load_pages(hash, &mut bufs, "eng", &dst_pages).unwrap();
+        store
+            .load_pages(hash, &mut bufs, "eng", &dst_pages)
+            .unwrap();
         for (s, d) in src_pages.iter().zip(dst_pages) {
             let want = &source[s.0 as usize * page..(s.0 as usize + 1) * page];
             let got = &engine.bytes()[d.0 as usize * page..(d.0 as usize + 1) * page];
@@ -132,39 +160,65 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
     let host = shm_dir();
     let disk = tempfile::tempdir().unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), SHARD)).unwrap();
-    let mut index = GroupIndex::new(IndexConfig { world_size: 1, host_capacity_blocks: 4, disk_capacity_blocks: 4 }).unwrap();
+    let mut index = GroupIndex::new(IndexConfig {
+        world_size: 1,
+        host_capacity_blocks: 4,
+        disk_capacity_blocks: 4,
+    })
+    .unwrap();
     let a = BlockHash(0xa);
     let b = BlockHash(0xb);
     for (hash, tier) in [(a, TierKind::Host), (b, TierKind::Disk)] {
         let plan = index.begin_store(hash).unwrap();
-        store.store_shard(hash, tier, &random(&mut rng, SHARD)).unwrap();
+        store
+            .store_shard(hash, tier, &random(&mut rng, SHARD))
+            .unwrap();
         index.finish_store(plan.pin).unwrap();
     }
     let host_slot = store.location(a).unwrap().slot;
-    flip_byte(&host.path().join(HOST_SLAB_FILE), host_slot * SHARD as u64 + 1234);
+    flip_byte(
+        &host.path().join(HOST_SLAB_FILE),
+        host_slot * SHARD as u64 + 1234,
+    );
     let disk_slot = store.location(b).unwrap().slot;
     let stride = (SHARD as u64).div_ceil(4096) * 4096;
-    flip_byte(&disk.path().join(DISK_SLAB_FILE), disk_slot * stride + SHARD as u64 - 1);
+    flip_byte(
+        &disk.path().join(DISK_SLAB_FILE),
+        disk_slot * stride + SHARD as u64 - 1,
+    );
     for (hash, tier) in [(a, TierKind::Host), (b, TierKind::Disk)] {
         let load = index.begin_load(hash).unwrap();
         let mut out = vec![0u8; SHARD];
         match store.load_shard(hash, &mut out) {
-            Err(StoreError::ChecksumMismatch { hash: h, tier: t, .. }) => assert_eq!((h, t), (hash, tier)),
+            Err(StoreError::ChecksumMismatch {
+                hash: h, tier: t, ..
+            }) => assert_eq!((h, t), (hash, tier)),
             other => panic!("expected a checksum mismatch for {hash}, got {other:?}"),
         }
         // The agent reports the failed load; the leader drops the block for the whole group.
         assert!(index.drop_block(hash).is_some());
         index.finish_load(load.pin).unwrap();
         assert!(!store.contains(hash));
-        assert!(matches!(store.load_shard(hash, &mut out), Err(StoreError::UnknownBlock { .. })));
+        assert!(matches!(
+            store.load_shard(hash, &mut out),
+            Err(StoreError::UnknownBlock { .. })
+        ));
         assert_eq!(index.lookup_prefix(&[hash]), 0);
     }
-    assert_eq!(store.free_slots(TierKind::Host), 4, "the corrupt slot is free again");
+    assert_eq!(
+        store.free_slots(TierKind::Host),
+        4,
+        "the corrupt slot is free again"
+    );
 }
 
 /// Snapshot of everything a refused request must leave alone.
 fn snapshot(store: &Store, host: &Path, engine: &ShmFile) -> (Vec<u8>, Vec<u8>, usize) {
-    (std::fs::read(host.join(HOST_SLAB_FILE)).unwrap(), engine.bytes().to_vec(), store.len())
+    (
+        std::fs::read(host.join(HOST_SLAB_FILE)).unwrap(),
+        engine.bytes().to_vec(),
+        store.len(),
+    )
 }
 
 #[test]
@@ -175,45 +229,102 @@ fn engine_buffer_refusals_write_nothing() {
     let page = 4096;
     let region_path: PathBuf = host.path().join("engine-pages");
     let mut engine = ShmFile::create(&region_path, (8 * page) as u64).unwrap();
-    engine.bytes_mut().copy_from_slice(&random(&mut rng, 8 * page));
+    engine
+        .bytes_mut()
+        .copy_from_slice(&random(&mut rng, 8 * page));
     let mut bufs = EngineBuffers::new();
-    bufs.register(RegionSpec { name: "eng".into(), size_bytes: (8 * page) as u64, page_size_bytes: page as u64 }).unwrap();
-    bufs.register(RegionSpec { name: "cold".into(), size_bytes: page as u64, page_size_bytes: page as u64 }).unwrap();
+    bufs.register(RegionSpec {
+        name: "eng".into(),
+        size_bytes: (8 * page) as u64,
+        page_size_bytes: page as u64,
+    })
+    .unwrap();
+    bufs.register(RegionSpec {
+        name: "cold".into(),
+        size_bytes: page as u64,
+        page_size_bytes: page as u64,
+    })
+    .unwrap();
     bufs.map("eng", &region_path).unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), 2 * page)).unwrap();
     let kept = BlockHash(1);
-    store.store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(0), PageId(1)]).unwrap();
+    store
+        .store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(0), PageId(1)])
+        .unwrap();
     let before = snapshot(&store, host.path(), &engine);
     let fresh = BlockHash(2);
 
     type Case = (&'static str, Vec<PageId>, fn(&StoreError) -> bool);
     let cases: Vec<Case> = vec![
-        ("nope", vec![PageId(0), PageId(1)], |e| matches!(e, StoreError::Buffer(BufferError::Unregistered { .. }))),
-        ("cold", vec![PageId(0), PageId(1)], |e| matches!(e, StoreError::Buffer(BufferError::Unmapped { .. }))),
-        ("eng", vec![PageId(0), PageId(8)], |e| matches!(e, StoreError::Buffer(BufferError::PageOutOfRange { page: PageId(8), .. }))),
-        ("eng", vec![PageId(0)], |e| matches!(e, StoreError::Buffer(BufferError::WrongLength { .. }))),
-        ("eng", vec![PageId(0), PageId(1), PageId(2)], |e| matches!(e, StoreError::Buffer(BufferError::WrongLength { .. }))),
+        ("nope", vec![PageId(0), PageId(1)], |e| {
+            matches!(e, StoreError::Buffer(BufferError::Unregistered { .. }))
+        }),
+        ("cold", vec![PageId(0), PageId(1)], |e| {
+            matches!(e, StoreError::Buffer(BufferError::Unmapped { .. }))
+        }),
+        ("eng", vec![PageId(0), PageId(8)], |e| {
+            matches!(
+                e,
+                StoreError::Buffer(BufferError::PageOutOfRange {
+                    page: PageId(8),
+                    ..
+                })
+            )
+        }),
+        ("eng", vec![PageId(0)], |e| {
+            matches!(e, StoreError::Buffer(BufferError::WrongLength { .. }))
+        }),
+        ("eng", vec![PageId(0), PageId(1), PageId(2)], |e| {
+            matches!(e, StoreError::Buffer(BufferError::WrongLength { .. }))
+        }),
     ];
     for (region, pages, is_expected) in &cases {
-        let e = store.store_pages(fresh, TierKind::Host, &bufs, region, pages).unwrap_err();
+        let e = store
+            .store_pages(fresh, TierKind::Host, &bufs, region, pages)
+            .unwrap_err();
         assert!(is_expected(&e), "store {region} {pages:?}: {e}");
-        let e = store.load_pages(kept, &mut bufs, region, pages).unwrap_err();
+        let e = store
+            .load_pages(kept, &mut bufs, region, pages)
+            .unwrap_err();
         assert!(is_expected(&e), "load {region} {pages:?}: {e}");
-        assert!(snapshot(&store, host.path(), &engine) == before, "refused {region} {pages:?} wrote something");
+        assert!(
+            snapshot(&store, host.path(), &engine) == before,
+            "refused {region} {pages:?} wrote something"
+        );
     }
-    let e = store.load_pages(kept, &mut bufs, "eng", &[PageId(3), PageId(3)]).unwrap_err();
-    assert!(matches!(e, StoreError::Buffer(BufferError::DuplicatePage { page: PageId(3), .. })), "{e}");
-    let e = store.load_pages(fresh, &mut bufs, "eng", &[PageId(3), PageId(4)]).unwrap_err();
+    let e = store
+        .load_pages(kept, &mut bufs, "eng", &[PageId(3), PageId(3)])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::Buffer(BufferError::DuplicatePage {
+                page: PageId(3),
+                ..
+            })
+        ),
+        "{e}"
+    );
+    let e = store
+        .load_pages(fresh, &mut bufs, "eng", &[PageId(3), PageId(4)])
+        .unwrap_err();
     assert!(matches!(e, StoreError::UnknownBlock { .. }), "{e}");
-    let e = store.store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(3), PageId(4)]).unwrap_err();
+    let e = store
+        .store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(3), PageId(4)])
+        .unwrap_err();
     assert!(matches!(e, StoreError::AlreadyStored { .. }), "{e}");
-    let e = store.store_shard(fresh, TierKind::Host, &[0u8; 10]).unwrap_err();
+    let e = store
+        .store_shard(fresh, TierKind::Host, &[0u8; 10])
+        .unwrap_err();
     assert!(matches!(e, StoreError::WrongLength { got: 10, .. }), "{e}");
     let mut short = [0u8; 10];
     let e = store.load_shard(kept, &mut short).unwrap_err();
     assert!(matches!(e, StoreError::WrongLength { got: 10, .. }), "{e}");
     assert!(short.iter().all(|&b| b == 0));
-    assert!(snapshot(&store, host.path(), &engine) == before, "a refusal wrote something");
+    assert!(
+        snapshot(&store, host.path(), &engine) == before,
+        "a refusal wrote something"
+    );
     assert!(!store.contains(fresh));
 }
 
@@ -225,13 +336,44 @@ fn full_and_disabled_tiers_are_typed_refusals() {
     cfg.host_capacity_blocks = 1;
     cfg.disk_capacity_blocks = 0;
     let (mut store, _) = Store::open(cfg).unwrap();
-    store.store_shard(BlockHash(1), TierKind::Host, &[1u8; 64]).unwrap();
-    let e = store.store_shard(BlockHash(2), TierKind::Host, &[2u8; 64]).unwrap_err();
-    assert!(matches!(e, StoreError::NoFreeSlot { tier: TierKind::Host, capacity_blocks: 1 }), "{e}");
-    let e = store.store_shard(BlockHash(2), TierKind::Disk, &[2u8; 64]).unwrap_err();
-    assert!(matches!(e, StoreError::TierDisabled { tier: TierKind::Disk }), "{e}");
+    store
+        .store_shard(BlockHash(1), TierKind::Host, &[1u8; 64])
+        .unwrap();
+    let e = store
+        .store_shard(BlockHash(2), TierKind::Host, &[2u8; 64])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::NoFreeSlot {
+                tier: TierKind::Host,
+                capacity_blocks: 1
+            }
+        ),
+        "{e}"
+    );
+    let e = store
+        .store_shard(BlockHash(2), TierKind::Disk, &[2u8; 64])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::TierDisabled {
+                tier: TierKind::Disk
+            }
+        ),
+        "{e}"
+    );
     let e = store.demote(BlockHash(1)).unwrap_err();
-    assert!(matches!(e, StoreError::TierDisabled { tier: TierKind::Disk }), "{e}");
+    assert!(
+        matches!(
+            e,
+            StoreError::TierDisabled {
+                tier: TierKind::Disk
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(store.len(), 1);
 }
 
@@ -251,7 +393,10 @@ fn reopening_keeps_verified_shards_and_discards_another_geometry() {
     drop(store);
 
     let (mut store, report) = Store::open(cfg.clone()).unwrap();
-    assert_eq!((report.verified, report.corrupt.len(), report.invalid), (2, 0, 0));
+    assert_eq!(
+        (report.verified, report.corrupt.len(), report.invalid),
+        (2, 0, 0)
+    );
     let mut out = vec![0u8; SHARD];
     store.load_shard(BlockHash(1), &mut out).unwrap();
     assert!(out == a, "the host slab survived the restart");
@@ -262,6 +407,13 @@ fn reopening_keeps_verified_shards_and_discards_another_geometry() {
     let mut bigger = cfg;
     bigger.host_capacity_blocks = 8;
     let (store, report) = Store::open(bigger).unwrap();
-    assert!(report.discarded_manifest.as_deref().unwrap_or("").starts_with("written for geometry"), "{report:?}");
+    assert!(
+        report
+            .discarded_manifest
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("written for geometry"),
+        "{report:?}"
+    );
     assert!(store.is_empty());
 }

@@ -14,19 +14,25 @@ async fn healthz() -> HttpResponse {
 async fn readyz(view: web::Data<SharedView>) -> HttpResponse {
     let v = match view.lock() {
         Ok(v) => v.clone(),
-        Err(_) => return HttpResponse::InternalServerError().json(json!({ "ready": false, "reason": "status lock poisoned" })),
+        Err(_) => {
+            return HttpResponse::InternalServerError()
+                .json(json!({ "ready": false, "reason": "status lock poisoned" }))
+        }
     };
     if v.ready {
         HttpResponse::Ok().json(json!({ "ready": true, "epoch": v.epoch }))
     } else {
-        HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "epoch": v.epoch, "reason": v.reason }))
+        HttpResponse::ServiceUnavailable()
+            .json(json!({ "ready": false, "epoch": v.epoch, "reason": v.reason }))
     }
 }
 
 async fn status(view: web::Data<SharedView>) -> HttpResponse {
     match view.lock() {
         Ok(v) => HttpResponse::Ok().json(&*v),
-        Err(_) => HttpResponse::InternalServerError().json(json!({ "error": "status lock poisoned" })),
+        Err(_) => {
+            HttpResponse::InternalServerError().json(json!({ "error": "status lock poisoned" }))
+        }
     }
 }
 
@@ -42,7 +48,9 @@ async fn page(view: web::Data<SharedView>) -> HttpResponse {
         Err(_) => json!({ "error": "status lock poisoned" }),
     };
     let html = tandem_metrics::render_status_html("Tandem supervisor", &status);
-    HttpResponse::Ok().content_type(tandem_metrics::HTML_CONTENT_TYPE).body(html)
+    HttpResponse::Ok()
+        .content_type(tandem_metrics::HTML_CONTENT_TYPE)
+        .body(html)
 }
 
 /// Bind and start the server on one worker.

@@ -30,7 +30,10 @@ impl Launcher {
     /// # Errors
     /// The spawn error of the first agent that could not start.
     pub fn start(spec: LaunchSpec, world_size: u32) -> std::io::Result<Self> {
-        let mut l = Self { spec, children: (0..world_size).map(|_| None).collect() };
+        let mut l = Self {
+            spec,
+            children: (0..world_size).map(|_| None).collect(),
+        };
         for rank in 0..world_size {
             l.spawn(rank)?;
         }
@@ -39,10 +42,17 @@ impl Launcher {
 
     fn spawn(&mut self, rank: u32) -> std::io::Result<()> {
         let mut cmd = Command::new(&self.spec.binary);
-        cmd.arg("agent").arg("--rank").arg(rank.to_string()).arg("--config").arg(&self.spec.config);
+        cmd.arg("agent")
+            .arg("--rank")
+            .arg(rank.to_string())
+            .arg("--config")
+            .arg(&self.spec.config);
         cmd.stdin(Stdio::null()).kill_on_drop(true);
         if let Some(dir) = &self.spec.log_dir {
-            let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("agent-{rank}.log")))?;
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(format!("agent-{rank}.log")))?;
             cmd.stdout(Stdio::null()).stderr(log);
         }
         let child = cmd.spawn()?;
@@ -57,7 +67,10 @@ impl Launcher {
         for (rank, slot) in self.children.iter_mut().enumerate() {
             if let Some(child) = slot {
                 if let Ok(Some(status)) = child.try_wait() {
-                    out.push((rank as u32, format!("agent of rank {rank} exited ({status})")));
+                    out.push((
+                        rank as u32,
+                        format!("agent of rank {rank} exited ({status})"),
+                    ));
                     *slot = None;
                 }
             }
@@ -80,7 +93,10 @@ impl Launcher {
 
     /// Process ids of the running agents, by rank (for tests and chaos).
     pub fn pids(&self) -> Vec<Option<u32>> {
-        self.children.iter().map(|c| c.as_ref().and_then(Child::id)).collect()
+        self.children
+            .iter()
+            .map(|c| c.as_ref().and_then(Child::id))
+            .collect()
     }
 
     /// Send SIGTERM to every agent and wait up to `grace` for them to exit; kill the rest.
@@ -98,4 +114,3 @@ impl Launcher {
         }
     }
 }
-

@@ -21,14 +21,23 @@ impl Silence {
     /// A log- and report-friendly description.
     pub fn describe(&self, timeout_ms: u64) -> String {
         match self.age_ms {
-            Some(age) => format!("rank {} silent for {age} ms (heartbeat timeout {timeout_ms} ms)", self.rank),
+            Some(age) => format!(
+                "rank {} silent for {age} ms (heartbeat timeout {timeout_ms} ms)",
+                self.rank
+            ),
             None => format!("rank {} has sent no heartbeat", self.rank),
         }
     }
 }
 
 /// The ranks that are silent at `now_ms`.
-pub fn silent_ranks(beats: &[Option<Heartbeat>], now_ms: u64, watching_since_ms: u64, timeout_ms: u64, grace_ms: u64) -> Vec<Silence> {
+pub fn silent_ranks(
+    beats: &[Option<Heartbeat>],
+    now_ms: u64,
+    watching_since_ms: u64,
+    timeout_ms: u64,
+    grace_ms: u64,
+) -> Vec<Silence> {
     beats
         .iter()
         .enumerate()
@@ -37,12 +46,20 @@ pub fn silent_ranks(beats: &[Option<Heartbeat>], now_ms: u64, watching_since_ms:
             match beat {
                 Some(b) if b.unix_ms >= watching_since_ms => {
                     let age = now_ms.saturating_sub(b.unix_ms);
-                    (age > timeout_ms).then_some(Silence { rank, age_ms: Some(age) })
+                    (age > timeout_ms).then_some(Silence {
+                        rank,
+                        age_ms: Some(age),
+                    })
                 }
                 // Only beats from before the watch: judged like a rank still starting.
-                Some(b) => (now_ms.saturating_sub(watching_since_ms) > grace_ms)
-                    .then_some(Silence { rank, age_ms: Some(now_ms.saturating_sub(b.unix_ms)) }),
-                None => (now_ms.saturating_sub(watching_since_ms) > grace_ms).then_some(Silence { rank, age_ms: None }),
+                Some(b) => {
+                    (now_ms.saturating_sub(watching_since_ms) > grace_ms).then_some(Silence {
+                        rank,
+                        age_ms: Some(now_ms.saturating_sub(b.unix_ms)),
+                    })
+                }
+                None => (now_ms.saturating_sub(watching_since_ms) > grace_ms)
+                    .then_some(Silence { rank, age_ms: None }),
             }
         })
         .collect()
@@ -54,18 +71,40 @@ mod tests {
     use tandem_proto::Epoch;
 
     fn beat(ms: u64) -> Option<Heartbeat> {
-        Some(Heartbeat { epoch: Epoch(1), unix_ms: ms })
+        Some(Heartbeat {
+            epoch: Epoch(1),
+            unix_ms: ms,
+        })
     }
 
     #[test]
     fn stale_and_missing_ranks_are_silent_after_their_allowances() {
         let beats = [beat(10_000), beat(9_000), None];
-        assert!(silent_ranks(&beats, 10_100, 0, 500, 5_000).iter().map(|s| s.rank).eq([1, 2]));
-        assert!(silent_ranks(&beats, 10_100, 8_000, 500, 5_000).iter().map(|s| s.rank).eq([1]));
-        assert!(silent_ranks(&beats, 10_100, 9_500, 500, 5_000).is_empty(), "rank 1 beat before the watch");
+        assert!(silent_ranks(&beats, 10_100, 0, 500, 5_000)
+            .iter()
+            .map(|s| s.rank)
+            .eq([1, 2]));
+        assert!(silent_ranks(&beats, 10_100, 8_000, 500, 5_000)
+            .iter()
+            .map(|s| s.rank)
+            .eq([1]));
+        assert!(
+            silent_ranks(&beats, 10_100, 9_500, 500, 5_000).is_empty(),
+            "rank 1 beat before the watch"
+        );
         let s = &silent_ranks(&beats, 10_100, 0, 500, 5_000)[0];
-        assert_eq!(s.describe(500), "rank 1 silent for 1100 ms (heartbeat timeout 500 ms)");
-        assert_eq!(Silence { rank: 2, age_ms: None }.describe(500), "rank 2 has sent no heartbeat");
+        assert_eq!(
+            s.describe(500),
+            "rank 1 silent for 1100 ms (heartbeat timeout 500 ms)"
+        );
+        assert_eq!(
+            Silence {
+                rank: 2,
+                age_ms: None
+            }
+            .describe(500),
+            "rank 2 has sent no heartbeat"
+        );
     }
 
     #[test]
@@ -73,8 +112,14 @@ mod tests {
         // The group just restarted: an agent still opening its tiers is not judged before the
         // grace passes; one that beats again is judged by the timeout.
         assert!(silent_ranks(&[beat(1_000)], 10_400, 9_800, 500, 5_000).is_empty());
-        assert_eq!(silent_ranks(&[beat(1_000)], 14_900, 9_800, 500, 5_000).len(), 1);
+        assert_eq!(
+            silent_ranks(&[beat(1_000)], 14_900, 9_800, 500, 5_000).len(),
+            1
+        );
         assert!(silent_ranks(&[beat(10_000)], 10_400, 9_800, 500, 5_000).is_empty());
-        assert_eq!(silent_ranks(&[beat(10_000)], 10_600, 9_800, 500, 5_000).len(), 1);
+        assert_eq!(
+            silent_ranks(&[beat(10_000)], 10_600, 9_800, 500, 5_000).len(),
+            1
+        );
     }
 }

@@ -39,7 +39,10 @@ impl RestartPolicy {
     /// still in the window, capped, then scaled by `0.5 + jitter / 2` so that groups restarted
     /// together do not stampede.
     pub fn decide(&self, history: &[u64], now_ms: u64, jitter: f64, failure: &str) -> Decision {
-        let recent = history.iter().filter(|t| now_ms.saturating_sub(**t) < self.window_ms).count() as u32;
+        let recent = history
+            .iter()
+            .filter(|t| now_ms.saturating_sub(**t) < self.window_ms)
+            .count() as u32;
         if recent >= self.max_restarts {
             return Decision::GiveUp {
                 reason: format!(
@@ -49,7 +52,9 @@ impl RestartPolicy {
                 ),
             };
         }
-        let exp = self.backoff_initial_ms.saturating_mul(1u64 << recent.min(32));
+        let exp = self
+            .backoff_initial_ms
+            .saturating_mul(1u64 << recent.min(32));
         let capped = exp.min(self.backoff_max_ms) as f64;
         let delay_ms = (capped * (0.5 + jitter.clamp(0.0, 1.0) / 2.0)).round() as u64;
         Decision::Restart { delay_ms }
@@ -57,7 +62,11 @@ impl RestartPolicy {
 
     /// The history to keep after a restart at `now_ms`: restarts inside the window, plus this one.
     pub fn record(&self, history: &[u64], now_ms: u64) -> Vec<u64> {
-        let mut kept: Vec<u64> = history.iter().copied().filter(|t| now_ms.saturating_sub(*t) < self.window_ms).collect();
+        let mut kept: Vec<u64> = history
+            .iter()
+            .copied()
+            .filter(|t| now_ms.saturating_sub(*t) < self.window_ms)
+            .collect();
         kept.push(now_ms);
         kept
     }
@@ -67,16 +76,36 @@ impl RestartPolicy {
 mod tests {
     use super::*;
 
-    const P: RestartPolicy = RestartPolicy { max_restarts: 3, window_ms: 60_000, backoff_initial_ms: 100, backoff_max_ms: 1_000 };
+    const P: RestartPolicy = RestartPolicy {
+        max_restarts: 3,
+        window_ms: 60_000,
+        backoff_initial_ms: 100,
+        backoff_max_ms: 1_000,
+    };
 
     #[test]
     fn backoff_doubles_and_is_capped_with_jitter() {
-        assert_eq!(P.decide(&[], 1_000_000, 1.0, "x"), Decision::Restart { delay_ms: 100 });
-        assert_eq!(P.decide(&[], 1_000_000, 0.0, "x"), Decision::Restart { delay_ms: 50 });
-        assert_eq!(P.decide(&[999_000], 1_000_000, 1.0, "x"), Decision::Restart { delay_ms: 200 });
-        let big = RestartPolicy { max_restarts: 10, ..P };
+        assert_eq!(
+            P.decide(&[], 1_000_000, 1.0, "x"),
+            Decision::Restart { delay_ms: 100 }
+        );
+        assert_eq!(
+            P.decide(&[], 1_000_000, 0.0, "x"),
+            Decision::Restart { delay_ms: 50 }
+        );
+        assert_eq!(
+            P.decide(&[999_000], 1_000_000, 1.0, "x"),
+            Decision::Restart { delay_ms: 200 }
+        );
+        let big = RestartPolicy {
+            max_restarts: 10,
+            ..P
+        };
         let h: Vec<u64> = (0..6).map(|i| 999_000 + i).collect();
-        assert_eq!(big.decide(&h, 1_000_000, 1.0, "x"), Decision::Restart { delay_ms: 1_000 });
+        assert_eq!(
+            big.decide(&h, 1_000_000, 1.0, "x"),
+            Decision::Restart { delay_ms: 1_000 }
+        );
     }
 
     #[test]
@@ -93,7 +122,10 @@ mod tests {
     #[test]
     fn old_restarts_leave_the_window() {
         let h = [100, 200, 300];
-        assert!(matches!(P.decide(&h, 1_000_000, 0.5, "x"), Decision::Restart { .. }));
+        assert!(matches!(
+            P.decide(&h, 1_000_000, 0.5, "x"),
+            Decision::Restart { .. }
+        ));
         assert_eq!(P.record(&h, 1_000_000), vec![1_000_000]);
     }
 }

@@ -104,7 +104,10 @@ pub struct Published {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// The supervisor of one group.
@@ -143,17 +146,31 @@ impl Supervisor {
         }));
         let metrics = Arc::new(tandem_metrics::SupervisorMetrics::new(&config.group.id));
         metrics.set_ranks_expected(world_size);
-        Self { config, policy, world_size, view, metrics, launcher: None, launch }
+        Self {
+            config,
+            policy,
+            world_size,
+            view,
+            metrics,
+            launcher: None,
+            launch,
+        }
     }
 
     /// What the HTTP handlers read.
     pub fn published(&self) -> Published {
-        Published { view: self.view.clone(), metrics: self.metrics.clone() }
+        Published {
+            view: self.view.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// Process ids of launched agents (for `tandem up` and chaos).
     pub fn agent_pids(&self) -> Vec<Option<u32>> {
-        self.launcher.as_ref().map(Launcher::pids).unwrap_or_default()
+        self.launcher
+            .as_ref()
+            .map(Launcher::pids)
+            .unwrap_or_default()
     }
 
     fn set_view(&self, f: impl FnOnce(&mut SupervisorView)) {
@@ -163,7 +180,11 @@ impl Supervisor {
     }
 
     async fn connect(&self) -> CompletionLog {
-        let cfg = DurableConfig::new(self.config.redis.url.clone(), self.config.group.id.clone(), self.world_size);
+        let cfg = DurableConfig::new(
+            self.config.redis.url.clone(),
+            self.config.group.id.clone(),
+            self.world_size,
+        );
         let mut logged = false;
         loop {
             match CompletionLog::connect(&cfg).await {
@@ -188,14 +209,25 @@ impl Supervisor {
                 tracing::info!(epoch = state.epoch.0, state = %state.state, "continuing from the stored supervisor state");
                 return Ok(state);
             }
-            tracing::warn!(stored = state.epoch.0, current = current.0, "stored state names another epoch; continuing at the counter's");
-            return Ok(SupervisorState { epoch: current, ..state });
+            tracing::warn!(
+                stored = state.epoch.0,
+                current = current.0,
+                "stored state names another epoch; continuing at the counter's"
+            );
+            return Ok(SupervisorState {
+                epoch: current,
+                ..state
+            });
         }
         let epoch = match log.current_epoch().await? {
             Epoch(0) => log.next_epoch().await?,
             e => e,
         };
-        let state = SupervisorState { epoch, restarts_ms: Vec::new(), state: GroupState::Healthy };
+        let state = SupervisorState {
+            epoch,
+            restarts_ms: Vec::new(),
+            state: GroupState::Healthy,
+        };
         log.save_supervisor_state(&state).await?;
         tracing::info!(epoch = epoch.0, "group starts");
         Ok(state)
@@ -205,7 +237,10 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`SupervisorError`] when the agents cannot be launched.
-    pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Result<Exit, SupervisorError> {
+    pub async fn run(
+        mut self,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Exit, SupervisorError> {
         let log = self.connect().await;
         let mut state = loop {
             match self.initial_state(&log).await {
@@ -222,7 +257,11 @@ impl Supervisor {
             return Ok(Exit::GroupFailed(reason.clone()));
         }
         if let Some(spec) = self.launch.clone() {
-            let launcher = Launcher::start(spec, self.world_size).map_err(|source| SupervisorError::Io { what: "cannot launch agents".into(), source })?;
+            let launcher =
+                Launcher::start(spec, self.world_size).map_err(|source| SupervisorError::Io {
+                    what: "cannot launch agents".into(),
+                    source,
+                })?;
             self.launcher = Some(launcher);
         }
         let interval = Duration::from_millis(self.config.supervisor.heartbeat_interval_ms);
@@ -274,7 +313,10 @@ impl Supervisor {
                 failures.push(s.describe(timeout_ms));
             }
             let all_joined = (0..self.world_size).all(|r| members.contains(&Rank(r)));
-            if matches!(state.state, GroupState::Restarting { .. }) && all_joined && failures.is_empty() {
+            if matches!(state.state, GroupState::Restarting { .. })
+                && all_joined
+                && failures.is_empty()
+            {
                 last_recovery_ms = failed_at.take().map(|t| now.saturating_sub(t));
                 tracing::info!(epoch = state.epoch.0, recovery_ms = ?last_recovery_ms, "every rank joined the new epoch");
                 state.state = GroupState::Healthy;
@@ -289,15 +331,28 @@ impl Supervisor {
                 match self.policy.decide(&state.restarts_ms, now, jitter, &first) {
                     Decision::GiveUp { reason } => {
                         tracing::error!(%reason, "restart limit reached: the group is marked failed");
-                        state.state = GroupState::Failed { reason: reason.clone() };
+                        state.state = GroupState::Failed {
+                            reason: reason.clone(),
+                        };
                         let _ = log.save_supervisor_state(&state).await;
-                        self.publish(&state, &beats, &members, "ok".into(), restarts_total, last_recovery_ms);
-                        if let Some(l) = self.launcher.as_mut() { l.stop(Duration::from_secs(10)).await; }
+                        self.publish(
+                            &state,
+                            &beats,
+                            &members,
+                            "ok".into(),
+                            restarts_total,
+                            last_recovery_ms,
+                        );
+                        if let Some(l) = self.launcher.as_mut() {
+                            l.stop(Duration::from_secs(10)).await;
+                        }
                         return Ok(Exit::GroupFailed(reason));
                     }
                     Decision::Restart { delay_ms } => {
-                        self.metrics.set_restart_backoff(Duration::from_millis(delay_ms));
-                        self.metrics.set_group_state(tandem_metrics::GroupState::Restarting);
+                        self.metrics
+                            .set_restart_backoff(Duration::from_millis(delay_ms));
+                        self.metrics
+                            .set_group_state(tandem_metrics::GroupState::Restarting);
                         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                         // Drain reports the failing epoch produced meanwhile: they are about it.
                         let _ = log.take_failures(1024).await;
@@ -307,27 +362,49 @@ impl Supervisor {
                                 state = SupervisorState {
                                     epoch,
                                     restarts_ms: self.policy.record(&state.restarts_ms, now),
-                                    state: GroupState::Restarting { reason: first.clone() },
+                                    state: GroupState::Restarting {
+                                        reason: first.clone(),
+                                    },
                                 };
                                 restarts_total += 1;
                                 self.metrics.restarts().inc();
                                 let _ = log.save_supervisor_state(&state).await;
                                 tracing::info!(epoch = epoch.0, backoff_ms = delay_ms, reason = %first, "group restarting into a new epoch");
                                 if let Some(l) = self.launcher.as_mut() {
-                                    l.relaunch_missing().map_err(|source| SupervisorError::Io { what: "cannot relaunch agents".into(), source })?;
+                                    l.relaunch_missing().map_err(|source| SupervisorError::Io {
+                                        what: "cannot relaunch agents".into(),
+                                        source,
+                                    })?;
                                 }
                                 watching_since = now;
                             }
-                            Err(e) => tracing::warn!(error = %e, "cannot increment the epoch; will retry"),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot increment the epoch; will retry")
+                            }
                         }
                     }
                 }
             }
-            self.publish(&state, &beats, &members, "ok".into(), restarts_total, last_recovery_ms);
+            self.publish(
+                &state,
+                &beats,
+                &members,
+                "ok".into(),
+                restarts_total,
+                last_recovery_ms,
+            );
         }
     }
 
-    fn publish(&self, state: &SupervisorState, beats: &[Option<Heartbeat>], members: &[Rank], redis: String, restarts_total: u64, last_recovery_ms: Option<u64>) {
+    fn publish(
+        &self,
+        state: &SupervisorState,
+        beats: &[Option<Heartbeat>],
+        members: &[Rank],
+        redis: String,
+        restarts_total: u64,
+        last_recovery_ms: Option<u64>,
+    ) {
         let now = unix_ms();
         let ranks: Vec<RankView> = (0..self.world_size)
             .map(|r| {
@@ -342,7 +419,9 @@ impl Supervisor {
             .collect();
         let timeout = self.config.supervisor.heartbeat_timeout_ms;
         let healthy = state.state == GroupState::Healthy;
-        let all_live = ranks.iter().all(|r| r.joined && r.heartbeat_age_ms.is_some_and(|a| a <= timeout));
+        let all_live = ranks
+            .iter()
+            .all(|r| r.joined && r.heartbeat_age_ms.is_some_and(|a| a <= timeout));
         let ready = healthy && all_live && redis == "ok";
         let reason = if ready {
             None
@@ -352,9 +431,16 @@ impl Supervisor {
             Some(format!("Redis unreachable: {redis}"))
         } else {
             let missing: Vec<u32> = ranks.iter().filter(|r| !r.joined).map(|r| r.rank).collect();
-            Some(format!("waiting for ranks {missing:?} to join epoch {}", state.epoch.0))
+            Some(format!(
+                "waiting for ranks {missing:?} to join epoch {}",
+                state.epoch.0
+            ))
         };
-        let restarts_in_window = state.restarts_ms.iter().filter(|t| now.saturating_sub(**t) < self.policy.window_ms).count();
+        let restarts_in_window = state
+            .restarts_ms
+            .iter()
+            .filter(|t| now.saturating_sub(**t) < self.policy.window_ms)
+            .count();
         let m = &self.metrics;
         m.set_epoch(state.epoch.0);
         m.set_group_state(match &state.state {
@@ -362,7 +448,12 @@ impl Supervisor {
             GroupState::Restarting { .. } => tandem_metrics::GroupState::Restarting,
             GroupState::Failed { .. } => tandem_metrics::GroupState::Failed,
         });
-        m.set_ranks_alive(ranks.iter().filter(|r| r.heartbeat_age_ms.is_some_and(|a| a <= timeout)).count() as u32);
+        m.set_ranks_alive(
+            ranks
+                .iter()
+                .filter(|r| r.heartbeat_age_ms.is_some_and(|a| a <= timeout))
+                .count() as u32,
+        );
         for r in &ranks {
             if let Some(age) = r.heartbeat_age_ms {
                 m.set_heartbeat_age(r.rank, Duration::from_millis(age));

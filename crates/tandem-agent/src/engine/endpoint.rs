@@ -35,7 +35,10 @@ pub enum EndpointError {
 /// # Errors
 /// [`EndpointError::Bind`].
 pub fn bind(path: &Path) -> Result<UnixListener, EndpointError> {
-    let err = |source| EndpointError::Bind { path: path.display().to_string(), source };
+    let err = |source| EndpointError::Bind {
+        path: path.display().to_string(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
@@ -48,7 +51,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, EndpointError> {
 }
 
 /// Serve engine connections until the actor system stops.
-pub async fn serve(listener: UnixListener, socket: PathBuf, router: Router, store: Addr<StoreActor>) {
+pub async fn serve(
+    listener: UnixListener,
+    socket: PathBuf,
+    router: Router,
+    store: Addr<StoreActor>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -72,7 +80,12 @@ pub async fn serve(listener: UnixListener, socket: PathBuf, router: Router, stor
     }
 }
 
-async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreActor>, attached: &mut bool) -> Result<(), WireError> {
+async fn serve_one(
+    mut stream: UnixStream,
+    router: &Router,
+    store: &Addr<StoreActor>,
+    attached: &mut bool,
+) -> Result<(), WireError> {
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; 4];
@@ -91,9 +104,15 @@ async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreAc
         // Grow the buffer as bytes arrive, never to the claimed length up front: a header that
         // claims the limit and then idles costs nothing.
         payload.clear();
-        let got = (&mut stream).take(len as u64).read_to_end(&mut payload).await?;
+        let got = (&mut stream)
+            .take(len as u64)
+            .read_to_end(&mut payload)
+            .await?;
         if got < len {
-            return Err(WireError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "engine closed mid-message")));
+            return Err(WireError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "engine closed mid-message",
+            )));
         }
         let req: EngineRequest = match decode(&payload) {
             Ok(r) => r,
@@ -110,10 +129,25 @@ async fn serve_one(mut stream: UnixStream, router: &Router, store: &Addr<StoreAc
 }
 
 async fn route(req: EngineRequest, router: &Router, store: &Addr<StoreActor>) -> EngineReply {
-    let unavailable = |e: actix::MailboxError| EngineReply::Error(AgentError::NotReady { reason: format!("agent is restarting: {e}") });
+    let unavailable = |e: actix::MailboxError| {
+        EngineReply::Error(AgentError::NotReady {
+            reason: format!("agent is restarting: {e}"),
+        })
+    };
     match req {
-        EngineRequest::RegisterBuffer { path, size_bytes, page_size_bytes } => {
-            match store.send(RegisterBuffer { path, size_bytes, page_size_bytes }).await {
+        EngineRequest::RegisterBuffer {
+            path,
+            size_bytes,
+            page_size_bytes,
+        } => {
+            match store
+                .send(RegisterBuffer {
+                    path,
+                    size_bytes,
+                    page_size_bytes,
+                })
+                .await
+            {
                 Ok(Ok(pages)) => EngineReply::Registered { pages },
                 Ok(Err(e)) => EngineReply::Error(e),
                 Err(e) => unavailable(e),
@@ -121,17 +155,25 @@ async fn route(req: EngineRequest, router: &Router, store: &Addr<StoreActor>) ->
         }
         req => {
             let Some(protocol) = router.current() else {
-                return EngineReply::Error(AgentError::NotReady { reason: "the agent is between epochs".into() });
+                return EngineReply::Error(AgentError::NotReady {
+                    reason: "the agent is between epochs".into(),
+                });
             };
             let (tx, rx) = oneshot::channel();
             protocol.do_send(EngineCall { req, reply: tx });
-            rx.await.unwrap_or_else(|_| EngineReply::Error(AgentError::NotReady { reason: "agent is restarting".into() }))
+            rx.await.unwrap_or_else(|_| {
+                EngineReply::Error(AgentError::NotReady {
+                    reason: "agent is restarting".into(),
+                })
+            })
         }
     }
 }
 
 fn bad_request(e: &WireError) -> EngineReply {
-    EngineReply::Error(AgentError::BadRequest { reason: e.to_string() })
+    EngineReply::Error(AgentError::BadRequest {
+        reason: e.to_string(),
+    })
 }
 
 async fn reply(stream: &mut UnixStream, answer: &EngineReply) -> Result<(), WireError> {

@@ -83,24 +83,38 @@ pub async fn join(
     let mut reader = MessageReader::new(read_half, max_frame_bytes);
     let nonce = match reader.next_within(handshake_timeout_ms).await? {
         Message::Challenge { nonce } => nonce,
-        other => return Err(JoinError::Unexpected { expected: "challenge", got: other.kind() }),
+        other => {
+            return Err(JoinError::Unexpected {
+                expected: "challenge",
+                got: other.kind(),
+            })
+        }
     };
     let hello = Message::Hello(membership.hello(&nonce, rank));
     write_message(&mut write_half, &hello, max_frame_bytes).await?;
     match reader.next_within(handshake_timeout_ms).await? {
         Message::Welcome { .. } => {}
         Message::Refused { reason } => return Err(JoinError::Refused { rank, reason }),
-        other => return Err(JoinError::Unexpected { expected: "welcome", got: other.kind() }),
+        other => {
+            return Err(JoinError::Unexpected {
+                expected: "welcome",
+                got: other.kind(),
+            })
+        }
     }
     let lost = actor.clone();
-    let link = PeerLink::spawn(write_half, max_frame_bytes, move |reason| lost.do_send(LeaderLost { reason }));
+    let link = PeerLink::spawn(write_half, max_frame_bytes, move |reason| {
+        lost.do_send(LeaderLost { reason })
+    });
     actor.do_send(LeaderLinked { link });
     actix_rt::spawn(async move {
         loop {
             match reader.next().await {
                 Ok(msg) => actor.do_send(FromLeader { msg }),
                 Err(e) => {
-                    actor.do_send(LeaderLost { reason: e.to_string() });
+                    actor.do_send(LeaderLost {
+                        reason: e.to_string(),
+                    });
                     return;
                 }
             }

@@ -35,7 +35,11 @@ pub struct MessageReader<R> {
 impl<R: AsyncRead + Unpin> MessageReader<R> {
     /// Wrap a read half; `max_frame_bytes` bounds each payload before it is read.
     pub fn new(inner: R, max_frame_bytes: usize) -> Self {
-        Self { inner, buf: Vec::with_capacity(64 * 1024), max_frame_bytes }
+        Self {
+            inner,
+            buf: Vec::with_capacity(64 * 1024),
+            max_frame_bytes,
+        }
     }
 
     /// The next message.
@@ -70,7 +74,11 @@ impl<R: AsyncRead + Unpin> MessageReader<R> {
 ///
 /// # Errors
 /// [`PeerIoError::Codec`] when the message exceeds `max_frame_bytes`, [`PeerIoError::Io`].
-pub async fn write_message<W: AsyncWrite + Unpin>(w: &mut W, msg: &Message, max_frame_bytes: usize) -> Result<(), PeerIoError> {
+pub async fn write_message<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg: &Message,
+    max_frame_bytes: usize,
+) -> Result<(), PeerIoError> {
     let bytes = encode_checked(msg, max_frame_bytes)?;
     w.write_all(&bytes).await?;
     Ok(())

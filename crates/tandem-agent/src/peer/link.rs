@@ -22,7 +22,11 @@ pub struct PeerLink {
 impl PeerLink {
     /// Start the writer task for `write_half`. `on_close` runs once, with the reason, when
     /// the connection can no longer be written (the task then ends).
-    pub fn spawn<W>(mut write_half: W, max_frame_bytes: usize, on_close: impl FnOnce(String) + 'static) -> PeerLink
+    pub fn spawn<W>(
+        mut write_half: W,
+        max_frame_bytes: usize,
+        on_close: impl FnOnce(String) + 'static,
+    ) -> PeerLink
     where
         W: AsyncWrite + Unpin + 'static,
     {
@@ -36,7 +40,10 @@ impl PeerLink {
             }
             let _ = write_half.shutdown().await;
         });
-        PeerLink { tx, max_frame_bytes }
+        PeerLink {
+            tx,
+            max_frame_bytes,
+        }
     }
 
     /// Encode and queue one message.

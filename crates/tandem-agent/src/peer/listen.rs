@@ -23,7 +23,12 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 /// Accept followers forever (until the actor system stops); each connection is handed to the
 /// protocol actor current when it arrives.
-pub async fn serve(listener: TcpListener, router: Router, handshake_timeout_ms: u64, max_frame_bytes: usize) {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    handshake_timeout_ms: u64,
+    max_frame_bytes: usize,
+) {
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(s) => s,
@@ -39,7 +44,9 @@ pub async fn serve(listener: TcpListener, router: Router, handshake_timeout_ms: 
             continue;
         };
         actix_rt::spawn(async move {
-            if let Err(reason) = handshake(stream, actor, handshake_timeout_ms, max_frame_bytes).await {
+            if let Err(reason) =
+                handshake(stream, actor, handshake_timeout_ms, max_frame_bytes).await
+            {
                 tracing::warn!(peer = %addr, %reason, "peer not admitted");
             }
         });
@@ -56,10 +63,18 @@ async fn handshake(
     let mut reader = MessageReader::new(read_half, max_frame_bytes);
     let mut nonce = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut nonce);
-    write_message(&mut write_half, &Message::Challenge { nonce }, max_frame_bytes)
+    write_message(
+        &mut write_half,
+        &Message::Challenge { nonce },
+        max_frame_bytes,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let hello = match reader
+        .next_within(handshake_timeout_ms)
         .await
-        .map_err(|e| e.to_string())?;
-    let hello = match reader.next_within(handshake_timeout_ms).await.map_err(|e| e.to_string())? {
+        .map_err(|e| e.to_string())?
+    {
         Message::Hello(h) => h,
         other => return Err(format!("expected hello, got {}", other.kind())),
     };
@@ -70,10 +85,19 @@ async fn handshake(
     let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let lost = actor.clone();
     let link = PeerLink::spawn(write_half, max_frame_bytes, move |reason| {
-        lost.do_send(PeerLost { rank: claimed_rank, conn, reason })
+        lost.do_send(PeerLost {
+            rank: claimed_rank,
+            conn,
+            reason,
+        })
     });
     let admitted = actor
-        .send(AdmitPeer { nonce, hello, link, conn })
+        .send(AdmitPeer {
+            nonce,
+            hello,
+            link,
+            conn,
+        })
         .await
         .map_err(|e| format!("protocol actor unavailable: {e}"))?;
     let rank = match admitted {
@@ -84,7 +108,11 @@ async fn handshake(
         match reader.next().await {
             Ok(msg) => actor.do_send(FromPeer { rank, conn, msg }),
             Err(e) => {
-                actor.do_send(PeerLost { rank, conn, reason: e.to_string() });
+                actor.do_send(PeerLost {
+                    rank,
+                    conn,
+                    reason: e.to_string(),
+                });
                 return Ok(());
             }
         }

@@ -92,19 +92,29 @@ impl FollowerRole {
     }
 
     /// An engine request on a follower.
-    pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+    pub fn engine(
+        &mut self,
+        req: EngineRequest,
+        reply: oneshot::Sender<EngineReply>,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) {
         if matches!(req, EngineRequest::Frame { .. }) {
             self.frames_read += 1;
         }
         let answer = match req {
-            EngineRequest::Frame { step, deadline_ms, .. } => match self.follower.read(step) {
+            EngineRequest::Frame {
+                step, deadline_ms, ..
+            } => match self.follower.read(step) {
                 Ok(Some(f)) => EngineReply::Frame(Box::new(f.clone())),
                 Ok(None) => {
                     let wait = self.follower.wait(step, now.saturating_add(deadline_ms));
                     self.waits.insert(wait, reply);
                     return;
                 }
-                Err(e) => EngineReply::Error(map_follower_error(e, self.rank, self.follower.epoch())),
+                Err(e) => {
+                    EngineReply::Error(map_follower_error(e, self.rank, self.follower.epoch()))
+                }
             },
             EngineRequest::Ack { step, .. } => match self.follower.ack(step) {
                 Ok(msg) => {
@@ -115,13 +125,20 @@ impl FollowerRole {
                 }
                 // Acknowledging a step this rank never received: it is not (or no longer) in
                 // step with the leader; the engine should wait and say hello again.
-                Err(e) => EngineReply::Error(AgentError::NotReady { reason: e.to_string() }),
+                Err(e) => EngineReply::Error(AgentError::NotReady {
+                    reason: e.to_string(),
+                }),
             },
-            EngineRequest::Lookup { .. } | EngineRequest::Store { .. } | EngineRequest::Load { .. } | EngineRequest::EndStep { .. } => {
+            EngineRequest::Lookup { .. }
+            | EngineRequest::Store { .. }
+            | EngineRequest::Load { .. }
+            | EngineRequest::EndStep { .. } => {
                 EngineReply::Error(AgentError::NotLeader { rank: self.rank })
             }
             EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => {
-                EngineReply::Error(AgentError::BadRequest { reason: "routed to the wrong actor".into() })
+                EngineReply::Error(AgentError::BadRequest {
+                    reason: "routed to the wrong actor".into(),
+                })
             }
         };
         let _ = reply.send(answer);
@@ -129,7 +146,9 @@ impl FollowerRole {
 
     /// Copy the loads and stores of every acknowledged step.
     fn release_copies(&mut self, store: &Addr<StoreActor>) {
-        let Some(acked) = self.engine_acked else { return };
+        let Some(acked) = self.engine_acked else {
+            return;
+        };
         let later = self.held.split_off(&acked.next());
         let (mut loads, mut stores) = (Vec::new(), Vec::new());
         for (l, s) in std::mem::replace(&mut self.held, later).into_values() {
@@ -187,8 +206,13 @@ impl FollowerRole {
     fn drain_events(&mut self) {
         while let Some(ev) = self.follower.poll_event() {
             let (wait, answer) = match ev {
-                FollowerEvent::FrameReady { wait, frame } => (wait, EngineReply::Frame(Box::new(frame))),
-                FollowerEvent::WaitFailed { wait, error } => (wait, EngineReply::Error(map_follower_error(error, self.rank, self.follower.epoch()))),
+                FollowerEvent::FrameReady { wait, frame } => {
+                    (wait, EngineReply::Frame(Box::new(frame)))
+                }
+                FollowerEvent::WaitFailed { wait, error } => (
+                    wait,
+                    EngineReply::Error(map_follower_error(error, self.rank, self.follower.epoch())),
+                ),
             };
             if let Some(reply) = self.waits.remove(&wait) {
                 let _ = reply.send(answer);
@@ -234,7 +258,8 @@ impl FollowerRole {
             role: "follower",
             epoch: settings.epoch.0,
             ready,
-            reason: (!ready).then(|| format!("not yet admitted by the leader at {}", settings.leader_addr)),
+            reason: (!ready)
+                .then(|| format!("not yet admitted by the leader at {}", settings.leader_addr)),
             joined: Vec::new(),
             sealed_step: self.follower.received_step().map(|s| s.0),
             acked_step: self.follower.acked_step().map(|s| s.0),
@@ -249,8 +274,15 @@ impl FollowerRole {
 }
 
 /// Remove `evicted` blocks from a held store task (with their pages and tiers).
-fn drop_blocks(t: &mut TaskStart, evicted: &std::collections::BTreeSet<tandem_proto::ids::BlockHash>) {
-    let keep: Vec<bool> = t.block_hashes.iter().map(|h| !evicted.contains(h)).collect();
+fn drop_blocks(
+    t: &mut TaskStart,
+    evicted: &std::collections::BTreeSet<tandem_proto::ids::BlockHash>,
+) {
+    let keep: Vec<bool> = t
+        .block_hashes
+        .iter()
+        .map(|h| !evicted.contains(h))
+        .collect();
     if keep.iter().all(|k| *k) {
         return;
     }
@@ -271,10 +303,26 @@ fn retain_mask<T>(v: &mut Vec<T>, keep: &[bool]) {
 /// The engine's view of a follower refusal.
 pub fn map_follower_error(e: FollowerError, rank: u32, epoch: Epoch) -> AgentError {
     match e {
-        FollowerError::LeaderBehind { epoch, wanted, sealed } => AgentError::LeaderBehind { rank, epoch, wanted, sealed },
-        FollowerError::FrameExpired { wanted, oldest_retained } => {
-            AgentError::FrameExpired { epoch, wanted, oldest: oldest_retained }
-        }
-        other => AgentError::NotReady { reason: other.to_string() },
+        FollowerError::LeaderBehind {
+            epoch,
+            wanted,
+            sealed,
+        } => AgentError::LeaderBehind {
+            rank,
+            epoch,
+            wanted,
+            sealed,
+        },
+        FollowerError::FrameExpired {
+            wanted,
+            oldest_retained,
+        } => AgentError::FrameExpired {
+            epoch,
+            wanted,
+            oldest: oldest_retained,
+        },
+        other => AgentError::NotReady {
+            reason: other.to_string(),
+        },
     }
 }

@@ -116,4 +116,3 @@ pub struct StopEpoch {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Drain;
-

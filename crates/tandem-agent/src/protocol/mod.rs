@@ -103,12 +103,30 @@ pub struct ProtocolActor {
 
 impl ProtocolActor {
     /// A protocol actor for `settings.epoch`; `leader_role` must be given on rank 0.
-    pub fn new(settings: Arc<AgentSettings>, clock: Clock, store: Addr<StoreActor>, leader_role: Option<LeaderRole>, wiring: Wiring) -> Self {
+    pub fn new(
+        settings: Arc<AgentSettings>,
+        clock: Clock,
+        store: Addr<StoreActor>,
+        leader_role: Option<LeaderRole>,
+        wiring: Wiring,
+    ) -> Self {
         let role = match leader_role {
             Some(l) => Role::Leader(Box::new(l)),
             None => Role::Follower(Box::new(FollowerRole::new(&settings))),
         };
-        Self { settings, clock, store, role, failure: None, wiring, ready_sent: false, append_in_flight: false, rebuild_started: false, engine_stale_rejected: 0, engines_attached: 0 }
+        Self {
+            settings,
+            clock,
+            store,
+            role,
+            failure: None,
+            wiring,
+            ready_sent: false,
+            append_in_flight: false,
+            rebuild_started: false,
+            engine_stale_rejected: 0,
+            engines_attached: 0,
+        }
     }
 
     fn emit(&self, ev: AgentEvent) {
@@ -125,7 +143,9 @@ impl ProtocolActor {
         if self.rebuild_started || l.ready() || !l.all_joined() {
             return;
         }
-        let Some(log) = self.wiring.log.clone() else { return };
+        let Some(log) = self.wiring.log.clone() else {
+            return;
+        };
         self.rebuild_started = true;
         let (epoch, config) = (self.settings.epoch, l.index_config());
         let fut = async move { fetch_manifests(&log, epoch, config.world_size).await };
@@ -155,7 +175,9 @@ impl ProtocolActor {
         };
         if ready {
             self.ready_sent = true;
-            self.emit(AgentEvent::Ready { epoch: self.settings.epoch });
+            self.emit(AgentEvent::Ready {
+                epoch: self.settings.epoch,
+            });
         }
     }
 
@@ -165,8 +187,13 @@ impl ProtocolActor {
             return;
         }
         tracing::error!(%reason, "epoch failed: the group must restart");
-        self.emit(AgentEvent::Failed { epoch: self.settings.epoch, reason: reason.clone() });
-        let err = AgentError::NotReady { reason: format!("epoch {} failed: {reason}", self.settings.epoch) };
+        self.emit(AgentEvent::Failed {
+            epoch: self.settings.epoch,
+            reason: reason.clone(),
+        });
+        let err = AgentError::NotReady {
+            reason: format!("epoch {} failed: {reason}", self.settings.epoch),
+        };
         match &mut self.role {
             Role::Leader(l) => l.fail_waits(&err),
             Role::Follower(f) => f.fail_waits(&err),
@@ -189,7 +216,8 @@ impl ProtocolActor {
             Role::Leader(l) => {
                 let stats = l.stats().clone();
                 m.steps_sealed().set_total(stats.steps_sealed);
-                m.stale_epoch_rejected().set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
+                m.stale_epoch_rejected()
+                    .set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
                 m.set_peers_joined(stats.handshakes_admitted);
                 m.evictions().set_total(l.evictions());
                 let c = l.task_counts();
@@ -206,7 +234,8 @@ impl ProtocolActor {
             Role::Follower(f) => {
                 let (stats, frames_read) = f.stats();
                 m.steps_sealed().set_total(stats.frames_received);
-                m.stale_epoch_rejected().set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
+                m.stale_epoch_rejected()
+                    .set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
                 m.wait_timeouts().set_total(stats.waits_timed_out);
                 m.engine_frames_read().set_total(frames_read);
             }
@@ -231,11 +260,19 @@ impl Actor for ProtocolActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Without a completion log there is no manifest exchange: a new epoch starts empty.
         let wipe = self.wiring.log.is_none();
-        self.store.do_send(BeginEpoch { epoch: self.settings.epoch, report_to: ctx.address().recipient(), wipe });
+        self.store.do_send(BeginEpoch {
+            epoch: self.settings.epoch,
+            report_to: ctx.address().recipient(),
+            wipe,
+        });
         ctx.run_interval(TICK, |actor, _| actor.tick());
         ctx.run_interval(Duration::from_millis(250), |actor, _| actor.sync_metrics());
         self.check_ready(ctx);
-        tracing::info!(rank = self.settings.rank.0, epoch = self.settings.epoch.0, "protocol actor started");
+        tracing::info!(
+            rank = self.settings.rank.0,
+            epoch = self.settings.epoch.0,
+            "protocol actor started"
+        );
     }
 }
 
@@ -254,7 +291,10 @@ impl Handler<EngineCall> for ProtocolActor {
         if let EngineRequest::Hello { rank } = &msg.req {
             let answer = if *rank != settings.rank.0 {
                 EngineReply::Error(AgentError::BadRequest {
-                    reason: format!("engine says rank {rank}, this agent is rank {}", settings.rank.0),
+                    reason: format!(
+                        "engine says rank {rank}, this agent is rank {}",
+                        settings.rank.0
+                    ),
                 })
             } else {
                 let next = match &self.role {
@@ -273,7 +313,10 @@ impl Handler<EngineCall> for ProtocolActor {
             if epoch != settings.epoch {
                 // Fenced: counted, never applied (DESIGN.md invariant 4).
                 self.engine_stale_rejected += 1;
-                let _ = msg.reply.send(EngineReply::Error(AgentError::StaleEpoch { ours: settings.epoch, theirs: epoch }));
+                let _ = msg.reply.send(EngineReply::Error(AgentError::StaleEpoch {
+                    ours: settings.epoch,
+                    theirs: epoch,
+                }));
                 return;
             }
         }
@@ -285,7 +328,10 @@ impl Handler<EngineCall> for ProtocolActor {
         }
         let now = self.clock.now_ms();
         if let EngineRequest::Ack { epoch, step } = &msg.req {
-            self.emit(AgentEvent::EngineAcked { epoch: *epoch, step: *step });
+            self.emit(AgentEvent::EngineAcked {
+                epoch: *epoch,
+                step: *step,
+            });
         }
         // Frame 0 replies pass through the per-rank redelivery filter on their way out.
         let (tx, rx) = oneshot::channel();
@@ -306,12 +352,20 @@ impl Handler<EngineCall> for ProtocolActor {
 }
 
 impl ProtocolActor {
-    fn dispatch(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, ctx: &mut Context<Self>) {
+    fn dispatch(
+        &mut self,
+        req: EngineRequest,
+        reply: oneshot::Sender<EngineReply>,
+        now: u64,
+        ctx: &mut Context<Self>,
+    ) {
         match &mut self.role {
             Role::Leader(l) => {
                 if let EngineRequest::EndStep { .. } = &req {
                     if self.append_in_flight {
-                        let _ = reply.send(EngineReply::Error(AgentError::BadRequest { reason: "an end_step is already in progress".into() }));
+                        let _ = reply.send(EngineReply::Error(AgentError::BadRequest {
+                            reason: "an end_step is already in progress".into(),
+                        }));
                         return;
                     }
                 }
@@ -335,14 +389,27 @@ impl ProtocolActor {
         };
         self.append_in_flight = true;
         let epoch = self.settings.epoch;
-        let started = job.batch.as_ref().map(|b| b.started.clone()).unwrap_or_default();
+        let started = job
+            .batch
+            .as_ref()
+            .map(|b| b.started.clone())
+            .unwrap_or_default();
         let mut finished = job.aborted.clone();
-        finished.extend(job.batch.as_ref().map(|b| b.outcomes.clone()).unwrap_or_default());
+        finished.extend(
+            job.batch
+                .as_ref()
+                .map(|b| b.outcomes.clone())
+                .unwrap_or_default(),
+        );
         let step = job.step;
         let metrics = self.wiring.metrics.clone();
         let fut = async move {
             let t = std::time::Instant::now();
-            let r = log.append_step(epoch, step, &started, &finished).await.map(|_| ()).map_err(|e| e.to_string());
+            let r = log
+                .append_step(epoch, step, &started, &finished)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
             metrics.observe_redis_append_latency(t.elapsed());
             r
         };
@@ -358,7 +425,11 @@ impl ProtocolActor {
 
 /// Every rank's manifest for `epoch`, waiting up to 10 s for ranks that have not published
 /// theirs; a missing one counts as empty (its blocks are then dropped by the rebuild).
-async fn fetch_manifests(log: &tandem_durable::CompletionLog, epoch: Epoch, world_size: u32) -> Vec<tandem_store::rebuild::RankBlocks> {
+async fn fetch_manifests(
+    log: &tandem_durable::CompletionLog,
+    epoch: Epoch,
+    world_size: u32,
+) -> Vec<tandem_store::rebuild::RankBlocks> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let got = log.manifests(epoch).await.unwrap_or_default();
@@ -367,11 +438,19 @@ async fn fetch_manifests(log: &tandem_durable::CompletionLog, epoch: Epoch, worl
             return (0..world_size)
                 .map(|r| {
                     let bytes = got.get(r as usize).cloned().flatten();
-                    let decoded = bytes.and_then(|b| postcard::from_bytes::<tandem_store::rebuild::RankBlocks>(&b).ok());
+                    let decoded = bytes.and_then(|b| {
+                        postcard::from_bytes::<tandem_store::rebuild::RankBlocks>(&b).ok()
+                    });
                     if decoded.is_none() {
-                        tracing::warn!(rank = r, "no manifest from this rank: the rebuild treats it as empty");
+                        tracing::warn!(
+                            rank = r,
+                            "no manifest from this rank: the rebuild treats it as empty"
+                        );
                     }
-                    decoded.unwrap_or(tandem_store::rebuild::RankBlocks { rank: Rank(r), blocks: Vec::new() })
+                    decoded.unwrap_or(tandem_store::rebuild::RankBlocks {
+                        rank: Rank(r),
+                        blocks: Vec::new(),
+                    })
                 })
                 .collect();
         }
@@ -380,7 +459,10 @@ async fn fetch_manifests(log: &tandem_durable::CompletionLog, epoch: Epoch, worl
 }
 
 /// Remove redeliveries the engine already acknowledged from a frame reply.
-fn filter_redelivered(reply: EngineReply, acknowledged: &std::collections::BTreeSet<tandem_proto::ids::TaskId>) -> EngineReply {
+fn filter_redelivered(
+    reply: EngineReply,
+    acknowledged: &std::collections::BTreeSet<tandem_proto::ids::TaskId>,
+) -> EngineReply {
     match reply {
         EngineReply::Frame(mut f) => {
             if let Some(rec) = f.reconciliation.as_mut() {
@@ -425,7 +507,10 @@ impl Handler<EngineDisconnected> for ProtocolActor {
             return;
         }
         tracing::warn!(reason = %msg.reason, in_flight, "engine disconnected with tasks in flight");
-        self.fail(format!("engine of rank {} disconnected with {in_flight} tasks in flight: {}", self.settings.rank, msg.reason));
+        self.fail(format!(
+            "engine of rank {} disconnected with {in_flight} tasks in flight: {}",
+            self.settings.rank, msg.reason
+        ));
     }
 }
 
@@ -437,8 +522,13 @@ impl Handler<AdmitPeer> for ProtocolActor {
         let admitted = match &mut self.role {
             Role::Leader(l) => l.admit(msg, now, &self.settings),
             Role::Follower(_) => {
-                let reason = HandshakeError::RankOutOfRange { rank: msg.hello.rank, world_size: self.settings.world_size };
-                let _ = msg.link.send(&WireMessage::Refused { reason: reason.clone() });
+                let reason = HandshakeError::RankOutOfRange {
+                    rank: msg.hello.rank,
+                    world_size: self.settings.world_size,
+                };
+                let _ = msg.link.send(&WireMessage::Refused {
+                    reason: reason.clone(),
+                });
                 Err(reason)
             }
         };
@@ -543,13 +633,19 @@ impl Handler<Drain> for ProtocolActor {
     fn handle(&mut self, _: Drain, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         let step = match &self.role {
-            Role::Leader(l) if self.failure.is_none() && l.ready() && !self.append_in_flight => Some(l.next_step()),
+            Role::Leader(l) if self.failure.is_none() && l.ready() && !self.append_in_flight => {
+                Some(l.next_step())
+            }
             _ => None,
         };
         match step {
             Some(step) => {
                 let now = self.clock.now_ms();
-                let req = EngineRequest::EndStep { epoch: self.settings.epoch, step, deadline_ms: 0 };
+                let req = EngineRequest::EndStep {
+                    epoch: self.settings.epoch,
+                    step,
+                    deadline_ms: 0,
+                };
                 self.dispatch(req, tx, now, ctx);
             }
             None => {
@@ -558,8 +654,14 @@ impl Handler<Drain> for ProtocolActor {
         }
         Box::pin(async move {
             match rx.await {
-                Ok(EngineReply::Frame(f)) => tracing::info!(step = f.step.0, outcomes = f.finished.len(), "drained: open step sealed"),
-                Ok(EngineReply::Error(e)) => tracing::warn!(error = %e, "drain could not seal the open step"),
+                Ok(EngineReply::Frame(f)) => tracing::info!(
+                    step = f.step.0,
+                    outcomes = f.finished.len(),
+                    "drained: open step sealed"
+                ),
+                Ok(EngineReply::Error(e)) => {
+                    tracing::warn!(error = %e, "drain could not seal the open step")
+                }
                 _ => {}
             }
         })
@@ -570,7 +672,9 @@ impl Handler<StopEpoch> for ProtocolActor {
     type Result = ();
     /// End this epoch's protocol.
     fn handle(&mut self, msg: StopEpoch, ctx: &mut Self::Context) {
-        let err = AgentError::NotReady { reason: msg.reason.clone() };
+        let err = AgentError::NotReady {
+            reason: msg.reason.clone(),
+        };
         self.sync_metrics();
         match &mut self.role {
             Role::Leader(l) => l.fail_waits(&err),

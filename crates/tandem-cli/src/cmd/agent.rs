@@ -23,7 +23,8 @@ pub fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
     if let Some(v) = args.test_protocol_version {
         settings.membership.protocol_version = v;
     }
-    let span = tracing::info_span!("agent", group = %settings.membership.group_id, rank = args.rank);
+    let span =
+        tracing::info_span!("agent", group = %settings.membership.group_id, rank = args.rank);
     let _entered = span.enter();
     tandem_agent::run(settings, fixed_epoch)?;
     Ok(())

@@ -32,10 +32,17 @@ pub fn run(file: &Path, json: bool) -> anyhow::Result<()> {
         world_size: cfg.group.world_size(),
         shard_layout: layout,
         shard_bytes: layout.shard_bytes,
-        host_tier_bytes: layout.shard_bytes.saturating_mul(cfg.store.host_capacity_blocks),
-        disk_tier_bytes: layout.shard_bytes.saturating_mul(cfg.store.disk_capacity_blocks),
+        host_tier_bytes: layout
+            .shard_bytes
+            .saturating_mul(cfg.store.host_capacity_blocks),
+        disk_tier_bytes: layout
+            .shard_bytes
+            .saturating_mul(cfg.store.disk_capacity_blocks),
     };
-    let report = Report { effective: cfg.redacted(), derived };
+    let report = Report {
+        effective: cfg.redacted(),
+        derived,
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -52,9 +59,21 @@ pub fn run(file: &Path, json: bool) -> anyhow::Result<()> {
             d.shard_layout.dtype_bytes,
             d.shard_layout.tokens_per_block
         );
-        println!("shard_bytes = {} ({})", d.shard_bytes, human_bytes(d.shard_bytes));
-        println!("host_tier_bytes = {} ({}) per rank", d.host_tier_bytes, human_bytes(d.host_tier_bytes));
-        println!("disk_tier_bytes = {} ({}) per rank", d.disk_tier_bytes, human_bytes(d.disk_tier_bytes));
+        println!(
+            "shard_bytes = {} ({})",
+            d.shard_bytes,
+            human_bytes(d.shard_bytes)
+        );
+        println!(
+            "host_tier_bytes = {} ({}) per rank",
+            d.host_tier_bytes,
+            human_bytes(d.host_tier_bytes)
+        );
+        println!(
+            "disk_tier_bytes = {} ({}) per rank",
+            d.disk_tier_bytes,
+            human_bytes(d.disk_tier_bytes)
+        );
     }
     Ok(())
 }
@@ -68,5 +87,9 @@ fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }

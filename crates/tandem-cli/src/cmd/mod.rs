@@ -4,8 +4,8 @@ mod agent;
 pub mod bench;
 mod check_config;
 mod replay;
-pub mod up;
 mod supervisor;
+pub mod up;
 
 use crate::cli::{Cli, Command};
 
@@ -13,15 +13,35 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::CheckConfig { file, json } => check_config::run(&file, json),
-        Command::Agent { rank, config, epoch, log_json, test_protocol_version } => {
-            agent::run(agent::AgentArgs { rank, config: &config, epoch, log_json, test_protocol_version })
-        }
-        Command::Up { ranks, pp, tp, host_capacity, disk_capacity } => {
+        Command::Agent {
+            rank,
+            config,
+            epoch,
+            log_json,
+            test_protocol_version,
+        } => agent::run(agent::AgentArgs {
+            rank,
+            config: &config,
+            epoch,
+            log_json,
+            test_protocol_version,
+        }),
+        Command::Up {
+            ranks,
+            pp,
+            tp,
+            host_capacity,
+            disk_capacity,
+        } => {
             let (pp, tp) = crate::cli::layout(ranks, pp, tp);
             up::run(pp, tp, host_capacity, disk_capacity)
         }
         Command::Replay(args) => replay::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::Supervisor { config, launch_agents, log_json } => supervisor::run(&config, launch_agents, log_json),
+        Command::Supervisor {
+            config,
+            launch_agents,
+            log_json,
+        } => supervisor::run(&config, launch_agents, log_json),
     }
 }

@@ -18,7 +18,9 @@ use crate::local::{LocalCluster, LocalSpec};
 /// Read the requests: the trace file (reporting malformed lines) or the synthetic workload.
 fn requests(args: &ReplayArgs) -> anyhow::Result<Vec<TraceRecord>> {
     let Some(path) = &args.trace else {
-        return Ok(SynthWorkload::new(args.limit.unwrap_or(SynthWorkload::DEFAULT_REQUESTS), 0).collect());
+        return Ok(
+            SynthWorkload::new(args.limit.unwrap_or(SynthWorkload::DEFAULT_REQUESTS), 0).collect(),
+        );
     };
     let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
     let policy = match args.on_malformed {
@@ -51,7 +53,9 @@ fn requests(args: &ReplayArgs) -> anyhow::Result<Vec<TraceRecord>> {
 fn parse_chaos(spec: &str) -> anyhow::Result<Duration> {
     match spec.split_once(':') {
         Some(("kill-agent", secs)) => {
-            let s: f64 = secs.parse().with_context(|| format!("--chaos {spec}: {secs:?} is not a number of seconds"))?;
+            let s: f64 = secs
+                .parse()
+                .with_context(|| format!("--chaos {spec}: {secs:?} is not a number of seconds"))?;
             if !(s > 0.0 && s.is_finite()) {
                 bail!("--chaos {spec}: the interval must be a positive number of seconds");
             }
@@ -62,25 +66,40 @@ fn parse_chaos(spec: &str) -> anyhow::Result<Duration> {
 }
 
 /// Replay against a cluster that is already running (its agents' configuration file).
-fn run_existing(args: &ReplayArgs, config: &std::path::Path, records: Vec<TraceRecord>) -> anyhow::Result<()> {
+fn run_existing(
+    args: &ReplayArgs,
+    config: &std::path::Path,
+    records: Vec<TraceRecord>,
+) -> anyhow::Result<()> {
     let cfg = tandem_config::load(Some(config), &tandem_config::Overrides::default())?;
     let world = cfg.group.world_size();
     let dir = std::path::PathBuf::from(&cfg.network.engine_socket_dir);
-    let mut params = ReplayParams::new((0..world).map(|r| dir.join(format!("rank{r}.sock"))).collect());
+    let mut params = ReplayParams::new(
+        (0..world)
+            .map(|r| dir.join(format!("rank{r}.sock")))
+            .collect(),
+    );
     params.speed = match args.speed {
         Some(x) if !args.max_rate => Speed::Factor(x),
         _ => Speed::MaxRate,
     };
     params.pool_pages = pool_pages_needed(&records);
-    params.expected_capacity = Capacity::Blocks(cfg.store.host_capacity_blocks + cfg.store.disk_capacity_blocks);
+    params.expected_capacity =
+        Capacity::Blocks(cfg.store.host_capacity_blocks + cfg.store.disk_capacity_blocks);
     params.progress_bar = !args.json;
-    let summary = run_replay(&params, records, None).map_err(|e| anyhow::anyhow!("replay failed: {e}"))?;
+    let summary =
+        run_replay(&params, records, None).map_err(|e| anyhow::anyhow!("replay failed: {e}"))?;
     report(args, &summary, None, None)
 }
 
 /// Print the summary; an error when it counts any verify failure, lost or duplicate completion
 /// or mismatch.
-fn report(args: &ReplayArgs, summary: &tandem_replay::ReplaySummary, kills: Option<u64>, restarts: Option<u64>) -> anyhow::Result<()> {
+fn report(
+    args: &ReplayArgs,
+    summary: &tandem_replay::ReplaySummary,
+    kills: Option<u64>,
+    restarts: Option<u64>,
+) -> anyhow::Result<()> {
     if args.json {
         let mut v: serde_json::Value = serde_json::from_str(&summary.to_json())?;
         if let Some(k) = kills {
@@ -91,10 +110,16 @@ fn report(args: &ReplayArgs, summary: &tandem_replay::ReplaySummary, kills: Opti
     } else {
         println!("{summary}");
         if let Some(k) = kills {
-            println!("agents killed by chaos: {k}, group restarts: {}", restarts.map_or("?".into(), |r| r.to_string()));
+            println!(
+                "agents killed by chaos: {k}, group restarts: {}",
+                restarts.map_or("?".into(), |r| r.to_string())
+            );
         }
     }
-    let bad = summary.verify_failures + summary.lost_completions + summary.duplicate_completions + summary.mismatches;
+    let bad = summary.verify_failures
+        + summary.lost_completions
+        + summary.duplicate_completions
+        + summary.mismatches;
     if bad > 0 {
         bail!(
             "the replay found errors: {} verify failures, {} lost, {} duplicate completions, {} mismatches",
@@ -118,7 +143,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     if records.is_empty() {
         bail!("no requests to replay");
     }
-    let distinct: std::collections::BTreeSet<u64> = records.iter().flat_map(|r| r.hash_ids.iter().copied()).collect();
+    let distinct: std::collections::BTreeSet<u64> = records
+        .iter()
+        .flat_map(|r| r.hash_ids.iter().copied())
+        .collect();
     let host_capacity = args.host_capacity.unwrap_or(distinct.len() as u64 + 16);
     let unlimited = args.host_capacity.is_none() && args.disk_capacity == 0;
     let spec = LocalSpec {
@@ -131,21 +159,33 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         model_toml: small_model(pp, tp, 1),
         heartbeat_ms: (100, 500),
         // Chaos restarts the group on purpose, as often as asked: no restart limit then.
-        max_restarts: if chaos.is_some() { 1_000_000 } else { tandem_config::SupervisorConfig::default().max_restarts },
+        max_restarts: if chaos.is_some() {
+            1_000_000
+        } else {
+            tandem_config::SupervisorConfig::default().max_restarts
+        },
         dir: None,
     };
     if !args.json {
         eprintln!("tandem replay: {} requests, {} distinct blocks, {} ranks (pp {pp} × tp {tp}), host capacity {host_capacity} blocks", records.len(), distinct.len(), pp * tp);
     }
     let cluster = LocalCluster::start(&spec)?;
-    let mut params = ReplayParams::new((0..cluster.world_size()).map(|r| cluster.socket(r)).collect());
+    let mut params = ReplayParams::new(
+        (0..cluster.world_size())
+            .map(|r| cluster.socket(r))
+            .collect(),
+    );
     params.speed = match args.speed {
         Some(x) if !args.max_rate => Speed::Factor(x),
         _ => Speed::MaxRate,
     };
     params.pool_pages = pool_pages_needed(&records);
     params.pool_dir = cluster.dir().join("pools");
-    params.expected_capacity = if unlimited { Capacity::Unlimited } else { Capacity::Blocks(host_capacity + args.disk_capacity) };
+    params.expected_capacity = if unlimited {
+        Capacity::Unlimited
+    } else {
+        Capacity::Blocks(host_capacity + args.disk_capacity)
+    };
     params.progress_bar = !args.json;
 
     let done = Arc::new(AtomicBool::new(false));
@@ -164,7 +204,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         std::thread::spawn(move || {
             while !done.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(500));
-                let failed = cluster.lock().ok().and_then(|c| c.supervisor_status()).is_some_and(|s| s["state"] == "failed");
+                let failed = cluster
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.supervisor_status())
+                    .is_some_and(|s| s["state"] == "failed");
                 if failed {
                     cancel.store(true, Ordering::SeqCst);
                     return;
@@ -185,18 +229,36 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let summary = match summary {
         Ok(s) => s,
         Err(e) if cancel.load(Ordering::SeqCst) => {
-            let reason = cluster.supervisor_status().map(|s| s["reason"].to_string()).unwrap_or_default();
+            let reason = cluster
+                .supervisor_status()
+                .map(|s| s["reason"].to_string())
+                .unwrap_or_default();
             bail!("replay stopped: the supervisor marked the group failed ({reason}): {e}")
         }
-        Err(e) => bail!("replay failed: {e}\n--- cluster log (last lines) ---\n{}", cluster.log_tail(40)),
+        Err(e) => bail!(
+            "replay failed: {e}\n--- cluster log (last lines) ---\n{}",
+            cluster.log_tail(40)
+        ),
     };
-    let restarts = cluster.supervisor_status().and_then(|s| s["restarts_total"].as_u64());
+    let restarts = cluster
+        .supervisor_status()
+        .and_then(|s| s["restarts_total"].as_u64());
     cluster.stop();
-    report(&args, &summary, chaos.map(|_| kills.load(Ordering::SeqCst)), restarts)
+    report(
+        &args,
+        &summary,
+        chaos.map(|_| kills.load(Ordering::SeqCst)),
+        restarts,
+    )
 }
 
 /// Every `every`, SIGKILL a random agent (once the group is ready again).
-fn chaos_loop(every: Duration, done: &AtomicBool, kills: &AtomicU64, cluster: &std::sync::Mutex<LocalCluster>) {
+fn chaos_loop(
+    every: Duration,
+    done: &AtomicBool,
+    kills: &AtomicU64,
+    cluster: &std::sync::Mutex<LocalCluster>,
+) {
     let mut rng = rand::thread_rng();
     loop {
         let start = std::time::Instant::now();

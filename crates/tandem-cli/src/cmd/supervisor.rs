@@ -12,7 +12,11 @@ pub fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow::Result
     if cfg.redis.url.is_empty() {
         anyhow::bail!("the supervisor needs Redis: set redis.url (or TANDEM__REDIS__URL)");
     }
-    let launch = launch_agents.then(|| LaunchSpec { binary: std::env::current_exe().unwrap_or_else(|_| "tandem".into()), config: config.to_path_buf(), log_dir: None });
+    let launch = launch_agents.then(|| LaunchSpec {
+        binary: std::env::current_exe().unwrap_or_else(|_| "tandem".into()),
+        config: config.to_path_buf(),
+        log_dir: None,
+    });
     let http_addr = cfg.supervisor.http_addr.clone();
     let group = cfg.group.id.clone();
     let system = actix_rt::System::new();
@@ -24,7 +28,9 @@ pub fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow::Result
         tracing::info!(group = %group, http = %http_addr, "supervisor serving");
         let (tx, rx) = tokio::sync::watch::channel(false);
         actix_rt::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}

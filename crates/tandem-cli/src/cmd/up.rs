@@ -24,16 +24,33 @@ pub fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::
         max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
         dir: None,
     };
-    eprintln!("starting a local cluster: {} ranks (pp {pp} × tp {tp}) ...", pp * tp);
+    eprintln!(
+        "starting a local cluster: {} ranks (pp {pp} × tp {tp}) ...",
+        pp * tp
+    );
     let cluster = LocalCluster::start(&spec)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    println!("tandem is up: {} ranks, epoch {}", cluster.world_size(), cluster.supervisor_status().map(|s| s["epoch"].clone()).unwrap_or_default());
-    println!("  supervisor status: http://{}/status  (ready: /readyz)", cluster.supervisor_http());
+    println!(
+        "tandem is up: {} ranks, epoch {}",
+        cluster.world_size(),
+        cluster
+            .supervisor_status()
+            .map(|s| s["epoch"].clone())
+            .unwrap_or_default()
+    );
+    println!(
+        "  supervisor status: http://{}/status  (ready: /readyz)",
+        cluster.supervisor_http()
+    );
     for r in 0..cluster.world_size() {
-        println!("  rank {r}: http://{}/status   engine socket {}", cluster.agent_http(r), cluster.socket(r).display());
+        println!(
+            "  rank {r}: http://{}/status   engine socket {}",
+            cluster.agent_http(r),
+            cluster.socket(r).display()
+        );
     }
     println!("  redis: {}", tandem_config::redact_url(&cluster.redis_url));
     println!("  files and logs: {}", cluster.dir().display());
@@ -45,4 +62,3 @@ pub fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::
     drop(cluster);
     Ok(())
 }
-

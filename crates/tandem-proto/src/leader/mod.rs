@@ -16,7 +16,9 @@ mod peers;
 pub use config::{LeaderConfig, LeaderEvent, LeaderStats};
 
 use crate::error::{LeaderError, QuorumError};
-use crate::frame::{Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp};
+use crate::frame::{
+    Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,
+};
 use crate::ids::{BlockHash, Epoch, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
 use crate::liveness::Liveness;
 use crate::persist::{BatchId, PersistBatch, PersistQueue, StartedTask};
@@ -167,7 +169,13 @@ impl Leader {
     ) -> TaskId {
         let task = self.next_task();
         self.quorum.start(task, kind, request);
-        let start = TaskStart { task, request, block_hashes, page_ids, tiers };
+        let start = TaskStart {
+            task,
+            request,
+            block_hashes,
+            page_ids,
+            tiers,
+        };
         self.persist.push_started(StartedTask { kind, start });
         task
     }

@@ -105,7 +105,13 @@ impl LeaderRole {
     /// With `durable`, every start and outcome is appended to the completion log (by the
     /// actor, through [`AppendJob`]) before a frame reveals it; `aborted` are the previous
     /// epoch's in-flight tasks, logged with the first record.
-    pub fn new(leader: Leader, index: GroupIndex, settings: &AgentSettings, durable: bool, aborted: Vec<TaskOutcome>) -> Self {
+    pub fn new(
+        leader: Leader,
+        index: GroupIndex,
+        settings: &AgentSettings,
+        durable: bool,
+        aborted: Vec<TaskOutcome>,
+    ) -> Self {
         Self {
             durable,
             aborted_pending: aborted,
@@ -145,7 +151,11 @@ impl LeaderRole {
     /// Install the index rebuilt from the ranks' manifests; its moves (drops of blocks some
     /// rank lacks, demotions) go into the open step, before any engine request of the epoch.
     pub fn install_index(&mut self, rebuild: tandem_store::rebuild::Rebuild) {
-        tracing::info!(kept = rebuild.kept, dropped = rebuild.dropped.len(), "group index rebuilt from the ranks' manifests");
+        tracing::info!(
+            kept = rebuild.kept,
+            dropped = rebuild.dropped.len(),
+            "group index rebuilt from the ranks' manifests"
+        );
         self.index = rebuild.index;
         for m in rebuild.moves {
             self.record(tier_op(m));
@@ -164,25 +174,41 @@ impl LeaderRole {
     }
 
     /// Admit a follower (sending `Welcome`) or refuse it (sending `Refused`).
-    pub fn admit(&mut self, msg: AdmitPeer, _now: u64, _settings: &Arc<AgentSettings>) -> Result<Rank, HandshakeError> {
+    pub fn admit(
+        &mut self,
+        msg: AdmitPeer,
+        _now: u64,
+        _settings: &Arc<AgentSettings>,
+    ) -> Result<Rank, HandshakeError> {
         match self.leader.admit(&self.membership, &msg.nonce, &msg.hello) {
             Ok(welcome) => {
                 let rank = msg.hello.rank;
                 let _ = msg.link.send(&welcome);
                 self.links.insert(rank, (msg.conn, msg.link));
-                tracing::info!(rank = rank.0, joined = self.leader.joined().len(), "follower admitted");
+                tracing::info!(
+                    rank = rank.0,
+                    joined = self.leader.joined().len(),
+                    "follower admitted"
+                );
                 Ok(rank)
             }
             Err(reason) => {
                 tracing::warn!(rank = msg.hello.rank.0, %reason, "follower refused");
-                let _ = msg.link.send(&WireMessage::Refused { reason: reason.clone() });
+                let _ = msg.link.send(&WireMessage::Refused {
+                    reason: reason.clone(),
+                });
                 Err(reason)
             }
         }
     }
 
     /// A follower's message; returns a failure reason when the epoch cannot go on.
-    pub fn from_peer(&mut self, msg: FromPeer, now: u64, store: &Addr<StoreActor>) -> Option<String> {
+    pub fn from_peer(
+        &mut self,
+        msg: FromPeer,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) -> Option<String> {
         if self.links.get(&msg.rank).map(|(c, _)| *c) != Some(msg.conn) {
             return None;
         }
@@ -192,7 +218,9 @@ impl LeaderRole {
             Err(LeaderError::StaleEpoch { ours, theirs }) => {
                 tracing::debug!(rank = msg.rank.0, %ours, %theirs, kind = msg.msg.kind(), "stale-epoch message rejected");
             }
-            Err(e) => tracing::warn!(rank = msg.rank.0, error = %e, kind = msg.msg.kind(), "follower message rejected"),
+            Err(e) => {
+                tracing::warn!(rank = msg.rank.0, error = %e, kind = msg.msg.kind(), "follower message rejected")
+            }
         }
         if matches!(msg.msg, WireMessage::Ack(_)) {
             self.retry_end_waits(now, store);
@@ -212,7 +240,12 @@ impl LeaderRole {
 
     /// The leader's own shard of a task.
     pub fn own_shard(&mut self, msg: ShardDone, _store: &Addr<StoreActor>) -> Option<String> {
-        let report = ShardReport { epoch: self.leader.epoch(), task: msg.task, rank: Rank(0), result: msg.result };
+        let report = ShardReport {
+            epoch: self.leader.epoch(),
+            task: msg.task,
+            rank: Rank(0),
+            result: msg.result,
+        };
         match self.leader.handle_report(&report) {
             Ok(ReportOutcome::Finished(outcome)) => self.finished(&outcome),
             Ok(_) => {}
@@ -223,30 +256,69 @@ impl LeaderRole {
 
     /// An engine request on the leader.
     /// Returns an append the actor must carry out before the step can be sealed.
-    pub fn engine(&mut self, req: EngineRequest, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) -> Option<AppendJob> {
+    pub fn engine(
+        &mut self,
+        req: EngineRequest,
+        reply: oneshot::Sender<EngineReply>,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) -> Option<AppendJob> {
         if !self.leader.all_joined() {
-            let missing: Vec<u32> = (1..self.leader.config().world_size).filter(|r| !self.leader.joined().contains(&Rank(*r))).collect();
+            let missing: Vec<u32> = (1..self.leader.config().world_size)
+                .filter(|r| !self.leader.joined().contains(&Rank(*r)))
+                .collect();
             let _ = reply.send(EngineReply::Error(AgentError::NotReady {
-                reason: format!("waiting for ranks {missing:?} to join epoch {}", self.leader.epoch()),
+                reason: format!(
+                    "waiting for ranks {missing:?} to join epoch {}",
+                    self.leader.epoch()
+                ),
             }));
             return None;
         }
         if !self.index_ready {
             let _ = reply.send(EngineReply::Error(AgentError::NotReady {
-                reason: format!("rebuilding the group index of epoch {} from the ranks' manifests", self.leader.epoch()),
+                reason: format!(
+                    "rebuilding the group index of epoch {} from the ranks' manifests",
+                    self.leader.epoch()
+                ),
             }));
             return None;
         }
         let answer = match req {
-            EngineRequest::Lookup { step, request, block_hashes, .. } => self.check_step(step).map(|()| self.lookup(request, block_hashes)),
-            EngineRequest::Store { step, request, block_hashes, page_ids, .. } => {
-                self.check_step(step).and_then(|()| check_lists(&block_hashes, &page_ids)).map(|()| self.store(request, block_hashes, page_ids))
-            }
-            EngineRequest::Load { step, request, block_hashes, page_ids, .. } => {
-                self.check_step(step).and_then(|()| check_lists(&block_hashes, &page_ids)).map(|()| self.load(request, block_hashes, page_ids))
-            }
-            EngineRequest::EndStep { step, deadline_ms, .. } => match self.check_step(step) {
-                Ok(()) => return self.end_step(step, now.saturating_add(deadline_ms), reply, now, store),
+            EngineRequest::Lookup {
+                step,
+                request,
+                block_hashes,
+                ..
+            } => self
+                .check_step(step)
+                .map(|()| self.lookup(request, block_hashes)),
+            EngineRequest::Store {
+                step,
+                request,
+                block_hashes,
+                page_ids,
+                ..
+            } => self
+                .check_step(step)
+                .and_then(|()| check_lists(&block_hashes, &page_ids))
+                .map(|()| self.store(request, block_hashes, page_ids)),
+            EngineRequest::Load {
+                step,
+                request,
+                block_hashes,
+                page_ids,
+                ..
+            } => self
+                .check_step(step)
+                .and_then(|()| check_lists(&block_hashes, &page_ids))
+                .map(|()| self.load(request, block_hashes, page_ids)),
+            EngineRequest::EndStep {
+                step, deadline_ms, ..
+            } => match self.check_step(step) {
+                Ok(()) => {
+                    return self.end_step(step, now.saturating_add(deadline_ms), reply, now, store)
+                }
                 Err(e) => Err(e),
             },
             EngineRequest::Frame { step, .. } => match self.leader.frame(step) {
@@ -260,11 +332,20 @@ impl LeaderRole {
                 Err(e) => Err(map_leader_error(e, self.leader.epoch())),
             },
             EngineRequest::Ack { step, .. } => {
-                let ack = Ack { epoch: self.leader.epoch(), rank: Rank(0), step };
-                self.leader.handle_ack(&ack).map(|()| EngineReply::Acked).map_err(|e| map_leader_error(e, self.leader.epoch()))
+                let ack = Ack {
+                    epoch: self.leader.epoch(),
+                    rank: Rank(0),
+                    step,
+                };
+                self.leader
+                    .handle_ack(&ack)
+                    .map(|()| EngineReply::Acked)
+                    .map_err(|e| map_leader_error(e, self.leader.epoch()))
             }
             EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => {
-                Err(AgentError::BadRequest { reason: "routed to the wrong actor".into() })
+                Err(AgentError::BadRequest {
+                    reason: "routed to the wrong actor".into(),
+                })
             }
         };
         let _ = reply.send(answer.unwrap_or_else(EngineReply::Error));
@@ -282,7 +363,10 @@ impl LeaderRole {
     fn check_step(&self, step: Step) -> Result<(), AgentError> {
         let expected = self.leader.open_step();
         if step != expected {
-            return Err(AgentError::WrongStep { expected, got: step });
+            return Err(AgentError::WrongStep {
+                expected,
+                got: step,
+            });
         }
         Ok(())
     }
@@ -296,7 +380,14 @@ impl LeaderRole {
         }
     }
 
-    fn end_step(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) -> Option<AppendJob> {
+    fn end_step(
+        &mut self,
+        step: Step,
+        deadline_ms: u64,
+        reply: oneshot::Sender<EngineReply>,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) -> Option<AppendJob> {
         self.end_started = Some(std::time::Instant::now());
         // Lookup pins last for their step: whatever was not loaded goes back.
         let requests: Vec<RequestId> = self.lookup_pins.keys().copied().collect();
@@ -307,7 +398,13 @@ impl LeaderRole {
             let batch = self.leader.poll_persist();
             let aborted = std::mem::take(&mut self.aborted_pending);
             if batch.is_some() || !aborted.is_empty() {
-                return Some(AppendJob { batch, aborted, step, deadline_ms, reply });
+                return Some(AppendJob {
+                    batch,
+                    aborted,
+                    step,
+                    deadline_ms,
+                    reply,
+                });
             }
         } else {
             self.persist_volatile();
@@ -317,7 +414,13 @@ impl LeaderRole {
     }
 
     /// The actor finished an [`AppendJob`]: `result` is the append's outcome.
-    pub fn append_done(&mut self, job: AppendJob, result: Result<(), String>, now: u64, store: &Addr<StoreActor>) {
+    pub fn append_done(
+        &mut self,
+        job: AppendJob,
+        result: Result<(), String>,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) {
         match result {
             Ok(()) => {
                 self.log_error = None;
@@ -375,7 +478,10 @@ impl LeaderRole {
 
     /// Blocks in the group index by tier: (host, disk).
     pub fn index_occupancy(&self) -> (u64, u64) {
-        (self.index.occupancy(tandem_store::tier::TierKind::Host), self.index.occupancy(tandem_store::tier::TierKind::Disk))
+        (
+            self.index.occupancy(tandem_store::tier::TierKind::Host),
+            self.index.occupancy(tandem_store::tier::TierKind::Disk),
+        )
     }
 
     /// Why the completion log refuses appends, while it does.
@@ -383,16 +489,30 @@ impl LeaderRole {
         self.log_error.as_deref()
     }
 
-    fn seal_or_wait(&mut self, step: Step, deadline_ms: u64, reply: oneshot::Sender<EngineReply>, now: u64, store: &Addr<StoreActor>) {
+    fn seal_or_wait(
+        &mut self,
+        step: Step,
+        deadline_ms: u64,
+        reply: oneshot::Sender<EngineReply>,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) {
         if step != self.leader.open_step() {
-            let _ = reply.send(EngineReply::Error(AgentError::WrongStep { expected: self.leader.open_step(), got: step }));
+            let _ = reply.send(EngineReply::Error(AgentError::WrongStep {
+                expected: self.leader.open_step(),
+                got: step,
+            }));
             return;
         }
         match self.seal(step, now, store) {
             Ok(frame) => {
                 let _ = reply.send(EngineReply::Frame(Box::new(frame)));
             }
-            Err(LeaderError::WindowFull { .. }) => self.end_waits.push(EndWait { step, deadline_ms, reply }),
+            Err(LeaderError::WindowFull { .. }) => self.end_waits.push(EndWait {
+                step,
+                deadline_ms,
+                reply,
+            }),
             Err(e) => {
                 let _ = reply.send(EngineReply::Error(map_leader_error(e, self.leader.epoch())));
             }
@@ -400,14 +520,21 @@ impl LeaderRole {
     }
 
     /// Seal `step`, send the frame to every follower and start this rank's copies.
-    fn seal(&mut self, step: Step, now: u64, store: &Addr<StoreActor>) -> Result<Frame, LeaderError> {
+    fn seal(
+        &mut self,
+        step: Step,
+        now: u64,
+        store: &Addr<StoreActor>,
+    ) -> Result<Frame, LeaderError> {
         let frame = self.leader.seal(step, now)?;
         if let Some(t) = self.end_started.take() {
             self.latencies.push(t.elapsed());
         }
         let mut encoded: Option<Arc<Vec<u8>>> = None;
         while let Some((rank, msg)) = self.leader.poll_transmit() {
-            let Some((_, link)) = self.links.get(&rank) else { continue };
+            let Some((_, link)) = self.links.get(&rank) else {
+                continue;
+            };
             if matches!(msg, WireMessage::Frame(_)) {
                 // One encoding per frame, shared by every follower.
                 if encoded.is_none() {
@@ -437,7 +564,10 @@ impl LeaderRole {
         let waits = std::mem::take(&mut self.end_waits);
         for w in waits {
             if w.step != self.leader.open_step() {
-                let err = AgentError::WrongStep { expected: self.leader.open_step(), got: w.step };
+                let err = AgentError::WrongStep {
+                    expected: self.leader.open_step(),
+                    got: w.step,
+                };
                 let _ = w.reply.send(EngineReply::Error(err));
                 continue;
             }
@@ -450,7 +580,9 @@ impl LeaderRole {
                 }
                 Err(LeaderError::WindowFull { .. }) => self.end_waits.push(w),
                 Err(e) => {
-                    let _ = w.reply.send(EngineReply::Error(map_leader_error(e, self.leader.epoch())));
+                    let _ = w
+                        .reply
+                        .send(EngineReply::Error(map_leader_error(e, self.leader.epoch())));
                 }
             }
         }
@@ -458,10 +590,16 @@ impl LeaderRole {
 
     /// Timers: window waits past their deadline, heartbeat silence.
     pub fn tick(&mut self, now: u64, _store: &Addr<StoreActor>) -> Option<String> {
-        let (expired, keep): (Vec<EndWait>, Vec<EndWait>) = std::mem::take(&mut self.end_waits).into_iter().partition(|w| now >= w.deadline_ms);
+        let (expired, keep): (Vec<EndWait>, Vec<EndWait>) = std::mem::take(&mut self.end_waits)
+            .into_iter()
+            .partition(|w| now >= w.deadline_ms);
         self.end_waits = keep;
         for w in expired {
-            let err = AgentError::WindowFull { step: w.step, slowest_ack: self.leader.slowest_ack(), window: self.leader.config().window_steps };
+            let err = AgentError::WindowFull {
+                step: w.step,
+                slowest_ack: self.leader.slowest_ack(),
+                window: self.leader.config().window_steps,
+            };
             let _ = w.reply.send(EngineReply::Error(err));
         }
         // Silence is judged only once every follower has joined and started its heartbeats.
@@ -478,8 +616,15 @@ impl LeaderRole {
         let mut failure = None;
         while let Some(ev) = self.leader.poll_event() {
             let reason = match ev {
-                LeaderEvent::RankSilent { rank, last_seen_ms, now_ms } => {
-                    format!("rank {rank} silent for {} ms", now_ms.saturating_sub(last_seen_ms))
+                LeaderEvent::RankSilent {
+                    rank,
+                    last_seen_ms,
+                    now_ms,
+                } => {
+                    format!(
+                        "rank {rank} silent for {} ms",
+                        now_ms.saturating_sub(last_seen_ms)
+                    )
                 }
                 LeaderEvent::RankLost { rank, .. } => format!("rank {rank} lost"),
             };
@@ -509,8 +654,15 @@ impl LeaderRole {
             ready,
             reason: match &self.log_error {
                 Some(e) => Some(format!("completion log unavailable: {e}")),
-                None if !self.index_ready && self.leader.all_joined() => Some("rebuilding the group index from the ranks' manifests".into()),
-                None => (!ready).then(|| format!("waiting for followers: joined {joined:?} of {}", settings.world_size - 1)),
+                None if !self.index_ready && self.leader.all_joined() => {
+                    Some("rebuilding the group index from the ranks' manifests".into())
+                }
+                None => (!ready).then(|| {
+                    format!(
+                        "waiting for followers: joined {joined:?} of {}",
+                        settings.world_size - 1
+                    )
+                }),
             },
             joined,
             sealed_step: self.leader.sealed_step().map(|s| s.0),
@@ -520,7 +672,8 @@ impl LeaderRole {
             stale_epoch_rejected: stats.stale_epoch_rejected,
             tasks_ok: stats.tasks_ok,
             tasks_failed: stats.tasks_failed,
-            index_blocks: self.index.occupancy(tandem_store::tier::TierKind::Host) + self.index.occupancy(tandem_store::tier::TierKind::Disk),
+            index_blocks: self.index.occupancy(tandem_store::tier::TierKind::Host)
+                + self.index.occupancy(tandem_store::tier::TierKind::Disk),
         }
     }
 }
@@ -541,7 +694,9 @@ fn apply_own(frame: &Frame, store: &Addr<StoreActor>) {
 
 fn check_lists(hashes: &[BlockHash], pages: &[PageId]) -> Result<(), AgentError> {
     if hashes.len() != pages.len() {
-        return Err(AgentError::BadRequest { reason: format!("{} block hashes but {} page ids", hashes.len(), pages.len()) });
+        return Err(AgentError::BadRequest {
+            reason: format!("{} block hashes but {} page ids", hashes.len(), pages.len()),
+        });
     }
     Ok(())
 }
@@ -549,10 +704,29 @@ fn check_lists(hashes: &[BlockHash], pages: &[PageId]) -> Result<(), AgentError>
 /// The engine's view of a leader refusal.
 pub fn map_leader_error(e: LeaderError, epoch: tandem_proto::ids::Epoch) -> AgentError {
     match e {
-        LeaderError::WindowFull { step, slowest_ack, window } => AgentError::WindowFull { step, slowest_ack, window },
+        LeaderError::WindowFull {
+            step,
+            slowest_ack,
+            window,
+        } => AgentError::WindowFull {
+            step,
+            slowest_ack,
+            window,
+        },
         LeaderError::WrongStep { expected, got } => AgentError::WrongStep { expected, got },
-        LeaderError::FrameExpired { wanted, oldest_retained } => AgentError::FrameExpired { epoch, wanted, oldest: oldest_retained },
-        LeaderError::AckBeyondSealed { .. } => AgentError::BadRequest { reason: e.to_string() },
-        other => AgentError::NotReady { reason: other.to_string() },
+        LeaderError::FrameExpired {
+            wanted,
+            oldest_retained,
+        } => AgentError::FrameExpired {
+            epoch,
+            wanted,
+            oldest: oldest_retained,
+        },
+        LeaderError::AckBeyondSealed { .. } => AgentError::BadRequest {
+            reason: e.to_string(),
+        },
+        other => AgentError::NotReady {
+            reason: other.to_string(),
+        },
     }
 }

@@ -19,7 +19,9 @@ impl LeaderRole {
             OutcomeResult::Aborted => 2,
         };
         self.counts.finished[kind_index(outcome.kind)][result] += 1;
-        let Some(t) = self.tasks.remove(&outcome.task) else { return };
+        let Some(t) = self.tasks.remove(&outcome.task) else {
+            return;
+        };
         let ok = outcome.result == OutcomeResult::Ok;
         for pin in t.pins {
             let hash = pin.hash();
@@ -49,7 +51,11 @@ impl LeaderRole {
     }
 
     /// The longest cached prefix, pinned for a load in this step.
-    pub(super) fn lookup(&mut self, request: RequestId, block_hashes: Vec<BlockHash>) -> EngineReply {
+    pub(super) fn lookup(
+        &mut self,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+    ) -> EngineReply {
         self.release_lookup_pins(request);
         let prefix = self.index.lookup_prefix(&block_hashes);
         let mut pins = Vec::with_capacity(prefix);
@@ -79,8 +85,14 @@ impl LeaderRole {
     }
 
     /// Start a store of the blocks not already cached; a full tier refuses the task.
-    pub(super) fn store(&mut self, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> EngineReply {
-        let (mut hashes, mut pages, mut tiers, mut pins) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    pub(super) fn store(
+        &mut self,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> EngineReply {
+        let (mut hashes, mut pages, mut tiers, mut pins) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (hash, page) in block_hashes.into_iter().zip(page_ids) {
             match self.index.begin_store(hash) {
                 Ok(plan) => {
@@ -88,7 +100,11 @@ impl LeaderRole {
                         self.record(tier_op(m));
                     }
                     let Some(tier) = frame_tier(plan.tier) else {
-                        return self.refuse_store(request, pins, format!("block {hash}: no frame tier for {}", plan.tier));
+                        return self.refuse_store(
+                            request,
+                            pins,
+                            format!("block {hash}: no frame tier for {}", plan.tier),
+                        );
                     };
                     hashes.push(hash);
                     pages.push(page);
@@ -102,11 +118,22 @@ impl LeaderRole {
         }
         let task = self.leader.start_store(request, hashes, pages, tiers);
         self.counts.started[0] += 1;
-        self.tasks.insert(task, TaskPins { kind: TaskKind::Store, pins });
+        self.tasks.insert(
+            task,
+            TaskPins {
+                kind: TaskKind::Store,
+                pins,
+            },
+        );
         EngineReply::Started { task }
     }
 
-    pub(super) fn refuse_store(&mut self, request: RequestId, pins: Vec<Pin>, reason: String) -> EngineReply {
+    pub(super) fn refuse_store(
+        &mut self,
+        request: RequestId,
+        pins: Vec<Pin>,
+        reason: String,
+    ) -> EngineReply {
         for pin in pins {
             match self.index.abort_store(pin) {
                 Ok(moves) => moves.into_iter().for_each(|m| self.record(tier_op(m))),
@@ -119,9 +146,18 @@ impl LeaderRole {
     }
 
     /// Start a load of blocks this request's lookup pinned in this step.
-    pub(super) fn load(&mut self, request: RequestId, block_hashes: Vec<BlockHash>, page_ids: Vec<PageId>) -> EngineReply {
+    pub(super) fn load(
+        &mut self,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+    ) -> EngineReply {
         let mut pinned = self.lookup_pins.remove(&request).unwrap_or_default();
-        let covered = block_hashes.len() <= pinned.len() && block_hashes.iter().zip(&pinned).all(|(h, p)| *h == p.hash());
+        let covered = block_hashes.len() <= pinned.len()
+            && block_hashes
+                .iter()
+                .zip(&pinned)
+                .all(|(h, p)| *h == p.hash());
         if !covered {
             self.give_back_load_pins(pinned);
             let reason = format!(
@@ -137,7 +173,13 @@ impl LeaderRole {
         self.give_back_load_pins(extra);
         let task = self.leader.start_load(request, block_hashes, page_ids);
         self.counts.started[1] += 1;
-        self.tasks.insert(task, TaskPins { kind: TaskKind::Load, pins: pinned });
+        self.tasks.insert(
+            task,
+            TaskPins {
+                kind: TaskKind::Load,
+                pins: pinned,
+            },
+        );
         EngineReply::Started { task }
     }
 

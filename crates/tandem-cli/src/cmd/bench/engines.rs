@@ -64,18 +64,27 @@ pub struct StepSamples {
 /// a frame of the wrong step.
 pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Result<StepSamples> {
     if sockets.len() < 2 {
-        bail!("frame timing needs a leader and at least one follower, got {} ranks", sockets.len());
+        bail!(
+            "frame timing needs a leader and at least one follower, got {} ranks",
+            sockets.len()
+        );
     }
     let mut clients = Vec::new();
     for (rank, path) in sockets.iter().enumerate() {
-        let c = EngineClient::connect(path, rank as u32, Duration::from_secs(30)).with_context(|| format!("engine of rank {rank}"))?;
+        let c = EngineClient::connect(path, rank as u32, Duration::from_secs(30))
+            .with_context(|| format!("engine of rank {rank}"))?;
         clients.push(c);
     }
     let mut leader = clients.remove(0);
     let start = leader.welcome().next_step.0;
     let epoch = leader.epoch();
     if let Some(c) = clients.iter().find(|c| c.epoch() != epoch) {
-        bail!("rank {} is in epoch {} while the leader is in {}", c.welcome().rank, c.epoch().0, epoch.0);
+        bail!(
+            "rank {} is in epoch {} while the leader is in {}",
+            c.welcome().rank,
+            c.epoch().0,
+            epoch.0
+        );
     }
     let total = opts.warmup + opts.steps;
     let barrier = Arc::new(Barrier::new(sockets.len()));
@@ -92,7 +101,8 @@ pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Res
     };
     let mut threads = Vec::new();
     for mut client in clients {
-        let (barrier, failed, fail, deadline) = (barrier.clone(), failed.clone(), fail.clone(), opts.deadline);
+        let (barrier, failed, fail, deadline) =
+            (barrier.clone(), failed.clone(), fail.clone(), opts.deadline);
         threads.push(std::thread::spawn(move || {
             let rank = client.welcome().rank;
             let mut arrivals: Vec<Option<Instant>> = vec![None; total];
@@ -110,7 +120,10 @@ pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Res
                 }
                 match client.frame(step, deadline) {
                     Ok(f) if f.step == step => *slot = Some(Instant::now()),
-                    Ok(f) => fail(format!("rank {rank} asked for step {} and got {}", step.0, f.step.0)),
+                    Ok(f) => fail(format!(
+                        "rank {rank} asked for step {} and got {}",
+                        step.0, f.step.0
+                    )),
                     Err(e) => fail(format!("rank {rank} frame({}): {e}", step.0)),
                 }
             }
@@ -154,16 +167,26 @@ pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Res
         bail!("{e}");
     }
     // The last step stays unacknowledged; that is harmless (the window is several steps).
-    let mut samples = StepSamples { payload_bytes, by_rank_us: vec![Vec::new(); followers.len()], ..StepSamples::default() };
+    let mut samples = StepSamples {
+        payload_bytes,
+        by_rank_us: vec![Vec::new(); followers.len()],
+        ..StepSamples::default()
+    };
     for (i, times) in leader_times.iter().enumerate().skip(opts.warmup) {
         let Some((t0, tl)) = *times else { continue };
         let arrived: Option<Vec<Instant>> = followers.iter().map(|f| f[i]).collect();
         let Some(arrived) = arrived else { continue };
         let last = arrived.iter().max().copied().unwrap_or(tl);
         let first = arrived.iter().min().copied().unwrap_or(tl);
-        samples.last_follower_us.push(micros(last.saturating_duration_since(t0)));
-        samples.first_follower_us.push(micros(first.saturating_duration_since(t0)));
-        samples.end_step_us.push(micros(tl.saturating_duration_since(t0)));
+        samples
+            .last_follower_us
+            .push(micros(last.saturating_duration_since(t0)));
+        samples
+            .first_follower_us
+            .push(micros(first.saturating_duration_since(t0)));
+        samples
+            .end_step_us
+            .push(micros(tl.saturating_duration_since(t0)));
         for (r, t) in arrived.iter().enumerate() {
             samples.by_rank_us[r].push(micros(t.saturating_duration_since(t0)));
         }

@@ -29,7 +29,13 @@ use super::stats::micros;
 ///
 /// # Errors
 /// When a peer cannot be started or does not connect within 10 s, or a socket fails.
-pub fn fanout_baseline(ranks: u32, payload_bytes: usize, warmup: usize, steps: usize, gap: Duration) -> anyhow::Result<Vec<f64>> {
+pub fn fanout_baseline(
+    ranks: u32,
+    payload_bytes: usize,
+    warmup: usize,
+    steps: usize,
+    gap: Duration,
+) -> anyhow::Result<Vec<f64>> {
     let peers = ranks.saturating_sub(1) as usize;
     if peers == 0 || payload_bytes == 0 {
         bail!("the fan-out baseline needs at least one peer and one payload byte");
@@ -40,7 +46,13 @@ pub fn fanout_baseline(ranks: u32, payload_bytes: usize, warmup: usize, steps: u
     let mut children = Children(Vec::new());
     for _ in 0..peers {
         let child = Command::new(&exe)
-            .args(["bench", "--echo-peer", &addr.to_string(), "--payload-bytes", &payload_bytes.to_string()])
+            .args([
+                "bench",
+                "--echo-peer",
+                &addr.to_string(),
+                "--payload-bytes",
+                &payload_bytes.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -61,7 +73,10 @@ pub fn fanout_baseline(ranks: u32, payload_bytes: usize, warmup: usize, steps: u
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if started.elapsed() > Duration::from_secs(10) {
-                    bail!("only {} of {peers} echo peers connected within 10 s", streams.len());
+                    bail!(
+                        "only {} of {peers} echo peers connected within 10 s",
+                        streams.len()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -117,7 +132,8 @@ pub fn echo_peer(addr: &str, payload_bytes: usize) -> anyhow::Result<()> {
     if payload_bytes == 0 {
         bail!("--echo-peer needs --payload-bytes of at least 1");
     }
-    let mut s = TcpStream::connect(addr).with_context(|| format!("echo peer cannot connect to {addr}"))?;
+    let mut s =
+        TcpStream::connect(addr).with_context(|| format!("echo peer cannot connect to {addr}"))?;
     s.set_nodelay(true)?;
     let mut buf = vec![0u8; payload_bytes];
     loop {

@@ -79,7 +79,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let (warmup, steps) = if args.quick { (30, 300) } else { (100, 2000) };
     let mut rows = Vec::new();
     let mut not_measured = Vec::new();
-    let ranks = if args.ranks.is_empty() { RANKS.to_vec() } else { args.ranks.clone() };
+    let ranks = if args.ranks.is_empty() {
+        RANKS.to_vec()
+    } else {
+        args.ranks.clone()
+    };
     for &n in &ranks {
         eprintln!("  frame: {n} ranks ...");
         match one(n, warmup, steps) {
@@ -109,7 +113,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         super::plot::frame_svg(&report, path)?;
         eprintln!("  frame: plot written to {}", path.display());
     }
-    Ok(PartOutput { table: table(&report), json: serde_json::to_value(&report)? })
+    Ok(PartOutput {
+        table: table(&report),
+        json: serde_json::to_value(&report)?,
+    })
 }
 
 fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
@@ -122,15 +129,26 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
         disk_capacity_blocks: 0,
         tokens_per_block: 512,
         model_toml: small_model(1, n, 1),
-        heartbeat_ms: (heartbeat.heartbeat_interval_ms, heartbeat.heartbeat_timeout_ms),
+        heartbeat_ms: (
+            heartbeat.heartbeat_interval_ms,
+            heartbeat.heartbeat_timeout_ms,
+        ),
         dir: None,
     };
     let mut cluster = LocalCluster::start(&spec)?;
     let sockets: Vec<_> = (0..n).map(|r| cluster.socket(r)).collect();
-    let opts = StepOptions { steps, warmup, gap: GAP, deadline: Duration::from_secs(5) };
+    let opts = StepOptions {
+        steps,
+        warmup,
+        gap: GAP,
+        deadline: Duration::from_secs(5),
+    };
     let samples = match drive_empty_steps(&sockets, &opts) {
         Ok(s) => s,
-        Err(e) => anyhow::bail!("{e:#}\n--- cluster log (last lines) ---\n{}", cluster.log_tail(20)),
+        Err(e) => anyhow::bail!(
+            "{e:#}\n--- cluster log (last lines) ---\n{}",
+            cluster.log_tail(20)
+        ),
     };
     cluster.stop();
     drop(cluster);
@@ -143,7 +161,11 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
         payload_bytes: samples.payload_bytes,
         first_follower_us: Summary::of(&samples.first_follower_us),
         end_step_us: Summary::of(&samples.end_step_us),
-        by_rank_p50_us: samples.by_rank_us.iter().map(|v| Summary::of(v).p50).collect(),
+        by_rank_p50_us: samples
+            .by_rank_us
+            .iter()
+            .map(|v| Summary::of(v).p50)
+            .collect(),
         p50_ratio: ratio(frame_us.p50, baseline_us.p50),
         p99_ratio: ratio(frame_us.p99, baseline_us.p99),
         frame_us,
@@ -154,7 +176,19 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
 /// The table printed on stdout.
 pub fn table(r: &FrameReport) -> String {
     let mut t = Table::new(&[
-        "ranks", "bytes", "steps", "frame p50", "p99", "max", "base p50", "p99", "max", "ratio p50", "ratio p99", "end_step p50", "1st flw p50",
+        "ranks",
+        "bytes",
+        "steps",
+        "frame p50",
+        "p99",
+        "max",
+        "base p50",
+        "p99",
+        "max",
+        "ratio p50",
+        "ratio p99",
+        "end_step p50",
+        "1st flw p50",
     ]);
     for row in &r.rows {
         t.row(vec![
@@ -187,7 +221,10 @@ pub fn table(r: &FrameReport) -> String {
         None => out += "scale: p50(16)/p50(2) not available (a rank count did not run)\n",
     }
     for (n, why) in &r.not_measured {
-        out += &format!("{n} ranks: not measured: {}\n", why.lines().next().unwrap_or(""));
+        out += &format!(
+            "{n} ranks: not measured: {}\n",
+            why.lines().next().unwrap_or("")
+        );
     }
     out
 }

@@ -111,7 +111,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         return fanout::echo_peer(addr, args.payload_bytes);
     }
     let parts = match args.part {
-        Part::All => vec![Part::Frame, Part::Redis, Part::Tiers, Part::Recovery, Part::Replay],
+        Part::All => vec![
+            Part::Frame,
+            Part::Redis,
+            Part::Tiers,
+            Part::Recovery,
+            Part::Replay,
+        ],
         p => vec![p],
     };
     let started = std::time::Instant::now();
@@ -129,7 +135,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             Part::Replay => replay::run(&args),
             Part::All => unreachable_all(),
         };
-        eprintln!("tandem bench: {} took {:.1} s", part.key(), t.elapsed().as_secs_f64());
+        eprintln!(
+            "tandem bench: {} took {:.1} s",
+            part.key(),
+            t.elapsed().as_secs_f64()
+        );
         match out {
             Ok(out) => {
                 if !args.json {
@@ -147,10 +157,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    object.insert("wall_seconds".into(), started.elapsed().as_secs_f64().into());
+    object.insert(
+        "wall_seconds".into(),
+        started.elapsed().as_secs_f64().into(),
+    );
     let object = serde_json::Value::Object(object);
     if let Some(path) = &args.save {
-        std::fs::write(path, format!("{object:#}\n")).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, format!("{object:#}\n"))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     if args.json {
         println!("{object}");

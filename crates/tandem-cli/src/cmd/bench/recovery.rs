@@ -100,10 +100,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         let rank = i as u32 % RANKS;
         match trial(&cluster, rank) {
             Ok(t) => {
-                eprintln!("  recovery: trial {}: rank {rank} killed, ready in epoch {} after {:.0} ms", i + 1, t.to_epoch, t.ready_ms);
+                eprintln!(
+                    "  recovery: trial {}: rank {rank} killed, ready in epoch {} after {:.0} ms",
+                    i + 1,
+                    t.to_epoch,
+                    t.ready_ms
+                );
                 done.push(t);
             }
-            Err(e) => bail!("trial {} (rank {rank}): {e:#}\n--- cluster log (last lines) ---\n{}", i + 1, cluster.log_tail(20)),
+            Err(e) => bail!(
+                "trial {} (rank {rank}): {e:#}\n--- cluster log (last lines) ---\n{}",
+                i + 1,
+                cluster.log_tail(20)
+            ),
         }
     }
     let ready: Vec<f64> = done.iter().map(|t| t.ready_ms).collect();
@@ -120,7 +129,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         ready_ms,
         trials: done,
     };
-    Ok(PartOutput { table: table(&report), json: serde_json::to_value(&report)? })
+    Ok(PartOutput {
+        table: table(&report),
+        json: serde_json::to_value(&report)?,
+    })
 }
 
 /// `/readyz`: `(ready, epoch)`, or `None` when the supervisor did not answer.
@@ -155,9 +167,18 @@ fn trial(cluster: &LocalCluster, rank: u32) -> anyhow::Result<Trial> {
         }
         if let Some((true, epoch)) = answer {
             if epoch > from_epoch {
-                let supervisor_recovery_ms = cluster.supervisor_status().and_then(|s| s["last_recovery_ms"].as_u64());
+                let supervisor_recovery_ms = cluster
+                    .supervisor_status()
+                    .and_then(|s| s["last_recovery_ms"].as_u64());
                 let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                return Ok(Trial { rank, from_epoch, to_epoch: epoch, detected_ms: ms(detected.unwrap_or(at)), ready_ms: ms(at), supervisor_recovery_ms });
+                return Ok(Trial {
+                    rank,
+                    from_epoch,
+                    to_epoch: epoch,
+                    detected_ms: ms(detected.unwrap_or(at)),
+                    ready_ms: ms(at),
+                    supervisor_recovery_ms,
+                });
             }
         }
         if at > Duration::from_secs(30) {
@@ -168,7 +189,16 @@ fn trial(cluster: &LocalCluster, rank: u32) -> anyhow::Result<Trial> {
 }
 
 fn table(r: &RecoveryReport) -> String {
-    let mut t = Table::new(&["ranks", "trials", "ready p50 ms", "p99 ms", "max ms", "detected p50 ms", "ratio to 1000 ms", "ratio to hb timeout"]);
+    let mut t = Table::new(&[
+        "ranks",
+        "trials",
+        "ready p50 ms",
+        "p99 ms",
+        "max ms",
+        "detected p50 ms",
+        "ratio to 1000 ms",
+        "ratio to hb timeout",
+    ]);
     t.row(vec![
         r.ranks.to_string(),
         r.ready_ms.n.to_string(),
@@ -176,7 +206,11 @@ fn table(r: &RecoveryReport) -> String {
         format!("{:.0}", r.ready_ms.p99),
         format!("{:.0}", r.ready_ms.max),
         format!("{:.0}", r.detected_ms.p50),
-        format!("{:.2} {}", r.ratio_to_target, mark(r.ready_ms.p50 <= TARGET_MS)),
+        format!(
+            "{:.2} {}",
+            r.ratio_to_target,
+            mark(r.ready_ms.p50 <= TARGET_MS)
+        ),
         format!("{:.2}", r.ratio_to_heartbeat_timeout),
     ]);
     format!(

@@ -35,10 +35,23 @@ impl RedisChild {
     /// # Errors
     /// When `redis-server` is not installed or does not listen within 10 s.
     pub fn start() -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = tempfile::Builder::new().prefix("tandem-bench-redis-").tempdir()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let dir = tempfile::Builder::new()
+            .prefix("tandem-bench-redis-")
+            .tempdir()?;
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+            ])
             .arg("--dir")
             .arg(dir.path())
             .stdin(Stdio::null())
@@ -46,7 +59,11 @@ impl RedisChild {
             .stderr(Stdio::null())
             .spawn()
             .context("redis-server is not installed and REDIS_URL is not set")?;
-        let mut me = RedisChild { child, _dir: dir, url: format!("redis://127.0.0.1:{port}") };
+        let mut me = RedisChild {
+            child,
+            _dir: dir,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
         let start = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Ok(Some(status)) = me.child.try_wait() {
@@ -84,7 +101,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let rt = actix_rt::Runtime::new().context("cannot start an async runtime")?;
     let bench = rt.block_on(tandem_durable::bench_append(&url, &OUTCOMES, steps))?;
     let mut t = Table::new(&[
-        "outcomes", "steps", "append p50 µs", "p99 µs", "plain XADD p50 µs", "PING p50 µs", "ratio (RTTs)", "events/s", "XADD pipelined ev/s", "ratio",
+        "outcomes",
+        "steps",
+        "append p50 µs",
+        "p99 µs",
+        "plain XADD p50 µs",
+        "PING p50 µs",
+        "ratio (RTTs)",
+        "events/s",
+        "XADD pipelined ev/s",
+        "ratio",
     ]);
     for r in &bench.rows {
         t.row(vec![
@@ -97,12 +123,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
             format!("{:.2} {}", r.round_trips, mark(r.round_trips <= RTT_TARGET)),
             format!("{:.0}", r.events_per_s),
             format!("{:.0}", r.baseline_events_per_s),
-            format!("{:.2} {}", r.events_ratio, mark(r.events_ratio >= EVENTS_TARGET)),
+            format!(
+                "{:.2} {}",
+                r.events_ratio,
+                mark(r.events_ratio >= EVENTS_TARGET)
+            ),
         ]);
     }
     let table = format!(
         "redis: one append_step per step (one connection, append-only file on) against a PING round trip and pipelined plain XADDs (256 per pipeline) in the same run\n{}targets: append ≤ {RTT_TARGET} PING round trips; events/s ≥ {EVENTS_TARGET}× pipelined XADD\n",
         t.render()
     );
-    Ok(PartOutput { table, json: serde_json::to_value(&bench)? })
+    Ok(PartOutput {
+        table,
+        json: serde_json::to_value(&bench)?,
+    })
 }

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
-use tandem_replay::{pool_pages_needed, run_replay, Capacity, ReplayParams, ReplayProgress, ReplaySummary, Speed};
+use tandem_replay::{
+    pool_pages_needed, run_replay, Capacity, ReplayParams, ReplayProgress, ReplaySummary, Speed,
+};
 use tandem_trace::{MalformedPolicy, TraceReader, TraceRecord};
 
 use super::engines::{drive_empty_steps, StepOptions};
@@ -78,7 +80,10 @@ pub struct ReplayReport {
 pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let limit = args.quick.then_some(QUICK_REQUESTS);
     let records = read_trace(&args.trace, limit)?;
-    let distinct: std::collections::BTreeSet<u64> = records.iter().flat_map(|r| r.hash_ids.iter().copied()).collect();
+    let distinct: std::collections::BTreeSet<u64> = records
+        .iter()
+        .flat_map(|r| r.hash_ids.iter().copied())
+        .collect();
     let hb = tandem_config::SupervisorConfig::default();
     let spec = LocalSpec {
         max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
@@ -91,11 +96,20 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         heartbeat_ms: (hb.heartbeat_interval_ms, hb.heartbeat_timeout_ms),
         dir: None,
     };
-    eprintln!("  replay: {} requests, {} distinct blocks, {RANKS} ranks", records.len(), distinct.len());
+    eprintln!(
+        "  replay: {} requests, {} distinct blocks, {RANKS} ranks",
+        records.len(),
+        distinct.len()
+    );
     let mut cluster = LocalCluster::start(&spec)?;
     let sockets: Vec<PathBuf> = (0..RANKS).map(|r| cluster.socket(r)).collect();
     let mut params = ReplayParams::new(sockets.clone());
-    let opts = StepOptions { steps: 300, warmup: 30, gap: params.min_step_interval, deadline: Duration::from_secs(5) };
+    let opts = StepOptions {
+        steps: 300,
+        warmup: 30,
+        gap: params.min_step_interval,
+        deadline: Duration::from_secs(5),
+    };
     let empty = drive_empty_steps(&sockets, &opts).context("empty-step baseline")?;
     params.speed = Speed::MaxRate;
     params.pool_pages = pool_pages_needed(&records);
@@ -105,20 +119,36 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let progress = |p: &ReplayProgress| {
         if last.get().elapsed() >= Duration::from_secs(15) {
             last.set(Instant::now());
-            eprintln!("  replay: {} of {} requests, {} steps", p.requests_done, p.requests_total.map_or("?".into(), |t| t.to_string()), p.steps);
+            eprintln!(
+                "  replay: {} of {} requests, {} steps",
+                p.requests_done,
+                p.requests_total.map_or("?".into(), |t| t.to_string()),
+                p.steps
+            );
         }
     };
     let summary = match run_replay(&params, records, Some(&progress)) {
         Ok(s) => s,
-        Err(e) => bail!("replay failed: {e}\n--- cluster log (last lines) ---\n{}", cluster.log_tail(20)),
+        Err(e) => bail!(
+            "replay failed: {e}\n--- cluster log (last lines) ---\n{}",
+            cluster.log_tail(20)
+        ),
     };
     cluster.stop();
     let report = report(&args.trace, &summary, Summary::of(&empty.end_step_us));
-    Ok(PartOutput { table: table(&report), json: serde_json::to_value(&report)? })
+    Ok(PartOutput {
+        table: table(&report),
+        json: serde_json::to_value(&report)?,
+    })
 }
 
 fn read_trace(path: &PathBuf, limit: Option<usize>) -> anyhow::Result<Vec<TraceRecord>> {
-    let file = File::open(path).with_context(|| format!("cannot open trace {} (run from the repository root, or pass --trace)", path.display()))?;
+    let file = File::open(path).with_context(|| {
+        format!(
+            "cannot open trace {} (run from the repository root, or pass --trace)",
+            path.display()
+        )
+    })?;
     let mut reader = TraceReader::new(BufReader::new(file), MalformedPolicy::Skip);
     let mut out = Vec::new();
     for record in reader.by_ref() {
@@ -157,7 +187,21 @@ fn report(trace: &std::path::Path, s: &ReplaySummary, empty_step_us: Summary) ->
 
 fn table(r: &ReplayReport) -> String {
     let mut t = Table::new(&[
-        "ranks", "requests", "steps", "wall s", "blocks/s", "steps/s", "step p50 µs", "p99 µs", "max µs", "empty p50 µs", "ratio p50", "block hit", "expected", "ratio", "errors",
+        "ranks",
+        "requests",
+        "steps",
+        "wall s",
+        "blocks/s",
+        "steps/s",
+        "step p50 µs",
+        "p99 µs",
+        "max µs",
+        "empty p50 µs",
+        "ratio p50",
+        "block hit",
+        "expected",
+        "ratio",
+        "errors",
     ]);
     t.row(vec![
         r.ranks.to_string(),

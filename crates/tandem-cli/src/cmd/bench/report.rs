@@ -12,7 +12,10 @@ pub struct Table {
 impl Table {
     /// A table with these column titles.
     pub fn new(head: &[&str]) -> Self {
-        Table { head: head.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+        Table {
+            head: head.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Add one row (missing cells print empty, extra cells are dropped).
@@ -23,7 +26,13 @@ impl Table {
     /// The table, one line per row after the title line, two spaces between columns.
     pub fn render(&self) -> String {
         let width = |i: usize| {
-            self.rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).chain([self.head[i].chars().count()]).max().unwrap_or(0)
+            self.rows
+                .iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .chain([self.head[i].chars().count()])
+                .max()
+                .unwrap_or(0)
         };
         let widths: Vec<usize> = (0..self.head.len()).map(width).collect();
         let line = |cells: &[String]| {
@@ -68,17 +77,28 @@ pub fn utc(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// Where and when this run happened: date, CPUs, memory, load average, kernel.
 pub fn machine_json(quick: bool) -> serde_json::Value {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let mem_kib = read("/proc/meminfo")
         .lines()
         .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .unwrap_or(0);
     serde_json::json!({
         "date": utc(now),

@@ -20,7 +20,12 @@ impl Summary {
     pub fn of(samples: &[f64]) -> Self {
         let mut v = samples.to_vec();
         v.sort_by(|a, b| a.total_cmp(b));
-        Summary { n: v.len(), p50: percentile(&v, 50.0), p99: percentile(&v, 99.0), max: v.last().copied().unwrap_or(0.0) }
+        Summary {
+            n: v.len(),
+            p50: percentile(&v, 50.0),
+            p99: percentile(&v, 99.0),
+            max: v.last().copied().unwrap_or(0.0),
+        }
     }
 }
 

@@ -24,17 +24,36 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let shm = PathBuf::from("/dev/shm");
     let opts = TierBenchOptions {
         disk_dir: args.disk_dir.clone().unwrap_or_else(std::env::temp_dir),
-        shm_dir: if shm.is_dir() { shm } else { std::env::temp_dir() },
+        shm_dir: if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        },
         quick: args.quick,
     };
     let report = run_tier_bench(&opts)?;
-    let mut table = format!("disk files in {}, host slab in {}\n{report}", opts.disk_dir.display(), opts.shm_dir.display());
-    let host_min = report.rows.iter().flat_map(|r| [r.host_store_ratio, r.host_load_ratio]).fold(f64::INFINITY, f64::min);
-    let disk_min = report.rows.iter().flat_map(|r| [r.disk_store_ratio, r.disk_load_ratio]).fold(f64::INFINITY, f64::min);
+    let mut table = format!(
+        "disk files in {}, host slab in {}\n{report}",
+        opts.disk_dir.display(),
+        opts.shm_dir.display()
+    );
+    let host_min = report
+        .rows
+        .iter()
+        .flat_map(|r| [r.host_store_ratio, r.host_load_ratio])
+        .fold(f64::INFINITY, f64::min);
+    let disk_min = report
+        .rows
+        .iter()
+        .flat_map(|r| [r.disk_store_ratio, r.disk_load_ratio])
+        .fold(f64::INFINITY, f64::min);
     table += &format!(
         "targets: host ≥ {HOST_TARGET}× memcpy (lowest {host_min:.2} {}), disk ≥ {DISK_TARGET}× positional I/O (lowest {disk_min:.2} {})\n",
         mark(host_min >= HOST_TARGET),
         mark(disk_min >= DISK_TARGET)
     );
-    Ok(PartOutput { table, json: serde_json::to_value(&report)? })
+    Ok(PartOutput {
+        table,
+        json: serde_json::to_value(&report)?,
+    })
 }
