@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine, builds the
-# `tandem` binary the process-level tests start, then runs every test of the workspace.
+# `tandem` binary the process-level tests start, then runs the lints and every test of the
+# workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,11 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+
+# Lints first: formatting, then clippy with every warning an error (the workspace lints in
+# Cargo.toml add missing_docs and unreachable_pub).
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
 
 cargo build --locked -p tandem-cli --bin tandem
 cargo test --locked --workspace "$@"

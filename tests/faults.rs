@@ -901,7 +901,7 @@ mod support {
     static SERIAL: Mutex<()> = Mutex::new(());
 
     /// One test at a time.
-    pub fn serial() -> MutexGuard<'static, ()> {
+    pub(crate) fn serial() -> MutexGuard<'static, ()> {
         SERIAL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -913,18 +913,18 @@ mod support {
     }
 
     /// Faults per test (`TANDEM_FAULT_ROUNDS`, default 1).
-    pub fn rounds() -> u64 {
+    pub(crate) fn rounds() -> u64 {
         env_u64("TANDEM_FAULT_ROUNDS", 1).max(1)
     }
 
     /// Requests per replay (`TANDEM_FAULT_REQUESTS`, default 600).
-    pub fn requests() -> usize {
+    pub(crate) fn requests() -> usize {
         env_u64("TANDEM_FAULT_REQUESTS", 600) as usize
     }
 
     /// A random source for fault moments: `TANDEM_FAULT_SEED` or the clock; printed so that a
     /// failing run can be repeated.
-    pub fn seeded(test: &str) -> Rng {
+    pub(crate) fn seeded(test: &str) -> Rng {
         let seed = std::env::var("TANDEM_FAULT_SEED")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -939,13 +939,13 @@ mod support {
     }
 
     /// Send `sig` to `pid` (a process this test started, directly or through `tandem`).
-    pub fn signal(pid: u32, sig: i32) {
+    pub(crate) fn signal(pid: u32, sig: i32) {
         // SAFETY: kill(2) with a pid of a process the test started.
         unsafe { libc::kill(pid as i32, sig) };
     }
 
     /// One line of figures for scripts/fault-suite.sh: `FIGURE fault=NAME key=value ...`.
-    pub fn figure(fault: &str, kv: &[(&str, String)]) {
+    pub(crate) fn figure(fault: &str, kv: &[(&str, String)]) {
         let rest: Vec<String> = kv
             .iter()
             .map(|(k, v)| format!("{k}={}", v.replace(char::is_whitespace, "_")))
@@ -957,7 +957,7 @@ mod support {
     // redis-server.
 
     /// A `redis-server` child with an append-only file, on a free port; killed when dropped.
-    pub struct LocalRedis {
+    pub(crate) struct LocalRedis {
         child: Option<Child>,
         /// Its port.
         pub port: u16,
@@ -967,7 +967,7 @@ mod support {
 
     impl LocalRedis {
         /// Start one bound to `bind` (one or more addresses, space-separated).
-        pub fn start(bind: &str) -> Self {
+        pub(crate) fn start(bind: &str) -> Self {
             let dir = tempfile::Builder::new()
                 .prefix("tandem-faults-redis-")
                 .tempdir()
@@ -1031,17 +1031,17 @@ mod support {
         }
 
         /// `redis://127.0.0.1:PORT`.
-        pub fn url(&self) -> String {
+        pub(crate) fn url(&self) -> String {
             format!("redis://127.0.0.1:{}", self.port)
         }
 
         /// The server's process id.
-        pub fn pid(&self) -> u32 {
+        pub(crate) fn pid(&self) -> u32 {
             self.child.as_ref().expect("redis runs").id()
         }
 
         /// SIGKILL and reap.
-        pub fn kill(&mut self) {
+        pub(crate) fn kill(&mut self) {
             if let Some(mut c) = self.child.take() {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -1049,7 +1049,7 @@ mod support {
         }
 
         /// Start again on the same port and directory (loading the append-only file).
-        pub fn restart(&mut self) {
+        pub(crate) fn restart(&mut self) {
             self.kill();
             for _ in 0..50 {
                 if self.spawn() {
@@ -1096,7 +1096,7 @@ mod support {
     }
 
     /// The value of `name` (first sample whose labels contain `label`) in a Prometheus text.
-    pub fn metric_in(text: &str, name: &str, label: &str) -> f64 {
+    pub(crate) fn metric_in(text: &str, name: &str, label: &str) -> f64 {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .filter(|l| {
@@ -1153,14 +1153,14 @@ mod support {
     // `tandem replay` as a process.
 
     /// A `tandem replay --json` process using our Redis.
-    pub struct ReplayCli {
+    pub(crate) struct ReplayCli {
         child: Option<Child>,
         out: tempfile::TempDir,
         started: Instant,
     }
 
     /// The cluster a [`ReplayCli`] started, seen from outside.
-    pub struct ClusterView {
+    pub(crate) struct ClusterView {
         config: PathBuf,
         dir: PathBuf,
         world: u32,
@@ -1170,7 +1170,7 @@ mod support {
     }
 
     /// How a replay process ended.
-    pub struct ReplayResult {
+    pub(crate) struct ReplayResult {
         /// Exit status.
         pub status: ExitStatus,
         /// The summary (`--json`), if printed.
@@ -1184,7 +1184,7 @@ mod support {
     impl ReplayCli {
         /// `tandem replay --json --limit requests --ranks 2 EXTRA` with `REDIS_URL` and a
         /// restart limit no replay reaches.
-        pub fn spawn(redis_url: &str, requests: usize, extra: &[&str]) -> Self {
+        pub(crate) fn spawn(redis_url: &str, requests: usize, extra: &[&str]) -> Self {
             let out = tempfile::Builder::new()
                 .prefix("tandem-faults-replay-")
                 .tempdir()
@@ -1218,7 +1218,7 @@ mod support {
         }
 
         /// True once the replay process has exited.
-        pub fn exited(&mut self) -> bool {
+        pub(crate) fn exited(&mut self) -> bool {
             matches!(
                 self.child.as_mut().map(Child::try_wait),
                 Some(Ok(Some(_))) | None
@@ -1226,7 +1226,7 @@ mod support {
         }
 
         /// Wait until its supervisor and `world` agents run and the group is ready.
-        pub fn cluster(&mut self, world: u32, timeout: Duration) -> ClusterView {
+        pub(crate) fn cluster(&mut self, world: u32, timeout: Duration) -> ClusterView {
             let started = Instant::now();
             let me = self.pid().to_string();
             loop {
@@ -1283,7 +1283,7 @@ mod support {
         }
 
         /// Wait for the exit (killing it past `timeout`).
-        pub fn finish(mut self, timeout: Duration) -> ReplayResult {
+        pub(crate) fn finish(mut self, timeout: Duration) -> ReplayResult {
             let mut child = self.child.take().expect("runs");
             let status = loop {
                 if let Some(s) = child.try_wait().expect("wait") {
@@ -1349,7 +1349,7 @@ mod support {
 
     impl ReplayResult {
         /// Exit 0 and no verify failure, lost or duplicate completion or mismatch; the summary.
-        pub fn assert_clean(&self, what: &str) -> serde_json::Value {
+        pub(crate) fn assert_clean(&self, what: &str) -> serde_json::Value {
             let tail: String = self
                 .stderr
                 .lines()
@@ -1381,7 +1381,7 @@ mod support {
         }
 
         /// The figures of the summary in one token.
-        pub fn short(&self) -> String {
+        pub(crate) fn short(&self) -> String {
             let Some(s) = &self.summary else {
                 return "none".into();
             };
@@ -1409,7 +1409,7 @@ mod support {
 
     impl ClusterView {
         /// The running supervisor: one this test started, or the replay's own.
-        pub fn supervisor_pid(&self) -> Option<u32> {
+        pub(crate) fn supervisor_pid(&self) -> Option<u32> {
             tandem_processes(&[
                 "supervisor",
                 "--config",
@@ -1420,7 +1420,7 @@ mod support {
         }
 
         /// Agent process ids by rank.
-        pub fn agent_pids(&self) -> Vec<Option<u32>> {
+        pub(crate) fn agent_pids(&self) -> Vec<Option<u32>> {
             let cfg = self.config.to_str().expect("utf-8 path");
             (0..self.world)
                 .map(|r| {
@@ -1436,7 +1436,7 @@ mod support {
         }
 
         /// `rank`'s agent process id.
-        pub fn agent_pid(&self, rank: u32) -> Option<u32> {
+        pub(crate) fn agent_pid(&self, rank: u32) -> Option<u32> {
             self.agent_pids()[rank as usize]
         }
 
@@ -1445,19 +1445,19 @@ mod support {
         }
 
         /// The epoch `rank`'s `/readyz` names.
-        pub fn agent_epoch(&self, rank: u32) -> Option<u64> {
+        pub(crate) fn agent_epoch(&self, rank: u32) -> Option<u64> {
             json(self.agent_get(rank, "/readyz"))["epoch"].as_u64()
         }
 
         /// `tandem_stale_epoch_rejected_total` of `rank` now.
-        pub fn stale_rejected_metric(&self, rank: u32) -> f64 {
+        pub(crate) fn stale_rejected_metric(&self, rank: u32) -> f64 {
             self.agent_get(rank, "/metrics").map_or(0.0, |(_, t)| {
                 metric_in(&t, "tandem_stale_epoch_rejected_total", "")
             })
         }
 
         /// `/readyz` of the supervisor and each agent.
-        pub fn readiness(&self) -> Vec<(String, Option<(u16, String)>)> {
+        pub(crate) fn readiness(&self) -> Vec<(String, Option<(u16, String)>)> {
             let mut v = vec![(
                 "supervisor".to_string(),
                 get(&self.sup.0, self.sup.1, "/readyz"),
@@ -1469,7 +1469,7 @@ mod support {
         }
 
         /// Wait until the supervisor and every agent answer `/readyz` 200.
-        pub fn wait_ready(&self, timeout: Duration) -> Option<()> {
+        pub(crate) fn wait_ready(&self, timeout: Duration) -> Option<()> {
             let started = Instant::now();
             loop {
                 if self
@@ -1487,7 +1487,7 @@ mod support {
         }
 
         /// Wait until the supervisor answers `/readyz` 200.
-        pub fn wait_supervisor_ready(&self, timeout: Duration) {
+        pub(crate) fn wait_supervisor_ready(&self, timeout: Duration) {
             let started = Instant::now();
             while !matches!(get(&self.sup.0, self.sup.1, "/readyz"), Some((200, _))) {
                 assert!(
@@ -1499,7 +1499,7 @@ mod support {
         }
 
         /// Start a supervisor for this cluster (as systemd would after a crash).
-        pub fn start_supervisor(&self, log: &str) -> ChildGuard {
+        pub(crate) fn start_supervisor(&self, log: &str) -> ChildGuard {
             let child = tandem()
                 .arg("supervisor")
                 .arg("--config")
@@ -1514,7 +1514,7 @@ mod support {
         }
 
         /// Lines of the cluster's log (supervisor and agents) that contain `needle`.
-        pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        pub(crate) fn log_lines(&self, needle: &str) -> Vec<String> {
             let text = std::fs::read_to_string(self.dir.join("cluster.log")).unwrap_or_default();
             text.lines()
                 .filter(|l| l.contains(needle))
@@ -1523,12 +1523,12 @@ mod support {
         }
 
         /// Keep a supervisor this test started until the view is dropped.
-        pub fn adopt_supervisor(&mut self, c: ChildGuard) {
+        pub(crate) fn adopt_supervisor(&mut self, c: ChildGuard) {
             self.adopted.push(c);
         }
 
         /// Start `rank`'s agent (as systemd would after a crash).
-        pub fn start_agent(&self, rank: u32, log: &str) -> ChildGuard {
+        pub(crate) fn start_agent(&self, rank: u32, log: &str) -> ChildGuard {
             let child = tandem()
                 .args(["agent", "--rank", &rank.to_string(), "--config"])
                 .arg(&self.config)
@@ -1545,7 +1545,7 @@ mod support {
     // A group of agent processes with its own supervisor.
 
     /// Agents by rank, a supervisor, all started by the test.
-    pub struct SupervisedGroup {
+    pub(crate) struct SupervisedGroup {
         /// The agents and their files.
         pub group: Group,
         sup: Option<ChildGuard>,
@@ -1572,28 +1572,28 @@ mod support {
 
     impl SupervisedGroup {
         /// Configure and start `spec` with `log_level`.
-        pub fn start(spec: &GroupSpec, log_level: &str) -> Self {
+        pub(crate) fn start(spec: &GroupSpec, log_level: &str) -> Self {
             let g = Group::configure(spec);
             set_log_level(&g, log_level);
             Self::launch(g, vec!["127.0.0.1".into(); spec.world_size() as usize], &[])
         }
 
         /// As [`Self::start`] with 2 KiB shards.
-        pub fn start_small(spec: &GroupSpec, log_level: &str) -> Self {
+        pub(crate) fn start_small(spec: &GroupSpec, log_level: &str) -> Self {
             let g = Self::configure_small(spec);
             set_log_level(&g, log_level);
             Self::launch(g, vec!["127.0.0.1".into(); spec.world_size() as usize], &[])
         }
 
         /// Configure (2 KiB shards) without starting anything.
-        pub fn configure_small(spec: &GroupSpec) -> Group {
+        pub(crate) fn configure_small(spec: &GroupSpec) -> Group {
             let g = Group::configure(spec);
             small(&g);
             g
         }
 
         /// Start a configured group.
-        pub fn start_configured(g: Group, log_level: &str) -> Self {
+        pub(crate) fn start_configured(g: Group, log_level: &str) -> Self {
             set_log_level(&g, log_level);
             let n = g.world_size as usize;
             Self::launch(g, vec!["127.0.0.1".into(); n], &[])
@@ -1601,7 +1601,7 @@ mod support {
 
         /// Two ranks: rank 0 here, rank 1 in `net`'s namespace, reaching the leader and Redis
         /// over the veth pair (`spec.redis_url` names Redis on the host side).
-        pub fn start_partitionable(spec: &GroupSpec, net: &Netns) -> Self {
+        pub(crate) fn start_partitionable(spec: &GroupSpec, net: &Netns) -> Self {
             let g = Self::configure_small(spec);
             let text = std::fs::read_to_string(&g.config).expect("config");
             let leader = text
@@ -1713,12 +1713,12 @@ mod support {
         }
 
         /// The supervisor's epoch.
-        pub fn supervisor_epoch(&self) -> Option<u64> {
+        pub(crate) fn supervisor_epoch(&self) -> Option<u64> {
             json(get(&self.sup_addr.0, self.sup_addr.1, "/status"))["epoch"].as_u64()
         }
 
         /// Wait until the supervisor's epoch exceeds `old`; the new epoch.
-        pub fn wait_epoch_after(&self, old: u64, timeout: Duration) -> u64 {
+        pub(crate) fn wait_epoch_after(&self, old: u64, timeout: Duration) -> u64 {
             let started = Instant::now();
             loop {
                 if let Some(e) = self.supervisor_epoch().filter(|e| *e > old) {
@@ -1734,7 +1734,7 @@ mod support {
         }
 
         /// Wait until the supervisor and every agent are ready in one epoch.
-        pub fn wait_ready(&self, timeout: Duration) {
+        pub(crate) fn wait_ready(&self, timeout: Duration) {
             let started = Instant::now();
             loop {
                 let sup = get(&self.sup_addr.0, self.sup_addr.1, "/readyz");
@@ -1761,7 +1761,7 @@ mod support {
         }
 
         /// `rank`'s agent process id.
-        pub fn agent_pid(&self, rank: u32) -> u32 {
+        pub(crate) fn agent_pid(&self, rank: u32) -> u32 {
             self.group.agents[rank as usize]
                 .as_ref()
                 .expect("agent runs")
@@ -1770,25 +1770,25 @@ mod support {
         }
 
         /// `agent.stale_epoch_rejected` from `rank`'s `/status`.
-        pub fn stale_rejected(&self, rank: u32) -> u64 {
+        pub(crate) fn stale_rejected(&self, rank: u32) -> u64 {
             json(self.agent_get(rank, "/status"))["agent"]["stale_epoch_rejected"]
                 .as_u64()
                 .unwrap_or(0)
         }
 
         /// A metric of `rank` (first sample).
-        pub fn metric(&self, rank: u32, name: &str) -> f64 {
+        pub(crate) fn metric(&self, rank: u32, name: &str) -> f64 {
             self.metric_labeled(rank, name, "")
         }
 
         /// A metric of `rank`, first sample whose labels contain `label`.
-        pub fn metric_labeled(&self, rank: u32, name: &str, label: &str) -> f64 {
+        pub(crate) fn metric_labeled(&self, rank: u32, name: &str, label: &str) -> f64 {
             self.agent_get(rank, "/metrics")
                 .map_or(0.0, |(_, t)| metric_in(&t, name, label))
         }
 
         /// SIGKILL `rank`'s agent and start it again (the outer restart policy's job).
-        pub fn kill_and_respawn(&mut self, rank: u32) {
+        pub(crate) fn kill_and_respawn(&mut self, rank: u32) {
             if let Some(mut c) = self.group.agents[rank as usize].take() {
                 let _ = c.0.kill();
                 let _ = c.0.wait();
@@ -1808,7 +1808,7 @@ mod support {
         }
 
         /// Log tails of every process.
-        pub fn diagnostics(&self) -> String {
+        pub(crate) fn diagnostics(&self) -> String {
             let mut out = String::new();
             for r in 0..self.group.world_size {
                 out += &format!("--- rank {r} log:\n{}\n", tail(&self.group.log(r), 25));
@@ -1833,19 +1833,19 @@ mod support {
     // An in-process replay (tandem_replay) over given engine sockets.
 
     /// A replay running in a thread.
-    pub struct InProcessReplay {
+    pub(crate) struct InProcessReplay {
         handle: JoinHandle<Result<ReplaySummary, ReplayError>>,
         done: Arc<AtomicU64>,
     }
 
     impl InProcessReplay {
         /// Replay `requests` synthetic requests (seed `seed`) through `sockets`.
-        pub fn start(g: &Group, sockets: Vec<PathBuf>, requests: usize, seed: u64) -> Self {
+        pub(crate) fn start(g: &Group, sockets: Vec<PathBuf>, requests: usize, seed: u64) -> Self {
             Self::start_with(g, sockets, requests, seed, Duration::from_secs(60))
         }
 
         /// As [`Self::start`], with the engines' recovery deadline.
-        pub fn start_with(
+        pub(crate) fn start_with(
             g: &Group,
             sockets: Vec<PathBuf>,
             requests: usize,
@@ -1871,17 +1871,17 @@ mod support {
         }
 
         /// True once the run ended.
-        pub fn done(&self) -> bool {
+        pub(crate) fn done(&self) -> bool {
             self.handle.is_finished()
         }
 
         /// Requests completed so far.
-        pub fn progress(&self) -> u64 {
+        pub(crate) fn progress(&self) -> u64 {
             self.done.load(Ordering::SeqCst)
         }
 
         /// The summary, or the error as text.
-        pub fn finish(self) -> Result<ReplaySummary, String> {
+        pub(crate) fn finish(self) -> Result<ReplaySummary, String> {
             match self.handle.join() {
                 Ok(Ok(s)) => Ok(s),
                 Ok(Err(e)) => Err(e.to_string()),
@@ -1891,7 +1891,7 @@ mod support {
     }
 
     /// No outcome lost, duplicated or corrupted; no mismatch.
-    pub fn assert_exactly_once(s: &ReplaySummary, what: &str) {
+    pub(crate) fn assert_exactly_once(s: &ReplaySummary, what: &str) {
         assert_eq!(
             (
                 s.verify_failures,
@@ -1906,7 +1906,7 @@ mod support {
     }
 
     /// The summary's figures as JSON.
-    pub fn summary_short(s: &ReplaySummary) -> serde_json::Value {
+    pub(crate) fn summary_short(s: &ReplaySummary) -> serde_json::Value {
         serde_json::json!({
             "requests": s.requests, "epochs": s.epochs, "restarts": s.restarts, "recovery_ms_max": s.recovery_ms_max,
             "verify_failures": s.verify_failures, "lost": s.lost_completions, "duplicates": s.duplicate_completions,
@@ -1921,7 +1921,7 @@ mod support {
     type Pair = (u32, UnixStream, UnixStream);
 
     /// Unix-socket proxies, one per rank, in front of the agents' engine sockets.
-    pub struct Proxy {
+    pub(crate) struct Proxy {
         dir: tempfile::TempDir,
         world: u32,
         live: Arc<Mutex<Vec<Pair>>>,
@@ -1930,7 +1930,7 @@ mod support {
 
     impl Proxy {
         /// Listen in front of each of `g`'s engine sockets.
-        pub fn start(g: &Group) -> Self {
+        pub(crate) fn start(g: &Group) -> Self {
             let dir = tempfile::Builder::new()
                 .prefix("tandem-proxy-")
                 .tempdir()
@@ -1981,7 +1981,7 @@ mod support {
         }
 
         /// The proxy sockets engines connect to, by rank.
-        pub fn sockets(&self) -> Vec<PathBuf> {
+        pub(crate) fn sockets(&self) -> Vec<PathBuf> {
             (0..self.world)
                 .map(|r| self.dir.path().join(format!("rank{r}.sock")))
                 .collect()
@@ -1989,7 +1989,7 @@ mod support {
 
         /// Cut `rank`'s newest connection in both directions at once, mid-stream; false if it
         /// has none.
-        pub fn cut(&self, rank: u32) -> bool {
+        pub(crate) fn cut(&self, rank: u32) -> bool {
             let Ok(mut l) = self.live.lock() else {
                 return false;
             };

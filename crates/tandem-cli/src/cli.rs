@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 /// Tandem: a KV-cache offload cluster for pipeline- and tensor-parallel inference groups.
 #[derive(Debug, Parser)]
 #[command(name = "tandem", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -15,7 +15,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Validate a configuration file and print the effective configuration (file, then
     /// TANDEM__SECTION__KEY environment variables) with the derived block-shard size.
     CheckConfig {
@@ -89,7 +89,7 @@ pub enum Command {
 
 /// Options of `tandem replay`.
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// The trace (JSON lines: timestamp, input_length, output_length, hash_ids). Without it,
     /// a small synthetic multi-turn workload.
     #[arg(long)]
@@ -137,7 +137,7 @@ pub struct ReplayArgs {
 
 /// Policy for malformed trace lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Malformed {
+pub(crate) enum Malformed {
     /// Report the line (with its number) and go on.
     Skip,
     /// Stop at the first malformed line.
@@ -145,7 +145,7 @@ pub enum Malformed {
 }
 
 /// `pp × tp` from `--ranks` or `--pp/--tp` (default 1 × 2).
-pub fn layout(ranks: Option<u32>, pp: Option<u32>, tp: Option<u32>) -> (u32, u32) {
+pub(crate) fn layout(ranks: Option<u32>, pp: Option<u32>, tp: Option<u32>) -> (u32, u32) {
     match ranks {
         Some(n) => (1, n.max(1)),
         None => (pp.unwrap_or(1).max(1), tp.unwrap_or(2).max(1)),

@@ -12,7 +12,7 @@ use rand::Rng;
 
 /// The shape of a local cluster.
 #[derive(Clone, Debug)]
-pub struct LocalSpec {
+pub(crate) struct LocalSpec {
     /// Pipeline-parallel degree.
     pub pp: u32,
     /// Tensor-parallel degree.
@@ -34,7 +34,7 @@ pub struct LocalSpec {
 }
 
 /// A running local cluster.
-pub struct LocalCluster {
+pub(crate) struct LocalCluster {
     _tmp: Option<tempfile::TempDir>,
     dir: PathBuf,
     config: PathBuf,
@@ -87,7 +87,7 @@ impl PortPicker {
 }
 
 /// GET `url` with a short deadline: `(status, body)`.
-pub fn http_get(url: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(url: &str) -> Option<(u16, String)> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(2))
         .build();
@@ -108,7 +108,7 @@ impl LocalCluster {
     /// # Errors
     /// When `redis-server` is neither reachable through `REDIS_URL` nor installed, when a
     /// process cannot start, or when the group is not ready within 60 s (with the log tail).
-    pub fn start(spec: &LocalSpec) -> anyhow::Result<Self> {
+    pub(crate) fn start(spec: &LocalSpec) -> anyhow::Result<Self> {
         let (tmp, dir) = match &spec.dir {
             Some(d) => {
                 std::fs::create_dir_all(d)?;
@@ -245,7 +245,7 @@ http_addr = "{sup}"
     ///
     /// # Errors
     /// After `timeout`, with the last answer and the log tail.
-    pub fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    pub(crate) fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let start = Instant::now();
         loop {
             let answer = http_get(&format!("http://{}/readyz", self.supervisor_http));
@@ -268,52 +268,52 @@ http_addr = "{sup}"
     }
 
     /// The last `n` lines of the cluster's log.
-    pub fn log_tail(&self, n: usize) -> String {
+    pub(crate) fn log_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(self.dir.join("cluster.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// Ranks in the group.
-    pub fn world_size(&self) -> u32 {
+    pub(crate) fn world_size(&self) -> u32 {
         self.world_size
     }
 
     /// The directory of the cluster's files.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// `rank`'s engine socket.
-    pub fn socket(&self, rank: u32) -> PathBuf {
+    pub(crate) fn socket(&self, rank: u32) -> PathBuf {
         self.dir.join("sock").join(format!("rank{rank}.sock"))
     }
 
     /// The supervisor's HTTP address.
-    pub fn supervisor_http(&self) -> &str {
+    pub(crate) fn supervisor_http(&self) -> &str {
         &self.supervisor_http
     }
 
     /// `rank`'s HTTP address.
-    pub fn agent_http(&self, rank: u32) -> String {
+    pub(crate) fn agent_http(&self, rank: u32) -> String {
         format!("127.0.0.1:{}", self.http_base_port as u32 + rank)
     }
 
     /// `rank`'s agent process id, from its `/status`.
-    pub fn agent_pid(&self, rank: u32) -> Option<u32> {
+    pub(crate) fn agent_pid(&self, rank: u32) -> Option<u32> {
         let (_, body) = http_get(&format!("http://{}/status", self.agent_http(rank)))?;
         let v: serde_json::Value = serde_json::from_str(&body).ok()?;
         v["agent"]["pid"].as_u64().map(|p| p as u32)
     }
 
     /// The supervisor's `/status`.
-    pub fn supervisor_status(&self) -> Option<serde_json::Value> {
+    pub(crate) fn supervisor_status(&self) -> Option<serde_json::Value> {
         let (_, body) = http_get(&format!("http://{}/status", self.supervisor_http))?;
         serde_json::from_str(&body).ok()
     }
 
     /// Stop everything: SIGTERM to the supervisor (which stops its agents), then Redis.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.supervisor.take() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

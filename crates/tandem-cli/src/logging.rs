@@ -6,7 +6,7 @@ use tandem_config::{LogConfig, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 /// Install the global subscriber; later calls are ignored (tests may call it twice).
-pub fn init(log: &LogConfig, force_json: bool) {
+pub(crate) fn init(log: &LogConfig, force_json: bool) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));

@@ -327,7 +327,7 @@ mod tests {
         assert_eq!(c.group.world_size(), 2);
         assert_eq!(
             c.shard_layout().unwrap().shard_bytes,
-            4 * 2 * 1 * 64 * 2 * 512
+            (4 * 2) * 64 * 2 * 512
         );
         assert_eq!(c.fingerprint().unwrap().world_size, 2);
     }

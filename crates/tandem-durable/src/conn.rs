@@ -60,7 +60,7 @@ impl Conn {
     /// [`DurableError::InvalidUrl`] when the URL does not parse; [`DurableError::Timeout`]
     /// (op `connect`) when no connection is made within `op_timeout_ms`;
     /// [`DurableError::Unavailable`] when the client gives up before that.
-    pub async fn connect(url: &str, timeouts: ConnTimeouts) -> Result<Conn> {
+    pub(crate) async fn connect(url: &str, timeouts: ConnTimeouts) -> Result<Conn> {
         let client = redis::Client::open(url).map_err(|e| DurableError::InvalidUrl {
             url: mask_url(url),
             reason: scrub(&e.to_string(), url),
@@ -100,18 +100,18 @@ impl Conn {
     }
 
     /// The server URL with credentials masked, for errors and logs.
-    pub fn masked_url(&self) -> String {
+    pub(crate) fn masked_url(&self) -> String {
         mask_url(&self.url)
     }
 
     /// Runs one command as operation `op`.
-    pub async fn query<T: FromRedisValue>(&self, op: &'static str, cmd: &Cmd) -> Result<T> {
+    pub(crate) async fn query<T: FromRedisValue>(&self, op: &'static str, cmd: &Cmd) -> Result<T> {
         let mut c = self.manager.clone();
         deadline(op, self.op_timeout, &self.url, cmd.query_async(&mut c)).await
     }
 
     /// Runs a pipeline as operation `op` (one round trip).
-    pub async fn pipeline<T: FromRedisValue>(
+    pub(crate) async fn pipeline<T: FromRedisValue>(
         &self,
         op: &'static str,
         pipe: &Pipeline,
@@ -122,7 +122,7 @@ impl Conn {
 
     /// Runs a script invocation as operation `op` (EVALSHA; after a Redis restart the client
     /// loads the script again, one more round trip).
-    pub async fn script<T: FromRedisValue>(
+    pub(crate) async fn script<T: FromRedisValue>(
         &self,
         op: &'static str,
         invocation: &ScriptInvocation<'_>,

@@ -172,6 +172,7 @@ impl Frame {
         })
     }
 
+    /// Every task this frame starts, stores first, with its kind.
     pub fn started(&self) -> impl Iterator<Item = (TaskKind, &TaskStart)> {
         self.stores
             .iter()

@@ -7,7 +7,7 @@ use tandem_config::{load, Overrides};
 use tandem_proto::ids::Epoch;
 
 /// Options of `tandem agent`.
-pub struct AgentArgs<'a> {
+pub(super) struct AgentArgs<'a> {
     pub rank: u32,
     pub config: &'a Path,
     pub epoch: Option<u64>,
@@ -15,7 +15,7 @@ pub struct AgentArgs<'a> {
     pub test_protocol_version: Option<u16>,
 }
 
-pub fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
+pub(super) fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
     let cfg = load(Some(args.config), &Overrides::default())?;
     crate::logging::init(&cfg.log, args.log_json);
     let fixed_epoch = args.epoch.is_some() || cfg.redis.url.is_empty();

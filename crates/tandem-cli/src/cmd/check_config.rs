@@ -25,7 +25,7 @@ struct Derived {
     disk_tier_bytes: u64,
 }
 
-pub fn run(file: &Path, json: bool) -> anyhow::Result<()> {
+pub(super) fn run(file: &Path, json: bool) -> anyhow::Result<()> {
     let cfg = load(Some(file), &Overrides::default())?;
     let layout = cfg.shard_layout()?;
     let derived = Derived {

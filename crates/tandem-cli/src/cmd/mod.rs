@@ -1,16 +1,16 @@
 //! One module per subcommand.
 
 mod agent;
-pub mod bench;
+pub(crate) mod bench;
 mod check_config;
 mod replay;
 mod supervisor;
-pub mod up;
+pub(crate) mod up;
 
 use crate::cli::{Cli, Command};
 
 /// Run the chosen subcommand.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::CheckConfig { file, json } => check_config::run(&file, json),
         Command::Agent {

@@ -132,7 +132,7 @@ fn report(
     Ok(())
 }
 
-pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let chaos = args.chaos.as_deref().map(parse_chaos).transpose()?;
     if let Some(config) = args.cluster_config.clone() {
         let records = requests(&args)?;

@@ -6,7 +6,7 @@ use tandem_config::{load, Overrides};
 use tandem_supervisor::{Exit, LaunchSpec, Supervisor};
 
 /// Run until SIGTERM/SIGINT (Ok) or the restart limit (an error mapped to exit code 3).
-pub fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow::Result<()> {
+pub(super) fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow::Result<()> {
     let cfg = load(Some(config), &Overrides::default())?;
     crate::logging::init(&cfg.log, log_json);
     if cfg.redis.url.is_empty() {

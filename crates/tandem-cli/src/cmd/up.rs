@@ -8,11 +8,11 @@ use crate::local::{LocalCluster, LocalSpec};
 
 /// The model of a local cluster: one layer and one KV head per rank, so that a shard is
 /// `2 × head_dim × dtype_bytes × tokens_per_block` bytes (64 KiB here).
-pub fn small_model(pp: u32, tp: u32, head_dim: u32) -> String {
+pub(crate) fn small_model(pp: u32, tp: u32, head_dim: u32) -> String {
     format!("num_layers = {pp}\nnum_kv_heads = {tp}\nhead_dim = {head_dim}\ndtype_bytes = 2")
 }
 
-pub fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::Result<()> {
+pub(crate) fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::Result<()> {
     let spec = LocalSpec {
         pp,
         tp,

@@ -28,7 +28,7 @@ use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId, TaskK
 
 /// How the fake group behaves.
 #[derive(Clone, Copy, Debug)]
-pub struct FakeSpec {
+pub(crate) struct FakeSpec {
     pub world: u32,
     pub shard_bytes: u64,
     pub window: u64,
@@ -41,7 +41,7 @@ pub struct FakeSpec {
 }
 
 /// The running fake group; its listeners stop when it is dropped.
-pub struct FakeGroup {
+pub(crate) struct FakeGroup {
     pub sockets: Vec<PathBuf>,
     pub dir: tempfile::TempDir,
     stop: Arc<AtomicBool>,
@@ -97,7 +97,7 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl FakeGroup {
-    pub fn start(spec: FakeSpec) -> FakeGroup {
+    pub(crate) fn start(spec: FakeSpec) -> FakeGroup {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = State {
             spec,
@@ -137,11 +137,11 @@ impl FakeGroup {
         }
     }
 
-    pub fn restarts_done(&self) -> u32 {
+    pub(crate) fn restarts_done(&self) -> u32 {
         lock(&self.shared.0).restarts_done
     }
 
-    pub fn pool_dir(&self) -> &Path {
+    pub(crate) fn pool_dir(&self) -> &Path {
         self.dir.path()
     }
 }

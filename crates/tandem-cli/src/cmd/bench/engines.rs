@@ -27,7 +27,7 @@ use super::stats::micros;
 
 /// How many steps to drive and how.
 #[derive(Clone, Copy, Debug)]
-pub struct StepOptions {
+pub(super) struct StepOptions {
     /// Steps timed (after the warm-up).
     pub steps: usize,
     /// Steps driven first and not timed.
@@ -40,7 +40,7 @@ pub struct StepOptions {
 
 /// What the timed steps measured, one entry per step, µs from just before `end_step(s)`.
 #[derive(Clone, Debug, Default)]
-pub struct StepSamples {
+pub(super) struct StepSamples {
     /// Until the last follower's `frame(s)` returned (the leader's own return with one rank).
     pub last_follower_us: Vec<f64>,
     /// Until the first follower's `frame(s)` returned.
@@ -62,7 +62,10 @@ pub struct StepSamples {
 /// # Errors
 /// A connection that fails, a call refused by an agent (the first such error is returned), or
 /// a frame of the wrong step.
-pub fn drive_empty_steps(sockets: &[PathBuf], opts: &StepOptions) -> anyhow::Result<StepSamples> {
+pub(super) fn drive_empty_steps(
+    sockets: &[PathBuf],
+    opts: &StepOptions,
+) -> anyhow::Result<StepSamples> {
     if sockets.len() < 2 {
         bail!(
             "frame timing needs a leader and at least one follower, got {} ranks",

@@ -29,7 +29,7 @@ use super::stats::micros;
 ///
 /// # Errors
 /// When a peer cannot be started or does not connect within 10 s, or a socket fails.
-pub fn fanout_baseline(
+pub(super) fn fanout_baseline(
     ranks: u32,
     payload_bytes: usize,
     warmup: usize,
@@ -128,7 +128,7 @@ impl Drop for Children {
 ///
 /// # Errors
 /// When the connection cannot be made or fails mid-message.
-pub fn echo_peer(addr: &str, payload_bytes: usize) -> anyhow::Result<()> {
+pub(super) fn echo_peer(addr: &str, payload_bytes: usize) -> anyhow::Result<()> {
     if payload_bytes == 0 {
         bail!("--echo-peer needs --payload-bytes of at least 1");
     }

@@ -19,7 +19,7 @@ use crate::cmd::up::small_model;
 use crate::local::{LocalCluster, LocalSpec};
 
 /// Rank counts measured.
-pub const RANKS: [u32; 4] = [2, 4, 8, 16];
+pub(super) const RANKS: [u32; 4] = [2, 4, 8, 16];
 /// Target: frame p50 ≤ this × baseline p50.
 const P50_TARGET: f64 = 2.0;
 /// Target: frame p99 ≤ this × baseline p99.
@@ -31,7 +31,7 @@ const GAP: Duration = Duration::from_millis(2);
 
 /// Figures for one rank count, µs.
 #[derive(Clone, Debug, Serialize)]
-pub struct FrameRow {
+pub(super) struct FrameRow {
     /// Agent processes (pp 1 × tp N).
     pub ranks: u32,
     /// Timed steps (after the warm-up).
@@ -57,7 +57,7 @@ pub struct FrameRow {
 
 /// The whole sweep.
 #[derive(Clone, Debug, Serialize)]
-pub struct FrameReport {
+pub(super) struct FrameReport {
     /// One row per rank count that ran.
     pub rows: Vec<FrameRow>,
     /// Rank counts that could not run, with why.
@@ -75,7 +75,7 @@ pub struct FrameReport {
 /// # Errors
 /// Only when nothing at all could be measured; a rank count that fails is reported in
 /// `not_measured`.
-pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let (warmup, steps) = if args.quick { (30, 300) } else { (100, 2000) };
     let mut rows = Vec::new();
     let mut not_measured = Vec::new();
@@ -174,7 +174,7 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
 }
 
 /// The table printed on stdout.
-pub fn table(r: &FrameReport) -> String {
+pub(super) fn table(r: &FrameReport) -> String {
     let mut t = Table::new(&[
         "ranks",
         "bytes",

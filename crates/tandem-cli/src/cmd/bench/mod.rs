@@ -34,7 +34,7 @@ use std::path::PathBuf;
 
 /// Options of `tandem bench`.
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Which part to run.
     #[arg(value_enum, default_value_t = Part::All)]
     pub part: Part,
@@ -69,7 +69,7 @@ pub struct BenchArgs {
 
 /// The benchmark parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Part {
+pub(crate) enum Part {
     /// Leader seals → last follower holds the frame, against a TCP fan-out ping-pong.
     Frame,
     /// Write-ahead cost per step against a PING round trip.
@@ -106,7 +106,7 @@ pub(crate) struct PartOutput {
     pub json: serde_json::Value,
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(addr) = &args.echo_peer {
         return fanout::echo_peer(addr, args.payload_bytes);
     }

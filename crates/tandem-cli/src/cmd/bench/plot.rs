@@ -15,7 +15,7 @@ type Series = (&'static str, RGBColor, bool, fn(&FrameRow) -> f64);
 ///
 /// # Errors
 /// When the file cannot be written.
-pub fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
+pub(super) fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }

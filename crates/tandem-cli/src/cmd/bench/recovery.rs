@@ -30,7 +30,7 @@ const WINDOW_S: u64 = 1;
 
 /// One trial.
 #[derive(Clone, Debug, Serialize)]
-pub struct Trial {
+pub(super) struct Trial {
     /// The rank whose agent was killed.
     pub rank: u32,
     /// The epoch before.
@@ -47,7 +47,7 @@ pub struct Trial {
 
 /// The whole part.
 #[derive(Clone, Debug, Serialize)]
-pub struct RecoveryReport {
+pub(super) struct RecoveryReport {
     /// Ranks of the cluster.
     pub ranks: u32,
     /// Heartbeat interval and timeout used (the defaults), ms.
@@ -73,7 +73,7 @@ pub struct RecoveryReport {
 ///
 /// # Errors
 /// When the cluster does not start, or a trial does not recover within 30 s.
-pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let trials = if args.quick { 5 } else { 20 };
     let hb = tandem_config::SupervisorConfig::default();
     let spec = LocalSpec {

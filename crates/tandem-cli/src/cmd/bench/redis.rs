@@ -22,7 +22,7 @@ const RTT_TARGET: f64 = 1.5;
 const EVENTS_TARGET: f64 = 0.5;
 
 /// A `redis-server` child on a free loopback port, killed when dropped.
-pub struct RedisChild {
+pub(super) struct RedisChild {
     child: Child,
     _dir: tempfile::TempDir,
     /// `redis://127.0.0.1:PORT`.
@@ -34,7 +34,7 @@ impl RedisChild {
     ///
     /// # Errors
     /// When `redis-server` is not installed or does not listen within 10 s.
-    pub fn start() -> anyhow::Result<Self> {
+    pub(super) fn start() -> anyhow::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -89,7 +89,7 @@ impl Drop for RedisChild {
 ///
 /// # Errors
 /// When no Redis can be reached or started, or a Redis call fails.
-pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let steps = if args.quick { 200 } else { 2000 };
     let (url, _child) = match std::env::var("REDIS_URL") {
         Ok(u) if !u.is_empty() => (u, None),

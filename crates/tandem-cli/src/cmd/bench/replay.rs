@@ -30,7 +30,7 @@ use crate::cmd::up::small_model;
 use crate::local::{LocalCluster, LocalSpec};
 
 /// The conversation trace, relative to the repository root.
-pub const DEFAULT_TRACE: &str = "../shared/data/traces/mooncake_conversation_trace.jsonl";
+pub(super) const DEFAULT_TRACE: &str = "../shared/data/traces/mooncake_conversation_trace.jsonl";
 /// Ranks of the cluster.
 const RANKS: u32 = 4;
 /// Requests replayed with `--quick`.
@@ -38,7 +38,7 @@ const QUICK_REQUESTS: usize = 500;
 
 /// The part's figures.
 #[derive(Clone, Debug, Serialize)]
-pub struct ReplayReport {
+pub(super) struct ReplayReport {
     /// The trace file.
     pub trace: String,
     /// Ranks (pp 1 × tp 4).
@@ -77,7 +77,7 @@ pub struct ReplayReport {
 ///
 /// # Errors
 /// When the trace cannot be read, the cluster does not start, or the replay fails.
-pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let limit = args.quick.then_some(QUICK_REQUESTS);
     let records = read_trace(&args.trace, limit)?;
     let distinct: std::collections::BTreeSet<u64> = records

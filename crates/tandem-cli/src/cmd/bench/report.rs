@@ -4,14 +4,14 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A text table with right-aligned columns.
-pub struct Table {
+pub(super) struct Table {
     head: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these column titles.
-    pub fn new(head: &[&str]) -> Self {
+    pub(super) fn new(head: &[&str]) -> Self {
         Table {
             head: head.iter().map(|s| s.to_string()).collect(),
             rows: Vec::new(),
@@ -19,12 +19,12 @@ impl Table {
     }
 
     /// Add one row (missing cells print empty, extra cells are dropped).
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(super) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
     /// The table, one line per row after the title line, two spaces between columns.
-    pub fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         let width = |i: usize| {
             self.rows
                 .iter()
@@ -55,7 +55,7 @@ impl Table {
 }
 
 /// `pass` when a target is met, `FAIL` when not.
-pub fn mark(met: bool) -> &'static str {
+pub(super) fn mark(met: bool) -> &'static str {
     if met {
         "pass"
     } else {
@@ -64,7 +64,7 @@ pub fn mark(met: bool) -> &'static str {
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` for seconds since the Unix epoch.
-pub fn utc(secs: u64) -> String {
+pub(super) fn utc(secs: u64) -> String {
     // Days to civil date (Howard Hinnant's algorithm).
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
@@ -86,7 +86,7 @@ pub fn utc(secs: u64) -> String {
 }
 
 /// Where and when this run happened: date, CPUs, memory, load average, kernel.
-pub fn machine_json(quick: bool) -> serde_json::Value {
+pub(super) fn machine_json(quick: bool) -> serde_json::Value {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 /// p50, p99 and max of a set of samples, in the samples' unit (µs or ms as the caller says).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Summary {
+pub(super) struct Summary {
     /// Samples summarised.
     pub n: usize,
     /// Median (nearest rank).
@@ -17,7 +17,7 @@ pub struct Summary {
 
 impl Summary {
     /// Summarise `samples` (any order; NaN samples sort last). Empty input gives zeros.
-    pub fn of(samples: &[f64]) -> Self {
+    pub(super) fn of(samples: &[f64]) -> Self {
         let mut v = samples.to_vec();
         v.sort_by(|a, b| a.total_cmp(b));
         Summary {
@@ -30,7 +30,7 @@ impl Summary {
 }
 
 /// Nearest-rank percentile `p` (0..=100) of `sorted` (ascending); 0 for an empty slice.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -39,7 +39,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// `a / b`, or 0 when `b` is not positive.
-pub fn ratio(a: f64, b: f64) -> f64 {
+pub(super) fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b
     } else {
@@ -48,7 +48,7 @@ pub fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// A duration in microseconds.
-pub fn micros(d: std::time::Duration) -> f64 {
+pub(super) fn micros(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 

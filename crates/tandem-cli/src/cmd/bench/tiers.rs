@@ -20,7 +20,7 @@ const DISK_TARGET: f64 = 0.7;
 ///
 /// # Errors
 /// When a file cannot be created or a tier fails (`tandem_store::bench::BenchError`).
-pub fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let shm = PathBuf::from("/dev/shm");
     let opts = TierBenchOptions {
         disk_dir: args.disk_dir.clone().unwrap_or_else(std::env::temp_dir),
