@@ -91,8 +91,8 @@ fn verify_loads(
             let mut s = seen.lock().unwrap();
             for (h, p) in hashes.iter().zip(&pages) {
                 let got = pool.page(*p).unwrap();
-                if got != expected(got.len(), h.0, rank).as_slice() {
-                    s.bad.push((rank, h.0, p.0));
+                if got != expected(got.len(), h.low64(), rank).as_slice() {
+                    s.bad.push((rank, h.low64(), p.0));
                 }
             }
             s.verified.push((rank, o.task));
@@ -126,7 +126,7 @@ fn store_then_load(pp: u32, tp: u32) {
         })
         .collect();
 
-    let hashes: Vec<BlockHash> = blocks.iter().map(|h| BlockHash(*h)).collect();
+    let hashes: Vec<BlockHash> = blocks.iter().map(|h| BlockHash::from(*h)).collect();
     let mut step = 0u64;
     let mut loads = std::collections::BTreeMap::new();
     let mut run_step = |leader: &mut EngineClient, step: &mut u64| -> Frame {

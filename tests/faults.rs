@@ -88,12 +88,12 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
         // Work in the old epoch: one store, stepped until its outcome is in a frame.
         let shard = leader.welcome().shard_bytes as usize;
         let mut page = vec![0u8; shard];
-        fill(&mut page, 42 + round, 0);
+        fill(&mut page, u128::from(42 + round), 0);
         let task = leader
             .store(
                 leader.welcome().next_step,
                 RequestId(7 + round),
-                vec![BlockHash(42 + round)],
+                vec![BlockHash::from(42 + round)],
                 vec![PageId(0)],
             )
             .expect("store in the old epoch");
@@ -137,7 +137,7 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
                 .store(
                     s,
                     RequestId(STALE_BASE + i),
-                    vec![BlockHash(9_000 + i)],
+                    vec![BlockHash::from(9_000 + i)],
                     vec![PageId(1)],
                 )
                 .map(|_| ());

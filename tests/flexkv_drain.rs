@@ -328,7 +328,7 @@ fn chain(prev: u64, n: u64, salt: u64) -> Vec<BlockHash> {
     let mut h = prev;
     for i in 0..n {
         h = Rng::new(h ^ salt ^ (i << 48)).next_u64();
-        out.push(BlockHash(h));
+        out.push(BlockHash::from(h));
     }
     out
 }
@@ -370,7 +370,7 @@ impl Scheduler {
         if hashes.len() + more > MAX_CHAIN {
             hashes.clear();
         }
-        let prev = hashes.last().map_or(request.0, |h| h.0);
+        let prev = hashes.last().map_or(request.0, |h| h.low64());
         hashes.extend(chain(prev, more as u64, request.0));
         let pages: Vec<PageId> = hashes
             .iter()

@@ -11,8 +11,9 @@ use tandem_proto::frame::Frame;
 
 /// Write the deterministic content of block `hash`'s shard on `rank` into `buf` (every byte
 /// depends on both, so a page holding another block's or another rank's shard is caught).
-pub fn fill(buf: &mut [u8], hash: u64, rank: u32) {
-    let mut x = hash ^ (u64::from(rank) << 56) ^ 0x9e37_79b9_7f4a_7c15;
+pub fn fill(buf: &mut [u8], hash: u128, rank: u32) {
+    let folded = (hash as u64) ^ ((hash >> 64) as u64).rotate_left(29);
+    let mut x = folded ^ (u64::from(rank) << 56) ^ 0x9e37_79b9_7f4a_7c15;
     for chunk in buf.chunks_mut(8) {
         x ^= x << 13;
         x ^= x >> 7;
@@ -23,7 +24,7 @@ pub fn fill(buf: &mut [u8], hash: u64, rank: u32) {
 }
 
 /// True when `page` holds exactly block `hash`'s shard for `rank`.
-pub fn holds(page: &[u8], hash: u64, rank: u32) -> bool {
+pub fn holds(page: &[u8], hash: u128, rank: u32) -> bool {
     let mut want = vec![0u8; page.len()];
     fill(&mut want, hash, rank);
     want == page

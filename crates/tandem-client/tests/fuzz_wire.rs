@@ -81,7 +81,7 @@ fn cases() -> u32 {
 // Valid requests and replies.
 
 fn hashes() -> impl Strategy<Value = Vec<BlockHash>> {
-    prop::collection::vec(any::<u64>().prop_map(BlockHash), 0..8)
+    prop::collection::vec(any::<u128>().prop_map(BlockHash), 0..8)
 }
 
 fn pages() -> impl Strategy<Value = Vec<PageId>> {

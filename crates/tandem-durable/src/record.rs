@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::{Epoch, Step, TaskOutcome};
 
 /// The record format version this build writes and the only one it reads.
-pub const RECORD_VERSION: u32 = 1;
+/// Version 2: 128-bit block hashes. An entry written by version 1 is refused as
+/// [`DurableError::Corrupt`] naming both versions, never misread.
+pub const RECORD_VERSION: u32 = 2;
 
 /// Name of the entry field holding [`RECORD_VERSION`].
 pub(crate) const FIELD_VERSION: &str = "v";
@@ -180,7 +182,7 @@ mod tests {
         .unwrap();
         let id = StreamEntryId { ms: 1, seq: 0 };
         let fields = RawFields {
-            version: Some(b"1"),
+            version: Some(b"2"),
             record: Some(&bytes),
             barrier: None,
         };
@@ -195,7 +197,7 @@ mod tests {
             StreamEntry::Step(LoggedStep { id, record })
         );
         let barrier = RawFields {
-            version: Some(b"1"),
+            version: Some(b"2"),
             record: None,
             barrier: Some(b"4"),
         };
@@ -224,18 +226,22 @@ mod tests {
         let p = "stored value 17-0 is corrupt:";
         assert_eq!(
             msg(Some(b"9"), Some(b""), None),
-            format!("{p} unknown record version 9 (this build reads 1)")
+            format!("{p} unknown record version 9 (this build reads 2)")
+        );
+        assert_eq!(
+            msg(Some(b"1"), Some(b""), None),
+            format!("{p} unknown record version 1 (this build reads 2)")
         );
         assert_eq!(msg(None, Some(b""), None), format!("{p} missing field v"));
         assert_eq!(
-            msg(Some(b"1"), None, None),
+            msg(Some(b"2"), None, None),
             format!("{p} missing field rec")
         );
         assert_eq!(
-            msg(Some(b"1"), None, Some(b"x")),
+            msg(Some(b"2"), None, Some(b"x")),
             format!("{p} barrier epoch is not a number")
         );
-        assert!(msg(Some(b"1"), Some(&[0xff; 3]), None)
+        assert!(msg(Some(b"2"), Some(&[0xff; 3]), None)
             .starts_with("stored value 17-0 is corrupt: undecodable step record"));
     }
 }

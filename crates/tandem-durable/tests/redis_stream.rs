@@ -24,7 +24,7 @@ fn started(epoch: u64, seq: u64) -> StartedTask {
         start: TaskStart {
             task: TaskId { epoch, seq },
             request: RequestId(seq),
-            block_hashes: vec![BlockHash(seq), BlockHash(seq + 1)],
+            block_hashes: vec![BlockHash::from(seq), BlockHash::from(seq + 1)],
             page_ids: vec![PageId(1), PageId(2)],
             tiers: vec![],
         },
@@ -423,7 +423,7 @@ async fn foreign_entries_are_reported_corrupt() {
     let err = log.read_new(Rank(0), 1).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("stored value {id} is corrupt: unknown record version 9 (this build reads 1)")
+        format!("stored value {id} is corrupt: unknown record version 9 (this build reads 2)")
     );
     assert!(matches!(
         log.recover().await,

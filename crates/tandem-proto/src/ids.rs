@@ -45,11 +45,69 @@ pub struct TaskId {
 )]
 pub struct RequestId(pub u64);
 
-/// The chained prefix hash that names one block (it depends on every token before it).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct BlockHash(pub u64);
+/// The chained prefix hash that names one block (it depends on every token before it):
+/// 128 bits, written as 32 hex digits and carried on the wire as 16 big-endian bytes.
+///
+/// Engines name blocks with longer digests (SGLang: SHA-256 hex strings; vLLM: SHA-256 bytes)
+/// or shorter ones (vLLM's 64-bit xxhash); [`BlockHash::from_digest`] maps any digest to a
+/// block hash deterministically. With `n` distinct blocks in a group's cache the chance that
+/// two share a block hash is below `n² / 2¹²⁹` (the birthday bound): under 3·10⁻²¹ for ten
+/// billion blocks, when the engine's digest is itself at least 128 bits wide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockHash(pub u128);
+
+impl BlockHash {
+    /// Bytes of a block hash on the wire and in files.
+    pub const BYTES: usize = 16;
+
+    /// The block hash for an engine's digest of any length, deterministically:
+    /// - 16 bytes or more: the first 16 bytes, big-endian (a truncated cryptographic digest
+    ///   keeps its uniformity; SHA-256 truncated to 128 bits is what the bound above assumes);
+    /// - fewer than 16 bytes (for example a 64-bit xxhash): the bytes, zero-padded on the
+    ///   left, with the digest's length in the top byte, so that digests of different lengths
+    ///   never map to the same block hash. The collision bound is then the engine's own.
+    pub fn from_digest(digest: &[u8]) -> BlockHash {
+        let mut bytes = [0u8; Self::BYTES];
+        if digest.len() >= Self::BYTES {
+            bytes.copy_from_slice(&digest[..Self::BYTES]);
+        } else {
+            bytes[Self::BYTES - digest.len()..].copy_from_slice(digest);
+            bytes[0] = 0x80 | digest.len() as u8;
+        }
+        BlockHash(u128::from_be_bytes(bytes))
+    }
+
+    /// The 16 big-endian bytes of the hash.
+    pub fn to_bytes(self) -> [u8; Self::BYTES] {
+        self.0.to_be_bytes()
+    }
+
+    /// The low 64 bits, for seeding a per-block checksum or picking a shard.
+    pub fn low64(self) -> u64 {
+        self.0 as u64
+    }
+}
+
+impl From<u64> for BlockHash {
+    /// A block hash whose value is `v` (tests and traces that number blocks with integers).
+    fn from(v: u64) -> BlockHash {
+        BlockHash(u128::from(v))
+    }
+}
+
+impl Serialize for BlockHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // A fixed 16-byte array: postcard writes it without a length prefix (a varint u128
+        // of a random hash would take up to 19 bytes).
+        self.to_bytes().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for BlockHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<BlockHash, D::Error> {
+        <[u8; Self::BYTES]>::deserialize(d).map(|b| BlockHash(u128::from_be_bytes(b)))
+    }
+}
 
 /// Index of one KV page in an engine's page pool (the same index on every rank).
 #[derive(
@@ -119,7 +177,7 @@ display_inner!(Epoch, Step, Rank, RequestId, PageId, GroupId);
 
 impl fmt::Display for BlockHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
+        write!(f, "{:032x}", self.0)
     }
 }
 
@@ -149,7 +207,10 @@ mod tests {
         assert_eq!(Step(812).to_string(), "812");
         assert_eq!(Rank(2).to_string(), "2");
         assert_eq!(TaskId::new(Epoch(3), 17).to_string(), "3.17");
-        assert_eq!(BlockHash(0xab).to_string(), "00000000000000ab");
+        assert_eq!(
+            BlockHash(0xab).to_string(),
+            "000000000000000000000000000000ab"
+        );
         assert_eq!(GroupId("g".into()).to_string(), "g");
         assert_eq!(TaskKind::Store.to_string(), "store");
         assert_eq!(TaskKind::Load.to_string(), "load");
@@ -157,6 +218,41 @@ mod tests {
         assert_eq!(Tier::Disk.to_string(), "disk");
         assert_eq!(Step(1).next(), Step(2));
         assert_eq!(Step(u64::MAX).next(), Step(u64::MAX));
+    }
+
+    #[test]
+    fn engine_digests_map_to_block_hashes_deterministically() {
+        // A SHA-256 digest (32 bytes) keeps its first 16 bytes.
+        let sha: Vec<u8> = (0u8..32).collect();
+        let h = BlockHash::from_digest(&sha);
+        assert_eq!(h.to_bytes().as_slice(), &sha[..16]);
+        assert_eq!(h, BlockHash::from_digest(&sha), "same digest, same hash");
+        assert_ne!(
+            h,
+            BlockHash::from_digest(&sha[1..]),
+            "a different digest differs"
+        );
+        // Exactly 16 bytes: the bytes themselves.
+        assert_eq!(
+            BlockHash::from_digest(&[0xab; 16]).0,
+            u128::from_be_bytes([0xab; 16])
+        );
+        // Short digests of different lengths never collide, even with equal values.
+        let eight = BlockHash::from_digest(&[0, 0, 0, 0, 0, 0, 0, 7]);
+        let nine = BlockHash::from_digest(&[0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        assert_ne!(eight, nine);
+        assert_ne!(BlockHash::from_digest(&[]), BlockHash::from_digest(&[0]));
+        assert_eq!(eight.to_string(), "88000000000000000000000000000007");
+    }
+
+    #[test]
+    fn block_hashes_take_sixteen_bytes_on_the_wire() {
+        let h = BlockHash(u128::MAX - 5);
+        let bytes = postcard::to_stdvec(&h).unwrap();
+        assert_eq!(bytes.len(), BlockHash::BYTES);
+        assert_eq!(postcard::from_bytes::<BlockHash>(&bytes).unwrap(), h);
+        assert_eq!(BlockHash::from(7u64).0, 7);
+        assert_eq!(BlockHash(u128::MAX).low64(), u64::MAX);
     }
 
     #[test]

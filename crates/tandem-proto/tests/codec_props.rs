@@ -6,7 +6,7 @@ use tandem_proto::wire::{HEADER_LEN, MAGIC, WIRE_VERSION};
 use tandem_proto::*;
 
 fn hashes() -> impl Strategy<Value = Vec<BlockHash>> {
-    prop::collection::vec(any::<u64>().prop_map(BlockHash), 0..6)
+    prop::collection::vec(any::<u128>().prop_map(BlockHash), 0..6)
 }
 
 fn task_id() -> impl Strategy<Value = TaskId> {
@@ -49,7 +49,7 @@ fn task_start() -> impl Strategy<Value = TaskStart> {
 }
 
 fn tier_op() -> impl Strategy<Value = TierOp> {
-    (0u8..3, any::<u64>()).prop_map(|(k, h)| match k {
+    (0u8..3, any::<u128>()).prop_map(|(k, h)| match k {
         0 => TierOp::Evict(BlockHash(h)),
         1 => TierOp::Demote(BlockHash(h)),
         _ => TierOp::Promote(BlockHash(h)),

@@ -91,7 +91,7 @@ fn cases() -> u32 {
 // Valid messages.
 
 fn hashes() -> impl Strategy<Value = Vec<BlockHash>> {
-    prop::collection::vec(any::<u64>().prop_map(BlockHash), 0..8)
+    prop::collection::vec(any::<u128>().prop_map(BlockHash), 0..8)
 }
 
 fn task_id() -> impl Strategy<Value = TaskId> {
@@ -142,7 +142,7 @@ fn frame() -> impl Strategy<Value = Frame> {
             pinned,
         },
     );
-    let tier_op = (0u8..3, any::<u64>()).prop_map(|(k, h)| match k {
+    let tier_op = (0u8..3, any::<u128>()).prop_map(|(k, h)| match k {
         0 => TierOp::Evict(BlockHash(h)),
         1 => TierOp::Demote(BlockHash(h)),
         _ => TierOp::Promote(BlockHash(h)),

@@ -96,7 +96,7 @@ impl Group {
 fn store(g: &mut Group, request: u64) -> TaskId {
     let task = g.leader.start_store(
         RequestId(request),
-        vec![BlockHash(request)],
+        vec![BlockHash::from(request)],
         vec![PageId(request as u32)],
         vec![Tier::Host],
     );
@@ -378,7 +378,7 @@ fn reads_are_positional_and_idempotent() {
     let mut g = Group::new(1, 2, None);
     let mut sealed = Vec::new();
     for i in 0..6 {
-        g.leader.record_tier_op(TierOp::Evict(BlockHash(i)));
+        g.leader.record_tier_op(TierOp::Evict(BlockHash::from(i)));
         sealed.push(g.seal());
         g.ack_all(Step(i));
     }

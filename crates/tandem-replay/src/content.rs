@@ -9,10 +9,10 @@
 
 /// A shard's bytes differ from the deterministic content of `(block_hash, rank)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("shard of block {block_hash:016x} on rank {rank} differs from its content at byte {first_bad_offset} of {len}")]
+#[error("shard of block {block_hash:032x} on rank {rank} differs from its content at byte {first_bad_offset} of {len}")]
 pub struct VerifyError {
     /// The block the shard should hold.
-    pub block_hash: u64,
+    pub block_hash: u128,
     /// The rank whose shard it should be.
     pub rank: u32,
     /// Offset of the first differing byte, bytes from the start of the shard.
@@ -23,7 +23,7 @@ pub struct VerifyError {
 
 /// Fill `buf` (one page: one shard, any length in bytes) with the content of block
 /// `block_hash`'s shard on `rank`.
-pub fn fill_shard(buf: &mut [u8], block_hash: u64, rank: u32) {
+pub fn fill_shard(buf: &mut [u8], block_hash: u128, rank: u32) {
     let mut stream = WordStream::new(block_hash, rank);
     let mut words = buf.chunks_exact_mut(8);
     for chunk in &mut words {
@@ -40,7 +40,7 @@ pub fn fill_shard(buf: &mut [u8], block_hash: u64, rank: u32) {
 ///
 /// # Errors
 /// [`VerifyError`] with the offset of the first differing byte.
-pub fn verify_shard(buf: &[u8], block_hash: u64, rank: u32) -> Result<(), VerifyError> {
+pub fn verify_shard(buf: &[u8], block_hash: u128, rank: u32) -> Result<(), VerifyError> {
     let mut stream = WordStream::new(block_hash, rank);
     let bad = |offset: usize| VerifyError {
         block_hash,
@@ -87,9 +87,12 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl WordStream {
-    fn new(block_hash: u64, rank: u32) -> Self {
+    fn new(block_hash: u128, rank: u32) -> Self {
         let rank_key = mix((u64::from(rank) + 1).wrapping_mul(GOLDEN));
-        WordStream(mix(block_hash ^ rank_key))
+        // Both halves of the hash count: blocks that differ only in the high 64 bits get
+        // different content.
+        let folded = mix(block_hash as u64) ^ mix((block_hash >> 64) as u64 ^ GOLDEN);
+        WordStream(mix(folded ^ rank_key))
     }
 
     fn next_word(&mut self) -> u64 {
@@ -136,7 +139,7 @@ mod tests {
         assert_eq!(err.first_bad_offset, 1234);
         assert_eq!(
             err.to_string(),
-            "shard of block 000000000000002a on rank 1 differs from its content at byte 1234 of 4099"
+            "shard of block 0000000000000000000000000000002a on rank 1 differs from its content at byte 1234 of 4099"
         );
         // A corrupted partial last word is found too.
         let mut page = vec![0u8; 19];

@@ -223,11 +223,11 @@ mod tests {
         assert_eq!(
             report.verify_samples,
             vec![
-                "rank 1: page 0: shard of block 000000000000000b on rank 1 differs from its content at byte 5 of 64 (the page holds other data)".to_string(),
+                "rank 1: page 0: shard of block 0000000000000000000000000000000b on rank 1 differs from its content at byte 5 of 64 (the page holds other data)".to_string(),
                 "rank 1: page 9 is out of range: the pool has 4 pages".to_string(),
-                "rank 1: page 2: shard of block 0000000000000007 on rank 1 differs from its content at byte 0 of 64 (the page still holds block 000000000000000a, its content before the load)".to_string(),
-                "rank 1: page 1: shard of block 0000000000000008 on rank 1 differs from its content at byte 0 of 64 (the page holds zeros)".to_string(),
-                "rank 1: page 2: shard of block 0000000000000007 on rank 1 differs from its content at byte 0 of 64 (the page holds neither this block nor its previous block 0000000000000003)".to_string(),
+                "rank 1: page 2: shard of block 00000000000000000000000000000007 on rank 1 differs from its content at byte 0 of 64 (the page still holds block 0000000000000000000000000000000a, its content before the load)".to_string(),
+                "rank 1: page 1: shard of block 00000000000000000000000000000008 on rank 1 differs from its content at byte 0 of 64 (the page holds zeros)".to_string(),
+                "rank 1: page 2: shard of block 00000000000000000000000000000007 on rank 1 differs from its content at byte 0 of 64 (the page holds neither this block nor its previous block 00000000000000000000000000000003)".to_string(),
             ]
         );
         assert!(compute_pages(&mut pool, 1, &hashes, &[PageId(4), PageId(0)]).is_err());
@@ -239,7 +239,7 @@ mod tests {
             task: TaskId { epoch: 1, seq },
             kind,
             request: tandem_proto::ids::RequestId(0),
-            hashes: hashes.iter().map(|&h| BlockHash(h)).collect(),
+            hashes: hashes.iter().map(|&h| BlockHash::from(h)).collect(),
             pages: pages.iter().map(|&p| PageId(p)).collect(),
         };
         let mut h = PageHistory::default();

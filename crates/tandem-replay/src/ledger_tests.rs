@@ -7,7 +7,7 @@ fn start(epoch: u64, seq: u64) -> StartView {
         task: TaskId { epoch, seq },
         kind: TaskKind::Store,
         request: RequestId(seq),
-        hashes: vec![BlockHash(seq)],
+        hashes: vec![BlockHash::from(seq)],
         pages: vec![PageId(0)],
     }
 }

@@ -132,7 +132,11 @@ impl RequestRun {
 
     /// The request's prefix block hashes.
     pub fn hashes(&self) -> Vec<BlockHash> {
-        self.record.hash_ids.iter().map(|&h| BlockHash(h)).collect()
+        self.record
+            .hash_ids
+            .iter()
+            .map(|&h| BlockHash::from(h))
+            .collect()
     }
 
     /// Whether the lookup has not been answered yet.

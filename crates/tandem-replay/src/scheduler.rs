@@ -158,10 +158,10 @@ impl Scheduler {
         if let Some(&h) = record
             .hash_ids
             .iter()
-            .find(|&&h| self.storing.contains_key(&BlockHash(h)))
+            .find(|&&h| self.storing.contains_key(&BlockHash::from(h)))
         {
             return Admission::WaitPrefix {
-                block: BlockHash(h),
+                block: BlockHash::from(h),
             };
         }
         if blocks > u64::from(self.pages.free()) {

@@ -346,7 +346,7 @@ impl SizeBench {
                 } else {
                     TierKind::Disk
                 };
-                store.store_pages(BlockHash(s), tier, &self.bufs, REGION, &page)?;
+                store.store_pages(BlockHash::from(s), tier, &self.bufs, REGION, &page)?;
             }
         }
         Ok(())
@@ -434,9 +434,9 @@ impl SizeBench {
                     dst[0].copy_from_slice(&self.pool[s * shard..(s + 1) * shard]);
                 }
                 Op::HostStore => {
-                    self.host.evict(BlockHash(slot));
+                    self.host.evict(BlockHash::from(slot));
                     self.host.store_pages(
-                        BlockHash(slot),
+                        BlockHash::from(slot),
                         TierKind::Host,
                         &self.bufs,
                         REGION,
@@ -445,7 +445,7 @@ impl SizeBench {
                 }
                 Op::HostLoad => {
                     self.host
-                        .load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
+                        .load_pages(BlockHash::from(slot), &mut self.bufs, REGION, &[page])?;
                 }
                 Op::Pwrite(direct) => {
                     let file = if direct {
@@ -484,9 +484,9 @@ impl SizeBench {
                         Some(&mut self.disk)
                     };
                     if let Some(store) = store {
-                        store.evict(BlockHash(slot));
+                        store.evict(BlockHash::from(slot));
                         store.store_pages(
-                            BlockHash(slot),
+                            BlockHash::from(slot),
                             TierKind::Disk,
                             &self.bufs,
                             REGION,
@@ -501,7 +501,7 @@ impl SizeBench {
                         Some(&mut self.disk)
                     };
                     if let Some(store) = store {
-                        store.load_pages(BlockHash(slot), &mut self.bufs, REGION, &[page])?;
+                        store.load_pages(BlockHash::from(slot), &mut self.bufs, REGION, &[page])?;
                     }
                 }
             }

@@ -59,9 +59,9 @@ impl ShardHasher {
     pub fn new(seed: BlockHash) -> Self {
         let mut regs = [0u64; 3];
         for (k, reg) in regs.iter_mut().enumerate() {
-            let mut bytes = [0u8; 9];
-            bytes[..8].copy_from_slice(&seed.0.to_le_bytes());
-            bytes[8] = k as u8;
+            let mut bytes = [0u8; 17];
+            bytes[..16].copy_from_slice(&seed.0.to_le_bytes());
+            bytes[16] = k as u8;
             *reg = u64::from(!crc32c::crc32c(&bytes));
         }
         ShardHasher {
@@ -326,7 +326,7 @@ mod tests {
             cuts in proptest::collection::vec(0usize..600, 0..6),
             seed in any::<u64>(),
         ) {
-            let seed = BlockHash(seed);
+            let seed = BlockHash::from(seed);
             let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
             cuts.sort_unstable();
             let mut hasher = ShardHasher::new(seed);

@@ -15,7 +15,7 @@ fn index(host: u64, disk: u64) -> GroupIndex {
 }
 
 fn h(n: u64) -> BlockHash {
-    BlockHash(n)
+    BlockHash::from(n)
 }
 
 fn store(ix: &mut GroupIndex, n: u64) -> Vec<Move> {
@@ -371,7 +371,7 @@ proptest! {
                 }
                 Op::Finish(i) if !pins.is_empty() => {
                     let (pin, id) = pins.remove(i % pins.len());
-                    let n = pin.hash().0;
+                    let n = pin.hash().low64();
                     match pin.purpose() {
                         PinPurpose::Store => {
                             let live = model.finish(n, id, true);

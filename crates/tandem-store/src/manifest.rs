@@ -5,7 +5,7 @@
 //! leaves either the old or the new manifest, never a torn one. It must never read tier slots:
 //! the store verifies entries against their bytes after loading a manifest.
 //!
-//! File format: the 8 bytes `TNDMANI1`, the CRC-32C of the payload (4 bytes, little-endian),
+//! File format: the 8 bytes `TNDMANI2`, the CRC-32C of the payload (4 bytes, little-endian),
 //! then the payload: the [`Manifest`] encoded with postcard. A manifest is rewritten whole on
 //! every flush (about 30 bytes per entry); the store flushes when asked, typically once per
 //! step, not per block.
@@ -23,7 +23,8 @@ use crate::block::{BlockHash, Location};
 /// The file name of the manifest inside the disk directory.
 pub const MANIFEST_FILE: &str = "manifest.bin";
 
-const MAGIC: &[u8; 8] = b"TNDMANI1";
+/// Version 2 (128-bit block hashes); a version-1 manifest is discarded whole at open.
+const MAGIC: &[u8; 8] = b"TNDMANI2";
 
 /// The tier geometry a manifest was written for; entries are meaningless under another one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -118,7 +118,10 @@ mod tests {
     fn rank(r: u32, blocks: &[(u64, TierKind)]) -> RankBlocks {
         RankBlocks {
             rank: Rank(r),
-            blocks: blocks.iter().map(|&(h, t)| (BlockHash(h), t)).collect(),
+            blocks: blocks
+                .iter()
+                .map(|&(h, t)| (BlockHash::from(h), t))
+                .collect(),
         }
     }
 

@@ -16,7 +16,7 @@ const SHARD: usize = 8 * 1024 + 8;
 
 /// Deterministic bytes for (rank, block): every rank's shard differs.
 fn shard(rank: usize, hash: BlockHash) -> Vec<u8> {
-    let mut x = hash.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (rank as u64 + 1);
+    let mut x = hash.low64().wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (rank as u64 + 1);
     (0..SHARD)
         .map(|_| {
             x ^= x << 13;
@@ -94,7 +94,7 @@ impl Group {
     }
 
     fn store(&mut self, n: u64) -> Result<Vec<Move>, IndexError> {
-        let hash = BlockHash(n);
+        let hash = BlockHash::from(n);
         let plan = self.index.begin_store(hash)?;
         self.apply(&plan.moves);
         for (r, store) in self.ranks.iter_mut().enumerate() {
@@ -105,7 +105,7 @@ impl Group {
     }
 
     fn load(&mut self, n: u64) -> (TierKind, Vec<Move>) {
-        let hash = BlockHash(n);
+        let hash = BlockHash::from(n);
         let plan = self.index.begin_load(hash).unwrap();
         self.apply(&plan.moves);
         for (r, store) in self.ranks.iter_mut().enumerate() {

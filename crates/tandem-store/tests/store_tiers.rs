@@ -80,7 +80,7 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
                 TierKind::Disk
             };
             let data = random(&mut rng, SHARD);
-            let loc = store.store_shard(BlockHash(n), tier, &data).unwrap();
+            let loc = store.store_shard(BlockHash::from(n), tier, &data).unwrap();
             assert_eq!(loc.tier, tier);
             shards.push(data);
         }
@@ -93,7 +93,9 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         );
         for (n, data) in shards.iter().enumerate() {
             let mut out = vec![0u8; SHARD];
-            store.load_shard(BlockHash(n as u64), &mut out).unwrap();
+            store
+                .load_shard(BlockHash::from(n as u64), &mut out)
+                .unwrap();
             assert!(out == *data, "block {n} in {mode:?}");
         }
         // Demote a host shard, promote a disk shard, and read both back.
@@ -105,7 +107,9 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         assert_eq!(store.location(BlockHash(3)).unwrap().tier, TierKind::Host);
         for n in [0usize, 3] {
             let mut out = vec![0u8; SHARD];
-            store.load_shard(BlockHash(n as u64), &mut out).unwrap();
+            store
+                .load_shard(BlockHash::from(n as u64), &mut out)
+                .unwrap();
             assert!(out == shards[n], "block {n} after moving");
         }
     }

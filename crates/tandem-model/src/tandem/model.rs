@@ -222,7 +222,7 @@ impl Model for TandemModel {
                 let page = PageId(u32::from(s.stores_started));
                 s.leader.start_store(
                     RequestId(n),
-                    vec![BlockHash(n)],
+                    vec![BlockHash::from(n)],
                     vec![page],
                     vec![Tier::Host],
                 );

@@ -19,7 +19,8 @@ use thiserror::Error;
 /// The two bytes that open every message.
 pub const MAGIC: [u8; 2] = *b"TD";
 /// The envelope and payload encoding version this build speaks.
-pub const WIRE_VERSION: u16 = 1;
+/// Version 2: block hashes are 128 bits (16 bytes on the wire).
+pub const WIRE_VERSION: u16 = 2;
 /// Bytes of the envelope header before the payload.
 pub const HEADER_LEN: usize = 8;
 

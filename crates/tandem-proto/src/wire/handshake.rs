@@ -22,7 +22,8 @@ use std::fmt;
 use thiserror::Error;
 
 /// The protocol version this build speaks (frame semantics, message set, handshake rules).
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version 2: 128-bit block hashes.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// 32 random bytes the leader sends in a challenge.
 pub type Nonce = [u8; 32];
@@ -260,7 +261,14 @@ mod tests {
         p.protocol_version = 9;
         assert_eq!(
             check(&p, 1),
-            Err(HandshakeError::ProtocolVersion { ours: 1, theirs: 9 })
+            Err(HandshakeError::ProtocolVersion { ours: 2, theirs: 9 })
+        );
+        // A rank of the 64-bit-hash release is refused by name.
+        let mut p = membership();
+        p.protocol_version = 1;
+        assert_eq!(
+            check(&p, 1).map_err(|e| e.to_string()),
+            Err(HandshakeError::ProtocolVersion { ours: 2, theirs: 1 }.to_string())
         );
 
         let mut p = membership();
