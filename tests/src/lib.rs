@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod engines;
 pub mod redis;
+pub mod traces;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
