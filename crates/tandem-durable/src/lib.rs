@@ -55,9 +55,7 @@
 //! - [`trim`]: [`CompletionLog::trim`] and its pure trim-point computation.
 //! - [`supervisor`]: epoch counter, [`SupervisorState`], membership.
 //! - [`tracker`]: [`AckTracker`], sans IO.
-//! - [`mod@bench`]: [`bench_append`], the write-ahead cost against same-run baselines.
 
-pub mod bench;
 pub mod conn;
 pub mod error;
 pub mod id;
@@ -70,7 +68,6 @@ pub mod supervisor;
 pub mod tracker;
 pub mod trim;
 
-pub use bench::{bench_append, AppendBench, AppendBenchRow};
 pub use conn::ConnTimeouts;
 pub use error::{mask_url, DurableError, Result};
 pub use id::StreamEntryId;

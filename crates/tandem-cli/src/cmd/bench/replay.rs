@@ -141,7 +141,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     })
 }
 
-fn read_trace(path: &PathBuf, limit: Option<usize>) -> anyhow::Result<Vec<TraceRecord>> {
+fn read_trace(path: &std::path::Path, limit: Option<usize>) -> anyhow::Result<Vec<TraceRecord>> {
     let mut reader = open_trace(path, MalformedPolicy::Skip).context(
         "bench replay reads its trace relative to the repository root unless --trace is given",
     )?;
