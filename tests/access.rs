@@ -1,4 +1,4 @@
-//! Issue 9, access control with real processes:
+//! Access control with real processes (docs/RELIABILITY.md; docs/DESIGN.md invariant 7):
 //!
 //! - the leader admits a peer only with a proof of the group secret: a wrong secret, no
 //!   secret, or a proof replayed from another connection is refused `BadSecret`, logged

@@ -1,4 +1,4 @@
-//! Issue 4: N real agent processes on loopback with simulated engines: stores, then loads, of
+//! N real agent processes on loopback with simulated engines: stores, then loads, of
 //! random blocks, verified byte for byte on every rank.
 
 use std::sync::atomic::{AtomicU64, Ordering};

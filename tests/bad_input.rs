@@ -1,4 +1,4 @@
-//! Issue 9, bad input against real processes: garbage, huge length headers and truncated
+//! Bad input against real processes (docs/RELIABILITY.md): garbage, huge length headers and truncated
 //! messages on a live agent's engine socket and on the leader's peer port; malformed HTTP
 //! requests to an agent and to the supervisor; malformed trace lines through `tandem replay`;
 //! configuration files and environment variables with wrong types or unknown keys.

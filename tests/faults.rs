@@ -1,4 +1,4 @@
-//! Issue 9, faults with real processes and a real `redis-server` on a free port. Each test
+//! Faults with real processes (docs/RELIABILITY.md) and a real `redis-server` on a free port. Each test
 //! checks what the group did, prints its figures as `FIGURE fault=... key=value` lines (read by
 //! `scripts/fault-suite.sh` for docs/RELIABILITY.md), and checks the invariants afterwards: no
 //! outcome lost, duplicated or corrupted, no mismatch, no wait past its deadline.
@@ -508,8 +508,8 @@ fn engine_connections_cut_during_a_replay() {
 }
 
 /// The leader's engine sends a store and dies before reading the answer (its process was
-/// killed): a rank failure (DESIGN.md: "When any rank fails, the whole group moves to a new
-/// epoch"), so the group must restart, and the store must be reported exactly once (finished or
+/// killed): a rank failure (docs/DESIGN.md invariant 4: when any rank fails, the whole group
+/// moves to a new epoch), so the group must restart, and the store must be reported exactly once (finished or
 /// aborted) to the engine that takes over, or never, if it never started.
 #[test]
 fn an_engine_that_dies_mid_store_moves_the_group_to_a_new_epoch() {

@@ -1,4 +1,4 @@
-//! Issue 4, "the FlexKV asymmetric drain": the failure that breaks SGLang's FlexKV connector,
+//! "The FlexKV asymmetric drain" (docs/DESIGN.md invariants 1 and 2): the failure that breaks SGLang's FlexKV connector,
 //! replayed against real agents.
 //!
 //! Four agent processes (pp 2 × tp 2) on loopback. The leader engine runs 10,000 steps and, at

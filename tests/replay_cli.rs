@@ -1,4 +1,4 @@
-//! Issue 7: `tandem replay --json` on the first 300 requests of each Mooncake trace, on a local
+//! `tandem replay --json` on the first 300 requests of each Mooncake trace, on a local
 //! cluster the command starts itself (its own redis-server, supervisor and agents), with and
 //! without chaos (`--chaos kill-agent:1.5`, SIGKILL to a random agent every 1.5 s).
 //!

@@ -1,4 +1,4 @@
-//! Issue 5: group restarts with real processes. A real `redis-server` on a free port, one
+//! Group restarts with real processes (docs/DESIGN.md invariants 4 and 5). A real `redis-server` on a free port, one
 //! `tandem agent` process per rank, a `tandem supervisor` process, and simulated engines
 //! (`tandem_replay::run_replay`) storing and loading through the agents while the test kills
 //! things: a follower agent, the leader agent, the supervisor, Redis itself, and agents again

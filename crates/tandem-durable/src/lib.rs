@@ -1,6 +1,6 @@
 //! Tandem's Redis layer: durable completions, per-rank delivery tracking, recovery for a new
 //! epoch, bounded stream growth, the epoch counter, the supervisor's state and membership
-//! (DESIGN.md invariants 4 and 5; issue 5).
+//! (docs/DESIGN.md invariants 4 and 5).
 //!
 //! One [`CompletionLog`] per group holds one self-reconnecting connection. Every call has a
 //! deadline and ends in a [`DurableError`] (never waits forever); while Redis is unreachable
