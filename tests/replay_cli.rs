@@ -15,18 +15,10 @@
 //! a time.
 
 use std::process::Stdio;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tandem_tests::traces::mooncake_trace;
-use tandem_tests::{tandem, ChildGuard};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One replay at a time: each runs a whole cluster.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use tandem_tests::{serial, tandem, ChildGuard};
 
 /// Longest a 300-request replay may take, chaos included.
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
