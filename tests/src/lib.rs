@@ -21,8 +21,10 @@
 //!   exit waits.
 //! - [`engines`]: content fill and check of shards, a seeded random source, frame digests,
 //!   engine connections and the reading of agent errors.
-//! - [`replay`]: replays through a group: in-process ([`replay::InProcessReplay`]) and as a
-//!   `tandem replay` process ([`replay::ReplayCli`]), and the exactly-once checks.
+//! - [`replay`]: in-process replays through a group ([`replay::InProcessReplay`]) and the
+//!   exactly-once checks.
+//! - [`replay_process`]: a `tandem replay` process with its own cluster
+//!   ([`replay_process::ReplayCli`]), that cluster seen from outside, and how the run ended.
 //! - [`proxy`]: a cuttable Unix-socket proxy between engines and agents.
 //! - [`netns`] and [`tmpfs`]: a network namespace to partition a rank, a small tmpfs to fill
 //!   (root only; the tests that need them skip otherwise).
@@ -39,6 +41,7 @@ pub mod procs;
 pub mod proxy;
 pub mod redis;
 pub mod replay;
+pub mod replay_process;
 pub mod supervisor;
 pub mod tmpfs;
 pub mod traces;
