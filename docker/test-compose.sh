@@ -114,10 +114,10 @@ UP=0
 TMPD=$(mktemp -d /tmp/tandem-test-compose.XXXXXX)
 # The replay demo's traces: the Mooncake conversation trace when it is there, else the
 # synthetic workload (and an empty directory, so that Docker creates nothing on the host).
-export TANDEM_TRACE_DIR="${TANDEM_TRACE_DIR:-$REPO/../shared/data/traces}"
+export TANDEM_TRACE_DIR="${TANDEM_TRACE_DIR:-$REPO/data/traces}"
 if [ -z "${TANDEM_REPLAY_ARGS:-}" ]; then
-    if [ -f "$TANDEM_TRACE_DIR/mooncake_conversation_trace.jsonl" ]; then
-        TANDEM_REPLAY_ARGS="--pp 2 --tp 2 --trace /traces/mooncake_conversation_trace.jsonl --limit 200"
+    if [ -f "$TANDEM_TRACE_DIR/mooncake_conversation_trace.jsonl.gz" ]; then
+        TANDEM_REPLAY_ARGS="--pp 2 --tp 2 --trace /traces/mooncake_conversation_trace.jsonl.gz --limit 200"
     else
         mkdir -p "$TMPD/traces" && TANDEM_TRACE_DIR="$TMPD/traces"
         TANDEM_REPLAY_ARGS="--pp 2 --tp 2 --limit 200"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full fault and bad-input suite of docs/RELIABILITY.md (issue 9): the same tests CI runs
+# The full fault and bad-input suite of docs/RELIABILITY.md: the same tests CI runs
 # (tests/faults.rs, tests/bad_input.rs, tests/access.rs, the fuzzers of tandem-proto and
 # tandem-client), with more rounds, more requests and more fuzz cases, each test run on its own
 # and repeated, with its pass/fail, its wall time and every FIGURE line it printed collected in

@@ -1,4 +1,4 @@
-//! Issue 9, access control with real processes:
+//! Access control with real processes (docs/RELIABILITY.md; docs/DESIGN.md invariant 7):
 //!
 //! - the leader admits a peer only with a proof of the group secret: a wrong secret, no
 //!   secret, or a proof replayed from another connection is refused `BadSecret`, logged
@@ -8,12 +8,9 @@
 //! - Redis credentials in the URL (file or `TANDEM__REDIS__URL`) never appear in a log,
 //!   `/status`, `/metrics` or the status page, on the happy path or when Redis refuses them.
 
-use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tandem_proto::ids::{Epoch, GroupId, Rank};
@@ -22,26 +19,14 @@ use tandem_proto::wire::{
 };
 use tandem_proto::ConfigFingerprint;
 use tandem_tests::cluster::{http_get, Group, GroupSpec, TEST_SECRET};
-use tandem_tests::{free_port, tandem, ChildGuard};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use tandem_tests::procs::{is_loopback, listening};
+use tandem_tests::redis::{RedisOptions, RedisServer};
+use tandem_tests::{free_port, serial, tandem, ChildGuard};
 
 const READY: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------------
 // Peers and the group secret.
-
-fn leader_addr(g: &Group) -> String {
-    let text = std::fs::read_to_string(&g.config).expect("config");
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("leader_addr = "))
-        .map(|v| v.trim_matches('"').to_string())
-        .expect("leader_addr")
-}
 
 /// Read one message from the peer port (the leader writes whole messages).
 fn read_msg(s: &mut TcpStream) -> Option<Message> {
@@ -152,7 +137,7 @@ fn peers_are_admitted_only_with_the_group_secret() {
     let g = Group::start(&GroupSpec::new(1, 2));
     g.wait_ready(READY);
     let before = ready_epochs(&g);
-    let addr = leader_addr(&g);
+    let addr = g.leader_addr();
     let wrong = b"not-the-group-secret-but-long-enough";
 
     // The control: the right secret for a rank that is already in passes the secret check and
@@ -246,55 +231,6 @@ fn peers_are_admitted_only_with_the_group_secret() {
 // ---------------------------------------------------------------------------------------------
 // Listening addresses.
 
-/// `(address, port)` of every TCP socket `pid` listens on, from `/proc/net/tcp{,6}`.
-fn listening(pid: u32) -> Vec<(String, u16)> {
-    let mut inodes = BTreeSet::new();
-    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let t = target.to_string_lossy();
-                if let Some(inode) = t.strip_prefix("socket:[").and_then(|x| x.strip_suffix(']')) {
-                    inodes.insert(inode.to_string());
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 || f[3] != "0A" || !inodes.contains(f[9]) {
-                continue;
-            }
-            let (addr, port) = f[1].split_once(':').expect("addr:port");
-            let port = u16::from_str_radix(port, 16).expect("port");
-            out.push((decode_addr(addr, v6), port));
-        }
-    }
-    out
-}
-
-/// `/proc/net/tcp` addresses: IPv4 as one little-endian u32, IPv6 as four of them.
-fn decode_addr(hex: &str, v6: bool) -> String {
-    let words: Vec<u32> = (0..hex.len() / 8)
-        .map(|i| u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16).expect("hex"))
-        .collect();
-    if !v6 {
-        return std::net::Ipv4Addr::from(words[0].to_le_bytes()).to_string();
-    }
-    let mut bytes = [0u8; 16];
-    for (i, w) in words.iter().enumerate() {
-        bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
-    }
-    std::net::Ipv6Addr::from(bytes).to_string()
-}
-
-fn is_loopback(addr: &str) -> bool {
-    addr.parse::<std::net::IpAddr>()
-        .is_ok_and(|a| a.is_loopback())
-}
-
 fn wait_listening(pid: u32, n: usize) -> Vec<(String, u16)> {
     let started = Instant::now();
     loop {
@@ -350,14 +286,14 @@ fn every_port_binds_loopback_unless_configured_otherwise() {
         g.agents.push(Some(ChildGuard(child)));
     }
     g.wait_ready(READY);
-    let redis = LocalRedis::start(&[]);
+    let redis = RedisServer::start();
     let sup_log = std::fs::File::create(g.path().join("supervisor.log")).expect("log");
     let sup = ChildGuard(
         tandem()
             .arg("supervisor")
             .arg("--config")
             .arg(&g.config)
-            .env("TANDEM__REDIS__URL", redis.url(""))
+            .env("TANDEM__REDIS__URL", redis.url())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(sup_log)
@@ -424,72 +360,6 @@ fn every_port_binds_loopback_unless_configured_otherwise() {
 // ---------------------------------------------------------------------------------------------
 // Redis credentials.
 
-/// A `redis-server` child with its own port and directory, killed when dropped.
-struct LocalRedis {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl LocalRedis {
-    fn start(extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(extra)
-                .arg("--dir")
-                .arg(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server is installed (apt-get install redis-server; scripts/test.sh does)");
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Self {
-                        child,
-                        port,
-                        _dir: dir,
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("redis-server did not start");
-    }
-
-    /// `redis://{userinfo}127.0.0.1:PORT` (`userinfo` such as `":pass@"`).
-    fn url(&self, userinfo: &str) -> String {
-        format!("redis://{userinfo}127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for LocalRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn supervisor_addr(config: &Path) -> (String, u16) {
-    let text = std::fs::read_to_string(config).expect("config");
-    let a = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("http_addr = "))
-        .map(|v| v.trim_matches('"').to_string())
-        .expect("http_addr");
-    let (h, p) = a.rsplit_once(':').expect("host:port");
-    (h.to_string(), p.parse().expect("port"))
-}
-
 /// Every text an operator can see: logs, and each HTTP endpoint of every process.
 fn visible_text(
     g: &Group,
@@ -539,12 +409,15 @@ fn redis_credentials_never_appear_in_logs_status_or_metrics() {
     let _serial = serial();
     const PASS: &str = "Redis-Pa55word-Do-Not-Print-7f3a";
     const WRONG: &str = "Wrong-Pa55word-Do-Not-Print-c9d1";
-    let redis = LocalRedis::start(&["--requirepass", PASS]);
+    let redis = RedisServer::start_with_options(RedisOptions {
+        extra_args: vec!["--requirepass".into(), PASS.into()],
+        ..RedisOptions::default()
+    });
 
     // The password in the configuration file for the agents, in TANDEM__REDIS__URL for the
     // supervisor; debug logging everywhere, so that every connection line is written.
     let mut spec = GroupSpec::new(1, 2);
-    spec.redis_url = redis.url(&format!(":{PASS}@"));
+    spec.redis_url = redis.url_with_userinfo(&format!(":{PASS}@"));
     spec.extra_toml = String::new();
     let mut g = Group::configure(&spec);
     let text = std::fs::read_to_string(&g.config)
@@ -555,14 +428,17 @@ fn redis_credentials_never_appear_in_logs_status_or_metrics() {
         let child = g.agent_command(rank).spawn().expect("spawn agent");
         g.agents.push(Some(ChildGuard(child)));
     }
-    let sup_addr = supervisor_addr(&g.config);
+    let sup_addr = g.supervisor_http();
     let sup_log = g.path().join("supervisor.log");
     let sup = ChildGuard(
         tandem()
             .arg("supervisor")
             .arg("--config")
             .arg(&g.config)
-            .env("TANDEM__REDIS__URL", redis.url(&format!("default:{PASS}@")))
+            .env(
+                "TANDEM__REDIS__URL",
+                redis.url_with_userinfo(&format!("default:{PASS}@")),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&sup_log).expect("log"))
@@ -584,11 +460,11 @@ fn redis_credentials_never_appear_in_logs_status_or_metrics() {
     }
     // Redis unreachable for a moment, so that error paths (which may print the URL) run too.
     // SAFETY: kill(2) on our own redis-server child.
-    unsafe { libc::kill(redis.child.id() as i32, libc::SIGSTOP) };
+    unsafe { libc::kill(redis.pid() as i32, libc::SIGSTOP) };
     std::thread::sleep(Duration::from_millis(2500));
     let during = visible_text(&g, &sup_addr, std::slice::from_ref(&sup_log));
     // SAFETY: as above.
-    unsafe { libc::kill(redis.child.id() as i32, libc::SIGCONT) };
+    unsafe { libc::kill(redis.pid() as i32, libc::SIGCONT) };
     assert_absent(&during, &[PASS]);
     std::thread::sleep(Duration::from_millis(2000));
 
@@ -608,7 +484,7 @@ fn redis_credentials_never_appear_in_logs_status_or_metrics() {
     let wrong_log = g.path().join("supervisor-wrong.log");
     let wrong_port = free_port();
     let mut wrong_cfg = std::fs::read_to_string(&g.config).expect("config");
-    let (_, old_port) = supervisor_addr(&g.config);
+    let (_, old_port) = g.supervisor_http();
     wrong_cfg = wrong_cfg.replace(
         &format!("127.0.0.1:{old_port}"),
         &format!("127.0.0.1:{wrong_port}"),
@@ -620,7 +496,10 @@ fn redis_credentials_never_appear_in_logs_status_or_metrics() {
             .arg("supervisor")
             .arg("--config")
             .arg(&wrong_path)
-            .env("TANDEM__REDIS__URL", redis.url(&format!(":{WRONG}@")))
+            .env(
+                "TANDEM__REDIS__URL",
+                redis.url_with_userinfo(&format!(":{WRONG}@")),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&wrong_log).expect("log"))

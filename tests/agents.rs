@@ -1,4 +1,4 @@
-//! Issue 4: N real agent processes on loopback with simulated engines: stores, then loads, of
+//! N real agent processes on loopback with simulated engines: stores, then loads, of
 //! random blocks, verified byte for byte on every rank.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,26 +9,9 @@ use tandem_client::{AgentError, ClientError, EngineClient, PagePool};
 use tandem_proto::frame::{Frame, OutcomeResult};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step, TaskId};
 use tandem_tests::cluster::{Group, GroupSpec};
+use tandem_tests::engines::{connect_engine, fill, holds};
 
 const DEADLINE: Duration = Duration::from_secs(5);
-
-/// Deterministic content of `hash`'s shard on `rank`.
-fn fill(buf: &mut [u8], hash: u64, rank: u32) {
-    let mut x = hash ^ (u64::from(rank) << 56) ^ 0x9e37_79b9_7f4a_7c15;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-}
-
-fn expected(len: usize, hash: u64, rank: u32) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    fill(&mut v, hash, rank);
-    v
-}
 
 /// What every engine saw, for the checks at the end.
 #[derive(Default)]
@@ -36,16 +19,12 @@ struct Seen {
     /// (rank, task) of every load verified byte for byte.
     verified: Vec<(u32, TaskId)>,
     /// Mismatches: (rank, block, page).
-    bad: Vec<(u32, u64, u32)>,
+    bad: Vec<(u32, u128, u32)>,
 }
 
+/// `rank`'s engine with a pool of 64 pages.
 fn connect(g: &Group, rank: u32) -> (EngineClient, PagePool) {
-    let mut c = EngineClient::connect(g.socket(rank), rank, Duration::from_secs(20))
-        .expect("engine connects");
-    let shard = c.welcome().shard_bytes;
-    let pool = PagePool::create(g.pool_path(rank), 64, shard).expect("page pool");
-    c.register_buffer(&pool).expect("register");
-    (c, pool)
+    connect_engine(&g.socket(rank), &g.pool_path(rank), rank, 64)
 }
 
 /// A follower engine: reads every frame in order, verifies the pages of finished loads, acks.
@@ -91,8 +70,8 @@ fn verify_loads(
             let mut s = seen.lock().unwrap();
             for (h, p) in hashes.iter().zip(&pages) {
                 let got = pool.page(*p).unwrap();
-                if got != expected(got.len(), h.low64(), rank).as_slice() {
-                    s.bad.push((rank, h.low64(), p.0));
+                if !holds(got, h.0, rank) {
+                    s.bad.push((rank, h.0, p.0));
                 }
             }
             s.verified.push((rank, o.task));
@@ -113,7 +92,11 @@ fn store_then_load(pp: u32, tp: u32) {
     let mut engines: Vec<(EngineClient, PagePool)> = (0..world).map(|r| connect(&g, r)).collect();
     for (rank, (_, pool)) in engines.iter_mut().enumerate() {
         for (i, h) in blocks.iter().enumerate() {
-            fill(pool.page_mut(PageId(i as u32)).unwrap(), *h, rank as u32);
+            fill(
+                pool.page_mut(PageId(i as u32)).unwrap(),
+                u128::from(*h),
+                rank as u32,
+            );
         }
     }
     let (mut leader, leader_pool) = engines.remove(0);

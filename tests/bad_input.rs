@@ -1,4 +1,4 @@
-//! Issue 9, bad input against real processes: garbage, huge length headers and truncated
+//! Bad input against real processes (docs/RELIABILITY.md): garbage, huge length headers and truncated
 //! messages on a live agent's engine socket and on the leader's peer port; malformed HTTP
 //! requests to an agent and to the supervisor; malformed trace lines through `tandem replay`;
 //! configuration files and environment variables with wrong types or unknown keys.
@@ -11,7 +11,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::process::Stdio;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tandem_client::wire::{read_message, write_message, MAX_MESSAGE_BYTES};
@@ -20,21 +19,9 @@ use tandem_proto::ids::Step;
 use tandem_proto::wire::{HEADER_LEN, MAGIC, WIRE_VERSION};
 use tandem_tests::cluster::{http_get, Group, GroupSpec};
 use tandem_tests::engines::{connect_engine, Rng};
-use tandem_tests::{free_port, tandem, ChildGuard};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One test at a time: each runs a group of processes on a shared machine.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn rounds() -> u64 {
-    std::env::var("TANDEM_BAD_INPUT_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12)
-}
+use tandem_tests::figures::{bad_input_rounds, figure};
+use tandem_tests::procs::pid_rss_kib;
+use tandem_tests::{free_port, serial, tandem, ChildGuard};
 
 const READY: Duration = Duration::from_secs(30);
 /// How long a process may take to close a connection it must close (a generous bound, not a
@@ -43,34 +30,6 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(15);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
-
-/// One line of figures for scripts/fault-suite.sh: `FIGURE fault=NAME key=value ...`.
-fn figure(fault: &str, kv: &[(&str, String)]) {
-    let rest: Vec<String> = kv
-        .iter()
-        .map(|(k, v)| format!("{k}={}", v.replace(char::is_whitespace, "_")))
-        .collect();
-    println!("\nFIGURE fault={fault} {}", rest.join(" "));
-}
-
-/// `/readyz` of every rank answers 200 with the same epoch; that epoch.
-fn ready_epoch(g: &Group) -> u64 {
-    let mut epoch = None;
-    for r in 0..g.world_size {
-        let (code, body) = g
-            .http_get(r, "/readyz")
-            .unwrap_or_else(|| panic!("rank {r} /readyz does not answer; log:\n{}", g.log(r)));
-        assert_eq!(code, 200, "rank {r} not ready: {body}\nlog:\n{}", g.log(r));
-        let v: serde_json::Value = serde_json::from_str(&body).expect("readyz JSON");
-        let e = v["epoch"].as_u64().expect("readyz names the epoch");
-        assert!(
-            epoch.is_none_or(|x| x == e),
-            "ranks disagree on the epoch: {body}"
-        );
-        epoch = Some(e);
-    }
-    epoch.expect("at least one rank")
-}
 
 fn healthz(g: &Group, rank: u32) {
     let answer = g.http_get(rank, "/healthz");
@@ -163,24 +122,6 @@ fn bad_request(reply: &EngineReply) -> Option<&str> {
     }
 }
 
-fn pid_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn leader_addr(g: &Group) -> String {
-    let text = std::fs::read_to_string(&g.config).expect("config");
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("leader_addr = "))
-        .map(|v| v.trim_matches('"').to_string())
-        .expect("leader_addr in the config")
-}
-
 fn peer_stream(addr: &str) -> TcpStream {
     let s =
         TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to the leader at {addr}: {e}"));
@@ -204,7 +145,7 @@ fn engine_socket_garbage_leaves_the_agent_serving() {
     let _serial = serial();
     let g = Group::start(&GroupSpec::new(1, 2));
     g.wait_ready(READY);
-    let epoch = ready_epoch(&g);
+    let epoch = g.ready_epoch();
     valid_step(&g, "before");
     let limit = MAX_MESSAGE_BYTES;
 
@@ -282,7 +223,7 @@ fn engine_socket_garbage_leaves_the_agent_serving() {
         // Seeded random garbage; the writer then closes its side.
         let mut rng = Rng::new(0xbad0 + u64::from(rank));
         let mut answered = 0;
-        for _ in 0..rounds() {
+        for _ in 0..bad_input_rounds() {
             let n = rng.range(1, 300) as usize;
             let mut bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
             if rng.chance(0.5) {
@@ -297,7 +238,7 @@ fn engine_socket_garbage_leaves_the_agent_serving() {
         }
         println!(
             "rank {rank}: {} random garbage connections, {answered} replies (all well-formed)",
-            rounds()
+            bad_input_rounds()
         );
         healthz(&g, rank);
         figure(
@@ -305,14 +246,14 @@ fn engine_socket_garbage_leaves_the_agent_serving() {
             &[
                 ("rank", rank.to_string()),
                 ("fixed_cases", "7".into()),
-                ("random_connections", rounds().to_string()),
+                ("random_connections", bad_input_rounds().to_string()),
                 ("replies_all_well_formed", answered.to_string()),
                 ("healthz", "200".into()),
             ],
         );
     }
     assert_eq!(
-        ready_epoch(&g),
+        g.ready_epoch(),
         epoch,
         "bad input on an engine socket moved the group to another epoch"
     );
@@ -329,7 +270,7 @@ fn idle_connections_claiming_the_largest_message_leave_the_group_serving() {
     let _serial = serial();
     let g = Group::start(&GroupSpec::new(1, 2));
     g.wait_ready(READY);
-    let epoch = ready_epoch(&g);
+    let epoch = g.ready_epoch();
     valid_step(&g, "before");
     let limit = MAX_MESSAGE_BYTES;
     let connections = 16;
@@ -353,14 +294,14 @@ fn idle_connections_claiming_the_largest_message_leave_the_group_serving() {
     println!("\nFIGURE fault=engine_socket_idle_max_headers connections={connections} claimed_bytes={limit} rss_before_kib={before} rss_peak_kib={peak} growth_kib={}", peak.saturating_sub(before));
     healthz(&g, 1);
     assert_eq!(
-        ready_epoch(&g),
+        g.ready_epoch(),
         epoch,
         "idle engine connections moved the group to another epoch"
     );
     valid_step(&g, "while-held");
     drop(held);
     healthz(&g, 1);
-    assert_eq!(ready_epoch(&g), epoch);
+    assert_eq!(g.ready_epoch(), epoch);
     valid_step(&g, "after-held");
 }
 
@@ -372,8 +313,8 @@ fn peer_port_garbage_leaves_the_group_serving() {
     let _serial = serial();
     let g = Group::start(&GroupSpec::new(1, 2));
     g.wait_ready(READY);
-    let epoch = ready_epoch(&g);
-    let addr = leader_addr(&g);
+    let epoch = g.ready_epoch();
+    let addr = g.leader_addr();
     let challenge_len = HEADER_LEN + 1 + 32;
 
     // Each of these is answered with the challenge, then the connection is closed.
@@ -438,7 +379,7 @@ fn peer_port_garbage_leaves_the_group_serving() {
     println!("16 silent peers and one partial hello were closed after {closed_after:?} (handshake_timeout_ms = 2000)");
     // Seeded random garbage.
     let mut rng = Rng::new(0x9ee7);
-    for _ in 0..rounds() {
+    for _ in 0..bad_input_rounds() {
         let n = rng.range(1, 300) as usize;
         let mut bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
         if rng.chance(0.5) {
@@ -466,7 +407,7 @@ fn peer_port_garbage_leaves_the_group_serving() {
     healthz(&g, 0);
     healthz(&g, 1);
     assert_eq!(
-        ready_epoch(&g),
+        g.ready_epoch(),
         epoch,
         "bad input on the peer port moved the group to another epoch"
     );
@@ -477,7 +418,7 @@ fn peer_port_garbage_leaves_the_group_serving() {
             ("fixed_cases", (cases.len() + 1).to_string()),
             ("silent_connections", "17".into()),
             ("closed_after_ms", closed_after.as_millis().to_string()),
-            ("random_connections", rounds().to_string()),
+            ("random_connections", bad_input_rounds().to_string()),
             ("epoch_unchanged", "yes".into()),
         ],
     );
@@ -633,13 +574,13 @@ fn malformed_http_leaves_agent_and_supervisor_serving() {
     let _serial = serial();
     let g = Group::start(&GroupSpec::new(1, 2));
     g.wait_ready(READY);
-    let epoch = ready_epoch(&g);
+    let epoch = g.ready_epoch();
     check_http_port("agent rank 0", &format!("127.0.0.1:{}", g.http_base_port));
     check_http_port(
         "agent rank 1",
         &format!("127.0.0.1:{}", g.http_base_port + 1),
     );
-    assert_eq!(ready_epoch(&g), epoch);
+    assert_eq!(g.ready_epoch(), epoch);
 
     // The supervisor serves HTTP while it looks for Redis: point it at a port nobody listens on.
     let text = std::fs::read_to_string(&g.config).expect("config");

@@ -1,4 +1,4 @@
-//! Issue 4, "the FlexKV asymmetric drain": the failure that breaks SGLang's FlexKV connector,
+//! "The FlexKV asymmetric drain" (docs/DESIGN.md invariants 1 and 2): the failure that breaks SGLang's FlexKV connector,
 //! replayed against real agents.
 //!
 //! Four agent processes (pp 2 × tp 2) on loopback. The leader engine runs 10,000 steps and, at
@@ -28,6 +28,7 @@ use tandem_proto::frame::{Frame, OutcomeResult};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step, TaskId, TaskKind};
 use tandem_tests::cluster::{Group, GroupSpec};
 use tandem_tests::engines::{connect_engine, fill, frame_digest, holds, Rng};
+use tandem_tests::tail;
 
 /// Steps the leader runs with tasks (more follow only while tasks are still in flight).
 const STEPS: u64 = 10_000;
@@ -541,7 +542,7 @@ fn flexkv_asymmetric_drain_ten_thousand_steps() {
     assert!(
         errors.is_empty(),
         "engines failed: {errors:#?}\n--- leader log tail:\n{}",
-        tail(&g.log(0))
+        tail(&g.log(0), 30)
     );
     println!(
         "flexkv drain: {} steps in {:.2} s = {:.0} steps/s; {} stores, {} lookups, {} loads; slowest task took {} steps",
@@ -674,9 +675,4 @@ fn flexkv_asymmetric_drain_ten_thousand_steps() {
             && logs[3].old_rereads > 0,
         "follower pressure profiles did not apply"
     );
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }

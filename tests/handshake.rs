@@ -1,4 +1,4 @@
-//! Issue 4, checked membership (DESIGN.md invariant 7) with real processes: a follower that
+//! Checked membership (docs/DESIGN.md invariant 7) with real processes: a follower that
 //! differs from its leader in protocol version, group secret or model layout is refused with a
 //! message naming what differs, exits non-zero, and leaves the leader able to admit the right
 //! follower. No log ever contains a group secret.

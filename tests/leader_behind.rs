@@ -1,4 +1,4 @@
-//! Issue 4, bounded waiting and fencing at the engine endpoint (DESIGN.md invariants 4 and 6),
+//! Bounded waiting and fencing at the engine endpoint (docs/DESIGN.md invariants 4 and 6),
 //! against real agent processes.
 //!
 //! - A follower engine asking for a step far beyond the leader gets the typed

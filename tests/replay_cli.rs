@@ -1,4 +1,4 @@
-//! Issue 7: `tandem replay --json` on the first 300 requests of each Mooncake trace, on a local
+//! `tandem replay --json` on the first 300 requests of each Mooncake trace, on a local
 //! cluster the command starts itself (its own redis-server, supervisor and agents), with and
 //! without chaos (`--chaos kill-agent:1.5`, SIGKILL to a random agent every 1.5 s).
 //!
@@ -10,41 +10,18 @@
 //! about 4 to 5 s for 300 requests). At full rate the 300 requests finish in about 1.2 s,
 //! before the first kill at 1.5 s, and the chaos would test nothing.
 //!
-//! The traces are read from `../shared/data/traces/` next to the repository
-//! (`$TANDEM_TRACE_DIR` overrides it). The runs share the machine's cores, so they run one at
+//! The traces are the ones the repository ships, gzip-compressed, in `data/traces/`
+//! (`$TANDEM_TRACE_DIR` overrides the directory). The runs share the machine's cores, so they run one at
 //! a time.
 
-use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tandem_tests::{tandem, ChildGuard};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One replay at a time: each runs a whole cluster.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use tandem_tests::traces::mooncake_trace;
+use tandem_tests::{serial, tandem, ChildGuard};
 
 /// Longest a 300-request replay may take, chaos included.
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
-
-fn trace(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TANDEM_TRACE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/traces")
-        });
-    let path = dir.join(format!("mooncake_{name}_trace.jsonl"));
-    assert!(
-        path.exists(),
-        "trace {} is missing (set TANDEM_TRACE_DIR to the directory of the Mooncake traces)",
-        path.display()
-    );
-    path
-}
 
 /// What one `tandem replay` run printed and how it ended.
 struct Run {
@@ -62,7 +39,7 @@ fn replay(name: &str, extra: &[&str]) -> Run {
     let mut cmd = tandem();
     cmd.arg("replay")
         .arg("--trace")
-        .arg(trace(name))
+        .arg(mooncake_trace(name))
         .args(["--limit", "300", "--json"])
         .args(extra);
     // The command starts its own redis-server unless REDIS_URL names one: the test never
@@ -200,6 +177,32 @@ fn with_chaos(name: &str) {
         field(&run, "restarts"),
         run.json["recovery_ms_mean"],
         run.seconds
+    );
+}
+
+/// A damaged gzip trace is refused before any cluster starts, with the typed error's message
+/// (line number and the decoder's finding), and exit code 1.
+#[test]
+fn replay_refuses_a_corrupt_gzip_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bytes = std::fs::read(mooncake_trace("synthetic")).expect("read the shipped trace");
+    // Cut the file in half: the gzip stream ends before its trailer.
+    bytes.truncate(bytes.len() / 2);
+    let path = dir.path().join("cut.jsonl.gz");
+    std::fs::write(&path, &bytes).expect("write the cut trace");
+    let out = tandem()
+        .arg("replay")
+        .arg("--trace")
+        .arg(&path)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tandem replay");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("corrupt gzip trace at line") && stderr.contains("ends early"),
+        "{stderr}"
     );
 }
 

@@ -1,4 +1,4 @@
-//! Issue 5: group restarts with real processes. A real `redis-server` on a free port, one
+//! Group restarts with real processes (docs/DESIGN.md invariants 4 and 5). A real `redis-server` on a free port, one
 //! `tandem agent` process per rank, a `tandem supervisor` process, and simulated engines
 //! (`tandem_replay::run_replay`) storing and loading through the agents while the test kills
 //! things: a follower agent, the leader agent, the supervisor, Redis itself, and agents again
@@ -10,30 +10,21 @@
 //!
 //! The tests share the machine's cores with every rank, so they run one at a time.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tandem_replay::{pool_pages_needed, run_replay, ReplayError, ReplayParams, ReplaySummary};
+use tandem_replay::{pool_pages_needed, ReplayParams, ReplaySummary};
 use tandem_tests::cluster::{http_get, Group, GroupSpec};
+use tandem_tests::procs::wait_exit;
 use tandem_tests::redis::RedisServer;
-use tandem_tests::{tandem, ChildGuard};
+use tandem_tests::replay::{self, InProcessReplay};
+use tandem_tests::supervisor::Supervisor;
+use tandem_tests::{serial, tail, ChildGuard};
 use tandem_trace::SynthWorkload;
 
 /// The group id of [`Group::configure`]'s configuration.
 const GROUP: &str = "itest";
 /// How long a group or supervisor may take to become ready.
 const READY: Duration = Duration::from_secs(60);
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One test at a time: every test runs a whole group on a shared machine.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn key(suffix: &str) -> String {
     format!("tandem:{{{GROUP}}}:{suffix}")
@@ -43,10 +34,7 @@ fn key(suffix: &str) -> String {
 struct Cluster {
     group: Group,
     redis: RedisServer,
-    supervisor: Option<ChildGuard>,
-    supervisor_http: (String, u16),
-    supervisor_env: Vec<(String, String)>,
-    supervisor_runs: u32,
+    supervisor: Supervisor,
     agent_runs: Vec<u32>,
 }
 
@@ -59,17 +47,8 @@ impl Cluster {
         spec.host_capacity_blocks = 8192;
         spec.disk_capacity_blocks = 0;
         let mut group = Group::configure(&spec);
-        let text = std::fs::read_to_string(&group.config).expect("read config");
         // 2 KiB shards instead of 32 KiB: the replay exercises the protocol, not copy bandwidth.
-        let text = text.replacen("head_dim = 16", "head_dim = 1", 1);
-        std::fs::write(&group.config, &text).expect("write config");
-        let addr = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("http_addr = "))
-            .map(|v| v.trim_matches('"').to_string())
-            .expect("the supervisor's http_addr in the config");
-        let (host, port) = addr.rsplit_once(':').expect("host:port");
-        let supervisor_http = (host.to_string(), port.parse().expect("supervisor port"));
+        group.use_small_shards();
         for rank in 0..group.world_size {
             let child = group
                 .agent_command(rank)
@@ -79,70 +58,21 @@ impl Cluster {
         }
         let mut c = Cluster {
             agent_runs: vec![1; group.world_size as usize],
+            supervisor: Supervisor::new(&group, supervisor_env),
             group,
             redis,
-            supervisor: None,
-            supervisor_http,
-            supervisor_env: supervisor_env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            supervisor_runs: 0,
         };
-        c.start_supervisor();
+        c.supervisor.start();
         c.group.wait_ready(READY);
         c.wait_supervisor_ready(READY);
         c
-    }
-
-    fn supervisor_log_path(&self, run: u32) -> PathBuf {
-        self.group.path().join(format!("supervisor-{run}.log"))
-    }
-
-    /// The command of a `tandem supervisor` process for this group (log in the group dir).
-    fn supervisor_command(&mut self) -> Command {
-        self.supervisor_runs += 1;
-        let log = std::fs::File::create(self.supervisor_log_path(self.supervisor_runs))
-            .expect("supervisor log");
-        let mut cmd = tandem();
-        cmd.arg("supervisor")
-            .arg("--config")
-            .arg(&self.group.config);
-        for (k, v) in &self.supervisor_env {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        cmd
-    }
-
-    fn start_supervisor(&mut self) {
-        let child = self
-            .supervisor_command()
-            .spawn()
-            .expect("spawn tandem supervisor");
-        self.supervisor = Some(ChildGuard(child));
-    }
-
-    /// The current supervisor process's log.
-    fn supervisor_log(&self) -> String {
-        std::fs::read_to_string(self.supervisor_log_path(self.supervisor_runs)).unwrap_or_default()
-    }
-
-    fn supervisor_get(&self, path: &str) -> Option<(u16, String)> {
-        http_get((&self.supervisor_http.0, self.supervisor_http.1), path)
-    }
-
-    /// The supervisor's `/status` as JSON.
-    fn supervisor_status(&self) -> Option<serde_json::Value> {
-        self.supervisor_get("/status")
-            .and_then(|(_, body)| serde_json::from_str(&body).ok())
     }
 
     /// Wait until the supervisor's `/readyz` answers 200.
     fn wait_supervisor_ready(&self, timeout: Duration) {
         let start = Instant::now();
         loop {
-            let answer = self.supervisor_get("/readyz");
+            let answer = self.supervisor.get("/readyz");
             if matches!(answer, Some((200, _))) {
                 return;
             }
@@ -154,11 +84,6 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// The supervisor's epoch from its `/status`.
-    fn supervisor_epoch(&self) -> Option<u64> {
-        self.supervisor_status().and_then(|s| s["epoch"].as_u64())
     }
 
     /// SIGKILL `rank`'s agent and reap it; its log is kept as `rank<r>.run<n>.log`.
@@ -189,7 +114,7 @@ impl Cluster {
     fn wait_epoch_after(&self, epoch: u64, timeout: Duration) -> u64 {
         let start = Instant::now();
         loop {
-            if let Some(e) = self.supervisor_epoch().filter(|e| *e > epoch) {
+            if let Some(e) = self.supervisor.epoch().filter(|e| *e > epoch) {
                 return e;
             }
             if start.elapsed() > timeout {
@@ -206,12 +131,12 @@ impl Cluster {
     fn diagnostics(&self) -> String {
         let mut out = format!(
             "--- supervisor /status: {:?}\n",
-            self.supervisor_get("/status")
+            self.supervisor.get("/status")
         );
         out += &format!(
             "--- supervisor log (run {}):\n{}\n",
-            self.supervisor_runs,
-            tail(&self.supervisor_log(), 40)
+            self.supervisor.runs(),
+            tail(&self.supervisor.log(), 40)
         );
         for rank in 0..self.group.world_size {
             out += &format!(
@@ -224,16 +149,8 @@ impl Cluster {
     }
 }
 
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// A replay running in its own thread, with its progress.
-struct Replay {
-    handle: JoinHandle<Result<ReplaySummary, ReplayError>>,
-    done: Arc<AtomicU64>,
-}
+/// A replay running in its own thread, with the cluster's logs in its failure messages.
+struct Replay(InProcessReplay);
 
 impl Replay {
     /// Replay `requests` synthetic requests (seed `seed`) through `c`'s engine sockets.
@@ -244,23 +161,15 @@ impl Replay {
         params.pool_pages = pool_pages_needed(&records).max(256);
         params.pool_dir = c.group.path().join("pools");
         params.deadlines.stall = Duration::from_secs(60);
-        let done = Arc::new(AtomicU64::new(0));
-        let seen = done.clone();
-        let handle = std::thread::spawn(move || {
-            let progress = move |p: &tandem_replay::ReplayProgress| {
-                seen.store(p.requests_done, Ordering::SeqCst)
-            };
-            run_replay(&params, records, Some(&progress))
-        });
-        Replay { handle, done }
+        Replay(InProcessReplay::run(params, records))
     }
 
     /// Wait until `n` requests completed (the run is in the middle of its stores and loads).
     fn wait_done(&self, n: u64, c: &Cluster) {
         let start = Instant::now();
-        while self.done.load(Ordering::SeqCst) < n {
+        while self.0.progress() < n {
             assert!(
-                !self.handle.is_finished(),
+                !self.0.done(),
                 "the replay ended before {n} requests completed"
             );
             if start.elapsed() > Duration::from_secs(60) {
@@ -275,50 +184,23 @@ impl Replay {
 
     /// Wait for the end of the run and return its summary.
     fn finish(self, c: &Cluster) -> ReplaySummary {
-        match self.handle.join() {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => panic!("the replay failed: {e}\n{}", c.diagnostics()),
-            Err(_) => panic!("the replay thread panicked\n{}", c.diagnostics()),
-        }
+        self.0
+            .finish()
+            .unwrap_or_else(|e| panic!("the replay failed: {e}\n{}", c.diagnostics()))
     }
 }
 
 /// Every store and load was delivered once or reported aborted, never both, never lost, and
 /// every byte verified.
 fn assert_exactly_once(s: &ReplaySummary, c: &Cluster, requests: u64) {
-    let ctx = || format!("summary: {}\n{}", s.to_json(), c.diagnostics());
-    assert_eq!(s.requests, requests, "every request completed; {}", ctx());
-    assert_eq!(s.lost_completions, 0, "no completion lost; {}", ctx());
     assert_eq!(
-        s.duplicate_completions,
-        0,
-        "no completion delivered twice; {}",
-        ctx()
+        s.requests,
+        requests,
+        "every request completed; summary: {}\n{}",
+        s.to_json(),
+        c.diagnostics()
     );
-    assert_eq!(
-        s.mismatches,
-        0,
-        "every rank read the same frames; {}",
-        ctx()
-    );
-    assert_eq!(
-        s.verify_failures,
-        0,
-        "every loaded byte verified; {}",
-        ctx()
-    );
-}
-
-/// Wait for `child` to exit within `timeout`.
-fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
+    replay::assert_exactly_once(s, &c.diagnostics());
 }
 
 const REQUESTS: usize = 600;
@@ -329,7 +211,7 @@ fn kill_agent_mid_replay(rank: u32, respawn_at_once: bool, seed: u64) {
     let _serial = serial();
     let t0 = Instant::now();
     let mut c = Cluster::start(RedisServer::start(), &[]);
-    let epoch_before = c.supervisor_epoch().expect("supervisor epoch");
+    let epoch_before = c.supervisor.epoch().expect("supervisor epoch");
     let replay = Replay::start(&c, REQUESTS, seed);
     replay.wait_done(REQUESTS as u64 / 4, &c);
     c.kill_agent(rank);
@@ -346,7 +228,7 @@ fn kill_agent_mid_replay(rank: u32, respawn_at_once: bool, seed: u64) {
         c.diagnostics()
     );
     assert!(s.restarts >= 1, "restarts counted: {}", s.to_json());
-    let epoch_after = c.supervisor_epoch().expect("supervisor epoch");
+    let epoch_after = c.supervisor.epoch().expect("supervisor epoch");
     assert!(
         epoch_after > epoch_before,
         "the supervisor's epoch moved from {epoch_before}: now {epoch_after}"
@@ -381,7 +263,7 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
     let _serial = serial();
     let t0 = Instant::now();
     let mut c = Cluster::start(RedisServer::start(), &[]);
-    let status = c.supervisor_status().expect("supervisor /status");
+    let status = c.supervisor.status().expect("supervisor /status");
     let epoch = status["epoch"].as_u64().expect("epoch");
     let stored_before = c.redis.hgetall(&key("supervisor"));
     assert_eq!(
@@ -394,15 +276,15 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
     // A replay runs across the supervisor's death and its successor's start.
     let replay = Replay::start(&c, 300, 13);
     replay.wait_done(50, &c);
-    drop(c.supervisor.take());
+    drop(c.supervisor.child.take());
     // Longer than the heartbeat timeout (1 s): the new supervisor must not take the gap in
     // its own watch for a silent group.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
-        c.supervisor_get("/readyz").is_none(),
+        c.supervisor.get("/readyz").is_none(),
         "the old supervisor is gone"
     );
-    c.start_supervisor();
+    c.supervisor.start();
     c.wait_supervisor_ready(READY);
     let s = replay.finish(&c);
     assert_exactly_once(&s, &c, 300);
@@ -412,10 +294,11 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
     // Watch three heartbeat timeouts more: still no restart.
     std::thread::sleep(Duration::from_secs(3));
     let (code, body) = c
-        .supervisor_get("/readyz")
+        .supervisor
+        .get("/readyz")
         .expect("supervisor /readyz answers");
     assert_eq!(code, 200, "ready: {body}\n{}", c.diagnostics());
-    let status = c.supervisor_status().expect("supervisor /status");
+    let status = c.supervisor.status().expect("supervisor /status");
     assert_eq!(
         status["epoch"].as_u64(),
         Some(epoch),
@@ -439,7 +322,7 @@ fn a_new_supervisor_continues_a_healthy_group_at_the_stored_epoch() {
         "restart history unchanged"
     );
     assert_eq!(stored_after.get("epoch"), Some(&epoch.to_string()));
-    let log = c.supervisor_log();
+    let log = c.supervisor.log();
     assert!(
         log.contains("continuing from the stored supervisor state"),
         "the new supervisor read the stored state:\n{log}"
@@ -457,7 +340,7 @@ fn a_redis_restart_loses_no_acknowledged_outcome() {
     let _serial = serial();
     let t0 = Instant::now();
     let mut c = Cluster::start(RedisServer::start_with_aof(), &[]);
-    let epoch_before = c.supervisor_epoch().expect("supervisor epoch");
+    let epoch_before = c.supervisor.epoch().expect("supervisor epoch");
     let replay = Replay::start(&c, REQUESTS, 14);
     replay.wait_done(REQUESTS as u64 / 4, &c);
     let entries_before = c
@@ -473,7 +356,7 @@ fn a_redis_restart_loses_no_acknowledged_outcome() {
     // Agents and supervisor resume by themselves.
     c.group.wait_ready(READY);
     c.wait_supervisor_ready(READY);
-    let status = c.supervisor_status().expect("supervisor /status");
+    let status = c.supervisor.status().expect("supervisor /status");
     assert_eq!(status["redis"].as_str(), Some("ok"), "{status}");
     let epoch = status["epoch"].as_u64().expect("epoch");
     assert_eq!(
@@ -505,7 +388,7 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
     );
     // Two restarts are allowed.
     for _ in 0..2 {
-        let epoch = c.supervisor_epoch().expect("supervisor epoch");
+        let epoch = c.supervisor.epoch().expect("supervisor epoch");
         c.kill_agent(1);
         c.restart_agent(1);
         c.wait_epoch_after(epoch, Duration::from_secs(20));
@@ -516,7 +399,8 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
     c.kill_agent(1);
     c.restart_agent(1);
     let mut seen_failed = false;
-    let supervisor = c.supervisor.as_mut().expect("supervisor runs");
+    let supervisor_http = c.supervisor.http().clone();
+    let supervisor = c.supervisor.child.as_mut().expect("supervisor runs");
     let start = Instant::now();
     let status = loop {
         if let Ok(Some(status)) = supervisor.0.try_wait() {
@@ -525,7 +409,7 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
         if start.elapsed() > Duration::from_secs(30) {
             break None;
         }
-        if let Some((_, body)) = http_get((&c.supervisor_http.0, c.supervisor_http.1), "/status") {
+        if let Some((_, body)) = http_get((&supervisor_http.0, supervisor_http.1), "/status") {
             seen_failed |= body.contains("\"state\":\"failed\"");
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -542,7 +426,7 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
         "exit code 3 (group failed); {}",
         c.diagnostics()
     );
-    let log = c.supervisor_log();
+    let log = c.supervisor.log();
     let line = log
         .lines()
         .find(|l| l.contains("the group is marked failed"))
@@ -573,9 +457,9 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
     );
 
     // A new supervisor does not resurrect a failed group: it exits 3 at once.
-    c.start_supervisor();
+    c.supervisor.start();
     let again = wait_exit(
-        &mut c.supervisor.as_mut().expect("supervisor").0,
+        &mut c.supervisor.child.as_mut().expect("supervisor").0,
         Duration::from_secs(20),
     );
     assert_eq!(
@@ -585,10 +469,11 @@ fn a_restart_storm_marks_the_group_failed_with_exit_code_3() {
         c.diagnostics()
     );
     assert!(
-        c.supervisor_log()
+        c.supervisor
+            .log()
             .contains("marked failed by an earlier supervisor"),
         "{}",
-        c.supervisor_log()
+        c.supervisor.log()
     );
     eprintln!(
         "restart storm: {:.1} s; /status showed failed before exit: {seen_failed}",

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{free_ports, tandem, ChildGuard};
+pub use crate::http::http_get;
+use crate::{free_ports, tail, tandem, ChildGuard};
 
 /// How a test group is shaped.
 #[derive(Clone, Debug)]
@@ -187,6 +188,69 @@ level = "info"
         self.dir.path()
     }
 
+    /// The value of the first `key = value` line of the configuration file, unquoted (for
+    /// example `leader_addr`, `http_addr`, `http_base_port`).
+    ///
+    /// # Panics
+    /// When the file cannot be read or has no such line.
+    pub fn config_value(&self, key: &str) -> String {
+        config_value(&self.config, key)
+    }
+
+    /// The leader's peer address (`network.leader_addr`), `host:port`.
+    pub fn leader_addr(&self) -> String {
+        self.config_value("leader_addr")
+    }
+
+    /// The supervisor's HTTP address (`supervisor.http_addr`) as `(host, port)`.
+    pub fn supervisor_http(&self) -> (String, u16) {
+        supervisor_http(&self.config)
+    }
+
+    /// Rewrite the configuration for 2 KiB shards instead of 32 KiB (head_dim 1): for tests
+    /// of the protocol rather than of copy bandwidth.
+    pub fn use_small_shards(&self) {
+        self.edit_config("head_dim = 16", "head_dim = 1");
+    }
+
+    /// Set the agents' and supervisor's log level (`log.level`, default `info`).
+    pub fn set_log_level(&self, level: &str) {
+        self.edit_config("level = \"info\"", &format!("level = \"{level}\""));
+    }
+
+    /// Replace the first `from` in the configuration file with `to`.
+    fn edit_config(&self, from: &str, to: &str) {
+        let text = std::fs::read_to_string(&self.config).expect("read config");
+        std::fs::write(&self.config, text.replacen(from, to, 1)).expect("write config");
+    }
+
+    /// Every rank's `/readyz` answers 200 naming the same epoch; that epoch.
+    ///
+    /// # Panics
+    /// When a rank does not answer, is not ready, or names another epoch, with its log.
+    pub fn ready_epoch(&self) -> u64 {
+        let mut epoch = None;
+        for r in 0..self.world_size {
+            let (code, body) = self.http_get(r, "/readyz").unwrap_or_else(|| {
+                panic!("rank {r} /readyz does not answer; log:\n{}", self.log(r))
+            });
+            assert_eq!(
+                code,
+                200,
+                "rank {r} not ready: {body}\nlog:\n{}",
+                self.log(r)
+            );
+            let v: serde_json::Value = serde_json::from_str(&body).expect("readyz JSON");
+            let e = v["epoch"].as_u64().expect("readyz names the epoch");
+            assert!(
+                epoch.is_none_or(|x| x == e),
+                "ranks disagree on the epoch: {body}"
+            );
+            epoch = Some(e);
+        }
+        epoch.expect("at least one rank")
+    }
+
     /// GET `path` on `rank`'s HTTP port: `(status, body)`, or `None` if nothing answers.
     pub fn http_get(&self, rank: u32, path: &str) -> Option<(u16, String)> {
         http_get(("127.0.0.1", self.http_base_port + rank as u16), path)
@@ -211,7 +275,7 @@ level = "info"
                         format!(
                             "--- rank {r}: {:?}\n{}",
                             answers[r as usize],
-                            tail(&self.log(r))
+                            tail(&self.log(r), 30)
                         )
                     })
                     .collect();
@@ -222,24 +286,24 @@ level = "info"
     }
 }
 
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+/// The value of the first `key = value` line of the configuration file at `config`,
+/// unquoted.
+///
+/// # Panics
+/// When the file cannot be read or has no such line.
+pub fn config_value(config: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(config).expect("read config");
+    let prefix = format!("{key} = ");
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("{key} in {}", config.display()))
 }
 
-/// A minimal HTTP/1.0 GET over loopback TCP: `(status, body)`.
-pub fn http_get(addr: (&str, u16), path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(
-        &format!("{}:{}", addr.0, addr.1).parse().ok()?,
-        Duration::from_millis(500),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    Some((status, body))
+/// The supervisor's HTTP address (`supervisor.http_addr`) in the configuration file at
+/// `config`, as `(host, port)`.
+pub fn supervisor_http(config: &Path) -> (String, u16) {
+    let addr = config_value(config, "http_addr");
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    (host.to_string(), port.parse().expect("port"))
 }

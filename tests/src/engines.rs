@@ -1,13 +1,15 @@
 //! Pieces shared by the simulated engines of the process tests: deterministic shard content,
-//! a seeded random source, frame digests and connecting an engine to its agent.
+//! a seeded random source, frame digests, connecting an engine to its agent, stepping a
+//! leader and a follower engine together, and reading the agent's typed refusals.
 //!
 //! It owns no test logic: which steps store, load or read frames is each test's business. It
 //! never sleeps and never decides for the group.
 
 use std::time::Duration;
 
-use tandem_client::{EngineClient, PagePool};
+use tandem_client::{AgentError, ClientError, EngineClient, PagePool};
 use tandem_proto::frame::Frame;
+use tandem_proto::ids::{RequestId, Step};
 
 /// Write the deterministic content of block `hash`'s shard on `rank` into `buf` (every byte
 /// depends on both, so a page holding another block's or another rank's shard is caught).
@@ -95,6 +97,83 @@ pub fn connect_engine(
     c.register_buffer(&pool)
         .unwrap_or_else(|e| panic!("rank {rank} registers its pool: {e}"));
     (c, pool)
+}
+
+/// Steps the leader and a follower engine through step `s`: the leader seals it, the follower
+/// reads the same frame, both acknowledge; the frame.
+///
+/// # Panics
+/// When a call fails or the follower reads another frame than the leader sealed.
+pub fn step_both(leader: &mut EngineClient, follower: &mut EngineClient, s: Step) -> Frame {
+    let f = leader
+        .end_step(s, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("end_step {s:?}: {e}"));
+    leader.ack(s).expect("leader ack");
+    let g = follower
+        .frame(s, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("frame {s:?}: {e}"));
+    assert_eq!(g, f, "the follower reads the leader's frame");
+    follower.ack(s).expect("follower ack");
+    f
+}
+
+/// True when the frame mentions `request` anywhere (lookups, starts, outcomes).
+pub fn frame_mentions(f: &Frame, request: RequestId) -> bool {
+    f.lookups.iter().any(|l| l.request == request)
+        || f.stores
+            .iter()
+            .chain(&f.loads)
+            .any(|t| t.request == request)
+        || f.outcomes().any(|o| o.request == request)
+}
+
+/// A short name for each kind of typed refusal of an agent (`stale`, `leader_behind`, ...).
+pub fn agent_error_kind(e: &AgentError) -> &'static str {
+    match e {
+        AgentError::NotLeader { .. } => "not_leader",
+        AgentError::StaleEpoch { .. } => "stale",
+        AgentError::LeaderBehind { .. } => "leader_behind",
+        AgentError::FrameExpired { .. } => "frame_expired",
+        AgentError::WindowFull { .. } => "window_full",
+        AgentError::WrongStep { .. } => "wrong_step",
+        AgentError::NotReady { .. } => "not_ready",
+        AgentError::Buffer { .. } => "buffer",
+        AgentError::BadRequest { .. } => "bad_request",
+    }
+}
+
+/// Record the kind of reply `r` to a request of epoch `old` made after the group moved to
+/// epoch `new` (as `what=kind` in `seen`); true when it is the typed stale-epoch refusal.
+///
+/// # Panics
+/// When a stale-epoch refusal names another request epoch than `old`, or an agent epoch
+/// older than `new`.
+pub fn stale_reply(
+    r: &Result<(), ClientError>,
+    old: u64,
+    new: u64,
+    seen: &mut Vec<String>,
+    what: &str,
+) -> bool {
+    let kind = match r {
+        Ok(()) => "ok".to_string(),
+        Err(ClientError::Agent(AgentError::StaleEpoch { ours, theirs })) => {
+            assert_eq!(theirs.0, old, "{what}: {r:?}");
+            assert!(
+                ours.0 >= new,
+                "{what}: refused as stale by an agent in epoch {}: {r:?}",
+                ours.0
+            );
+            seen.push(format!("{what}=stale"));
+            return true;
+        }
+        Err(ClientError::Agent(e)) => agent_error_kind(e).to_string(),
+        Err(e) => format!("error({e})"),
+    };
+    // A request in the old epoch may only succeed before the rank noticed; it must then be
+    // fenced by the durable log (checked by the frames of the new epoch).
+    seen.push(format!("{what}={kind}"));
+    false
 }
 
 #[cfg(test)]

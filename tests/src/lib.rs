@@ -1,18 +1,55 @@
-//! Shared harness for the workspace-level integration tests: the `tandem` binary, free
-//! loopback ports, a local group of agent processes, and child processes that are killed when
-//! the test ends.
+//! The one test-support library of the workspace-level process tests (`tests/*.rs`): every
+//! test file takes its processes, waits, HTTP reads and content from here, and keeps only its
+//! tests and what is particular to them.
 //!
 //! It never mocks a part a user would have for real: tests start the real binary (one process
 //! per rank, real TCP between them, real files for the tiers) and, where needed, a real
-//! `redis-server`.
+//! `redis-server` on a free port. Every process it starts is killed when its handle drops, and
+//! it signals only processes the test started. Every wait has a deadline.
+//!
+//! # Layout
+//! - this file: the `tandem` binary and command, free loopback ports, [`ChildGuard`],
+//!   [`serial`] (one process test at a time per test file) and [`tail`].
+//! - [`cluster`]: [`cluster::Group`], a group of agent processes configured in a temporary
+//!   directory ([`cluster::GroupSpec`]), its configuration values and readiness.
+//! - [`supervisor`]: a `tandem supervisor` process of a group ([`supervisor::Supervisor`]) and
+//!   [`supervisor::SupervisedGroup`], agents plus supervisor started by the test.
+//! - [`redis`]: [`redis::RedisServer`], a `redis-server` child on a free port, with a minimal
+//!   RESP client.
+//! - [`http`]: GET, JSON bodies and Prometheus samples.
+//! - [`procs`]: signals, `/proc` (state, parent, command line, memory, listening ports) and
+//!   exit waits.
+//! - [`engines`]: content fill and check of shards, a seeded random source, frame digests,
+//!   engine connections and the reading of agent errors.
+//! - [`replay`]: in-process replays through a group ([`replay::InProcessReplay`]) and the
+//!   exactly-once checks.
+//! - [`replay_process`]: a `tandem replay` process with its own cluster
+//!   ([`replay_process::ReplayCli`]), that cluster seen from outside, and how the run ended.
+//! - [`proxy`]: a cuttable Unix-socket proxy between engines and agents.
+//! - [`netns`] and [`tmpfs`]: a network namespace to partition a rank, a small tmpfs to fill
+//!   (root only; the tests that need them skip otherwise).
+//! - [`figures`]: run sizes from the environment, the seeded fault source and the `FIGURE`
+//!   lines of scripts/fault-suite.sh.
+//! - [`traces`]: the request traces the repository ships in `data/traces/`.
 
 pub mod cluster;
 pub mod engines;
+pub mod figures;
+pub mod http;
+pub mod netns;
+pub mod procs;
+pub mod proxy;
 pub mod redis;
+pub mod replay;
+pub mod replay_process;
+pub mod supervisor;
+pub mod tmpfs;
+pub mod traces;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard};
 
 /// Path of the `tandem` binary the tests start: `$TANDEM_BIN`, or `target/debug/tandem`
 /// (honouring `CARGO_TARGET_DIR`). `scripts/test.sh` builds it before the tests run.
@@ -95,4 +132,18 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One test at a time within a test file: every process test runs a whole group on a shared
+/// machine. Hold the guard for the whole test; a panicked test does not block the next.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The last `n` lines of `s` (for failure messages that quote a log).
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

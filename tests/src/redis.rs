@@ -3,7 +3,8 @@
 //! test, plus a minimal RESP client to look at what the group stored.
 //!
 //! It never uses a server that was already running, and never talks to anything but its own
-//! child. The server is killed (SIGKILL) when the helper is dropped.
+//! child. The server is killed (SIGKILL, after a SIGCONT in case a test stopped it) when the
+//! helper is dropped.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,7 +23,20 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
-    aof: bool,
+    options: RedisOptions,
+}
+
+/// How a [`RedisServer`] is started (the default: no persistence, loopback only).
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// `appendonly yes` with `appendfsync everysec`: a restart loads what was acknowledged
+    /// about a second before the kill.
+    pub aof: bool,
+    /// Addresses to bind, space-separated (`None`: `127.0.0.1`). With more than one, protected
+    /// mode is off: clients in a test's network namespace do not come from loopback.
+    pub bind: Option<String>,
+    /// More arguments for `redis-server`, for example `["--requirepass", "..."]`.
+    pub extra_args: Vec<String>,
 }
 
 /// A RESP reply.
@@ -58,7 +72,7 @@ impl RedisServer {
     /// # Panics
     /// When `redis-server` is not installed, or does not start on a free port after 5 tries.
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with_options(RedisOptions::default())
     }
 
     /// A server with `appendonly yes` (fsync every second) in its own directory: a restart
@@ -67,10 +81,30 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`].
     pub fn start_with_aof() -> Self {
-        Self::start_with(true)
+        Self::start_with_options(RedisOptions {
+            aof: true,
+            ..RedisOptions::default()
+        })
     }
 
-    fn start_with(aof: bool) -> Self {
+    /// A server with an append-only file bound to `bind` (one or more addresses,
+    /// space-separated), as the fault tests use it.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    pub fn start_bound(bind: &str) -> Self {
+        Self::start_with_options(RedisOptions {
+            aof: true,
+            bind: Some(bind.to_string()),
+            ..RedisOptions::default()
+        })
+    }
+
+    /// A server started with `options`.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    pub fn start_with_options(options: RedisOptions) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("tandem-redis-")
             .tempdir()
@@ -79,7 +113,7 @@ impl RedisServer {
             child: None,
             port: 0,
             dir,
-            aof,
+            options,
         };
         for _ in 0..5 {
             server.port = free_port();
@@ -96,6 +130,19 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `redis://{userinfo}127.0.0.1:PORT` (`userinfo` such as `":pass@"`).
+    pub fn url_with_userinfo(&self, userinfo: &str) -> String {
+        format!("redis://{userinfo}127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id.
+    ///
+    /// # Panics
+    /// When it is not running (killed and not restarted).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("redis-server runs").id()
     }
 
     /// The server's port.
@@ -135,10 +182,10 @@ impl RedisServer {
     /// if any), killing it first if it still runs.
     ///
     /// # Panics
-    /// When it does not answer PING within 20 tries (the port was taken meanwhile).
+    /// When it does not answer PING within 50 tries (the port was taken meanwhile).
     pub fn restart(&mut self) {
         self.kill();
-        for _ in 0..20 {
+        for _ in 0..50 {
             if self.spawn() {
                 return;
             }
@@ -154,12 +201,19 @@ impl RedisServer {
     /// Spawn on `self.port` and wait until PING answers PONG (so the append-only file is
     /// loaded); false when the process exited first (port taken) or the deadline passed.
     fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
+        let bind = self.options.bind.as_deref().unwrap_or("127.0.0.1");
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string()])
+            .arg("--bind")
+            .args(bind.split_whitespace());
+        if bind.split_whitespace().count() > 1 {
+            cmd.args(["--protected-mode", "no"]);
+        }
+        let child = cmd
             .args(["--save", ""])
-            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
+            .args(["--appendonly", if self.options.aof { "yes" } else { "no" }])
             .args(["--appendfsync", "everysec"])
+            .args(&self.options.extra_args)
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -227,11 +281,15 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            crate::procs::signal(c.id(), libc::SIGCONT);
+        }
         self.kill();
     }
 }
 
-/// True when a server on `port` answers PING with PONG (not `-LOADING`).
+/// True when a server on `port` answers PING with PONG (not `-LOADING`), or asks for a
+/// password first (`-NOAUTH`, a server started with `--requirepass`).
 fn ping(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -241,7 +299,7 @@ fn ping(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 16];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
 }
 
 /// Read one RESP reply.

@@ -90,8 +90,9 @@ pub(crate) enum Command {
 /// Options of `tandem replay`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReplayArgs {
-    /// The trace (JSON lines: timestamp, input_length, output_length, hash_ids). Without it,
-    /// a small synthetic multi-turn workload.
+    /// The trace (JSON lines: timestamp, input_length, output_length, hash_ids), plain or
+    /// gzip-compressed (`.jsonl.gz`, as the traces in data/traces/ ship). Without it, a small
+    /// synthetic multi-turn workload.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Replay at most this many requests (default: all of the trace; 300 synthetic ones).

@@ -1,4 +1,4 @@
-//! Bounded fuzzing of the engine endpoint's framing (issue 9, bad input): the 4-byte length
+//! Bounded fuzzing of the engine endpoint's framing (docs/RELIABILITY.md, bad input): the 4-byte length
 //! header plus postcard payload that engines and agents exchange over the Unix socket.
 //!
 //! What every case checks:

@@ -1,6 +1,6 @@
 //! One reconnecting Redis connection with a deadline on every call.
 //!
-//! Owns the client, its reconnect policy and the per-call deadline (DESIGN.md invariant 6).
+//! Owns the client, its reconnect policy and the per-call deadline (docs/DESIGN.md invariant 6).
 //! It never retries a command itself: a failed call returns at once with
 //! [`DurableError::Unavailable`] or [`DurableError::Timeout`], and the client reconnects in
 //! the background, so the next call succeeds once Redis is back. The URL it keeps is never

@@ -50,7 +50,7 @@ pub enum DurableError {
         reason: String,
     },
     /// An append carried an epoch that is not the group's current epoch: a leader of an
-    /// ended epoch tried to write (DESIGN.md invariant 4). Nothing was appended.
+    /// ended epoch tried to write (docs/DESIGN.md invariant 4). Nothing was appended.
     #[error("append for epoch {epoch} refused: the group is at epoch {current}")]
     StaleEpoch {
         /// The epoch the append carried.

@@ -1,6 +1,6 @@
 //! Tandem's Redis layer: durable completions, per-rank delivery tracking, recovery for a new
 //! epoch, bounded stream growth, the epoch counter, the supervisor's state and membership
-//! (DESIGN.md invariants 4 and 5; issue 5).
+//! (docs/DESIGN.md invariants 4 and 5).
 //!
 //! One [`CompletionLog`] per group holds one self-reconnecting connection. Every call has a
 //! deadline and ends in a [`DurableError`] (never waits forever); while Redis is unreachable
@@ -55,9 +55,7 @@
 //! - [`trim`]: [`CompletionLog::trim`] and its pure trim-point computation.
 //! - [`supervisor`]: epoch counter, [`SupervisorState`], membership.
 //! - [`tracker`]: [`AckTracker`], sans IO.
-//! - [`mod@bench`]: [`bench_append`], the write-ahead cost against same-run baselines.
 
-pub mod bench;
 pub mod conn;
 pub mod error;
 pub mod id;
@@ -70,7 +68,6 @@ pub mod supervisor;
 pub mod tracker;
 pub mod trim;
 
-pub use bench::{bench_append, AppendBench, AppendBenchRow};
 pub use conn::ConnTimeouts;
 pub use error::{mask_url, DurableError, Result};
 pub use id::StreamEntryId;

@@ -1,5 +1,5 @@
 //! The completion log of one group: the fenced write-ahead append and per-rank delivery
-//! tracking (DESIGN.md invariant 5).
+//! tracking (docs/DESIGN.md invariant 5).
 //!
 //! Owns the stream and its consumer groups: [`CompletionLog::append_step`] (one XADD per
 //! step, fenced by the epoch in the entry id), [`CompletionLog::read_new`], [`CompletionLog::ack`],

@@ -1,5 +1,5 @@
 //! Recovery for a new epoch: what the retained stream says must be delivered again and
-//! what was in flight (DESIGN.md invariant 5).
+//! what was in flight (docs/DESIGN.md invariant 5).
 //!
 //! Owns the reading of the whole retained stream (XRANGE in pages of
 //! [`crate::DurableConfig::page_entries`]) against every rank's delivery position, and the

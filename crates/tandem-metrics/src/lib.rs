@@ -1,6 +1,6 @@
 //! Tandem's operations pieces, shared by the agent and the supervisor processes: the
 //! Prometheus metric families each exports on `/metrics`, and the HTML status page each
-//! serves at `/` (issue 6).
+//! serves at `/`.
 //!
 //! Nothing here performs IO, starts a thread or reads a clock. The processes push values
 //! in (durations they measured, counters their state machines keep) and serve the text

@@ -186,7 +186,7 @@ pub struct FlexKvModel {
 }
 
 impl FlexKvModel {
-    /// The group of the issue: a leader and two followers, two steps, eviction before
+    /// The group of the FlexKV fault: a leader and two followers, two steps, eviction before
     /// `layerwise`.
     pub fn small() -> Self {
         FlexKvModel {

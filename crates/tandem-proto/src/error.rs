@@ -2,7 +2,7 @@
 //! live beside their code in [`crate::wire`]).
 //!
 //! Owns the variants and their messages; each message names both sides' positions where
-//! there are two (DESIGN.md invariant 6).
+//! there are two (docs/DESIGN.md invariant 6).
 
 use crate::ids::{Epoch, Rank, Step, TaskId};
 use crate::persist::BatchId;

@@ -1,4 +1,4 @@
-//! The configuration fingerprint a rank presents when it joins an epoch (DESIGN.md invariant 7).
+//! The configuration fingerprint a rank presents when it joins an epoch (docs/DESIGN.md invariant 7).
 //!
 //! Owns the list of configuration fields that every rank of a group must agree on, and the
 //! comparison that names the first field that differs. It never reads configuration files:

@@ -1,5 +1,5 @@
 //! The follower state machine (ranks 1..world_size): keeps the leader's frames and answers
-//! the engine's positional reads (DESIGN.md invariants 1, 2, 4 and 6).
+//! the engine's positional reads (docs/DESIGN.md invariants 1, 2, 4 and 6).
 //!
 //! Inputs: frames from the leader ([`Follower::handle_frame`]), reads and bounded waits from
 //! the engine, timeouts. Outputs: [`Follower::poll_event`] (a wait's frame or its typed

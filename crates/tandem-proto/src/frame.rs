@@ -1,5 +1,5 @@
-//! The frame: the leader's record of everything the group decided in one step (DESIGN.md
-//! invariants 1, 2 and 5).
+//! The frame: the leader's record of everything the group decided in one step
+//! (docs/DESIGN.md invariants 1, 2 and 5).
 //!
 //! Owns the frame's shape and the pure helpers that read it. It never decides anything:
 //! frames are built only by [`crate::Leader::seal`] and read by followers unchanged.
@@ -51,7 +51,7 @@ pub struct TaskStart {
 }
 
 /// One change to the tiers that every rank applies to its own shard of a block, in frame order.
-/// Only the leader's group index decides these (DESIGN.md invariant 2); a rank never evicts or
+/// Only the leader's group index decides these (docs/DESIGN.md invariant 2); a rank never evicts or
 /// moves a block on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TierOp {

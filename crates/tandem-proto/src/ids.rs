@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A generation of the group; it increases on every group restart (DESIGN.md invariant 4).
+/// A generation of the group; it increases on every group restart (docs/DESIGN.md invariant 4).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]

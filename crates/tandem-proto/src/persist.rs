@@ -1,4 +1,4 @@
-//! The leader's write-ahead pipeline (DESIGN.md invariant 5), in the shape of raft-rs's
+//! The leader's write-ahead pipeline (docs/DESIGN.md invariant 5), in the shape of raft-rs's
 //! `Ready`/`advance`: task starts and finished outcomes → batch handed to the driver → durable
 //! → revealed in a frame.
 //!

@@ -1,4 +1,4 @@
-//! Quorum completion of tasks (DESIGN.md invariant 3).
+//! Quorum completion of tasks (docs/DESIGN.md invariant 3).
 //!
 //! Owns the per-task shard reports keyed by `(epoch, task, rank)` (the epoch is part of the
 //! task id). A task finishes when every rank has reported; it failed if any rank reported a

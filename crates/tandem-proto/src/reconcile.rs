@@ -1,4 +1,4 @@
-//! The reconciliation that opens a new epoch (DESIGN.md invariant 5), and the per-rank
+//! The reconciliation that opens a new epoch (docs/DESIGN.md invariant 5), and the per-rank
 //! duplicate suppression that makes every outcome reach an engine exactly once.
 //!
 //! Owns pure functions only. It never reads Redis: the driver gathers the inputs (durable

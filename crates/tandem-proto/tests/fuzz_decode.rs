@@ -1,4 +1,4 @@
-//! Bounded fuzzing of the wire decoder (issue 9, bad input): arbitrary bytes, valid encodings
+//! Bounded fuzzing of the wire decoder (docs/RELIABILITY.md, bad input): arbitrary bytes, valid encodings
 //! mutated in many ways, streams split at arbitrary points, and headers or inner lengths that
 //! claim far more than is there.
 //!

@@ -278,8 +278,12 @@ fn sub_parts_mut<'a>(parts: &'a mut [&mut [u8]], start: usize, len: usize) -> Ve
 }
 
 /// Reserves the file's blocks so that later writes cannot fail for lack of space; falls back
-/// to a sparse file where the file system cannot preallocate.
-pub(crate) fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
+/// to a sparse file where the file system cannot preallocate. Public so that the tier
+/// benchmark (`tandem-bench`) preallocates its baseline files exactly as the disk tier does.
+///
+/// # Errors
+/// The `posix_fallocate` or `ftruncate` error; `EFBIG` when `size` (bytes) exceeds `off_t`.
+pub fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
     let len =
         libc::off_t::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: plain syscall on an open descriptor.

@@ -4,7 +4,7 @@
 //! pins, and the [`Move`]s (demote, promote, drop) that every rank applies to stay in step.
 //! It is sans-IO: inputs are method calls, outputs are plans; it never touches bytes, files or
 //! clocks (LRU age is a counter of index operations), and only the leader runs it. Ranks
-//! never evict on their own: they apply the moves of the plans, in order (DESIGN invariant 2).
+//! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md invariant 2).
 //!
 //! # Life of a block
 //! [`GroupIndex::begin_store`] reserves a place (host first, disk when the host tier has no

@@ -4,9 +4,9 @@
 //! DRAM in a shared-memory slab, then a preallocated file on local disk), with a checksum on
 //! every slot verified on every read. The leader keeps the [`index::GroupIndex`]: which blocks
 //! are complete on every rank, LRU eviction per tier, pins, and the moves every rank applies.
-//! Nothing here opens sockets, spawns threads or reads clocks (except [`mod@bench`], which times
-//! copies); the agent's StoreActor drives a [`store::Store`], the leader's ProtocolActor a
-//! [`index::GroupIndex`].
+//! Nothing here opens sockets, spawns threads or reads clocks (the tier benchmark lives in the
+//! `tandem-bench` crate); the agent's StoreActor drives a [`store::Store`], the leader's
+//! ProtocolActor a [`index::GroupIndex`].
 //!
 //! # Layout
 //! - [`tier`]: tier names ([`TierKind`], defined once, with latency and capacity) and the
@@ -23,7 +23,6 @@
 //! - `recover`: [`store::Store::open`], which verifies every manifest entry on (re)start.
 //! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
 //! - [`rebuild`]: the index rebuilt after a restart from the intersection of verified manifests.
-//! - [`mod@bench`]: the tier benchmark behind `tandem bench tiers`.
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
 //!
 //! # Invariants
@@ -32,7 +31,6 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod block;
 pub mod buffer;
 pub mod checksum;

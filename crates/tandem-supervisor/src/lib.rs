@@ -1,5 +1,5 @@
 //! Tandem's group supervisor: one per group. It watches every rank and restarts the whole
-//! group into a new epoch when any rank fails (DESIGN.md invariant 4).
+//! group into a new epoch when any rank fails (docs/DESIGN.md invariant 4).
 //!
 //! # Layout
 //! - [`policy`]: restart intensity (at most R restarts in T) and exponential backoff with

@@ -5,14 +5,13 @@
 //! ```text
 //! cargo run --release -p tandem-trace --example hit_ratios [TRACE_DIR]
 //! ```
-//! `TRACE_DIR` defaults to `../shared/data/traces` beside the repository.
+//! `TRACE_DIR` defaults to the repository's `data/traces` (the traces ship there gzip; plain
+//! `.jsonl` files are read where no `.jsonl.gz` is).
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::PathBuf;
 use tandem_trace::{
-    read_trace, ArrivalOrder, Capacity, HitTotals, MalformedPolicy, PrefixCacheSim, SynthWorkload,
-    TraceRecord,
+    read_trace_file, ArrivalOrder, Capacity, HitTotals, MalformedPolicy, PrefixCacheSim,
+    SynthWorkload, TraceRecord,
 };
 
 /// Host capacities for the published traces.
@@ -39,18 +38,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args_os()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces"));
     let mut workloads: Vec<(String, Vec<TraceRecord>)> = Vec::new();
     for (label, file) in [
         ("conversation", "mooncake_conversation_trace.jsonl"),
         ("synthetic", "mooncake_synthetic_trace.jsonl"),
     ] {
-        let path = dir.join(file);
-        let reader =
-            BufReader::new(File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
-        let trace = read_trace(reader, MalformedPolicy::Skip)?;
+        let gz = dir.join(format!("{file}.gz"));
+        let path = if gz.exists() { gz } else { dir.join(file) };
+        let trace = read_trace_file(&path, MalformedPolicy::Skip)?;
         let report = &trace.report;
         println!(
             "{label}: {} records from {} lines ({} blank, {} malformed, {} missing output_length, \

@@ -3,8 +3,9 @@
 //! [`LineError`] is one rejected line: it names the 1-based line number and, where one field is
 //! at fault, the field. It is plain data (`Clone`, `Eq`) so a [`crate::ParseReport`] can keep
 //! the skipped lines. [`TraceError`] is what a [`crate::TraceReader`] yields: a malformed line
-//! under [`crate::MalformedPolicy::Fail`], or a read failure from the underlying reader. This
-//! module never reads or decides anything itself.
+//! under [`crate::MalformedPolicy::Fail`], a read failure from the underlying reader, or a
+//! damaged gzip stream; and what opening a trace file returns. This module never reads or
+//! decides anything itself.
 
 use thiserror::Error;
 
@@ -99,9 +100,28 @@ impl LineError {
     }
 }
 
-/// What a [`crate::TraceReader`] yields instead of a record.
+/// What a [`crate::TraceReader`] yields instead of a record, or what opening a trace file
+/// ([`crate::TraceFile::open`]) returns.
 #[derive(Debug, Error)]
 pub enum TraceError {
+    /// The trace file could not be opened, or its first bytes could not be read.
+    #[error("cannot open trace {}: {source}", path.display())]
+    Open {
+        /// The path given.
+        path: std::path::PathBuf,
+        /// The file system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is gzip (or named `.gz`) but its compressed stream is damaged or truncated;
+    /// records before `line` were read.
+    #[error("corrupt gzip trace at line {line}: {message}")]
+    CorruptGzip {
+        /// 1-based number of the line being read.
+        line: u64,
+        /// What the gzip decoder found (for example `corrupt deflate stream`).
+        message: String,
+    },
     /// A malformed line under [`crate::MalformedPolicy::Fail`].
     #[error("malformed trace {0}")]
     Malformed(#[from] LineError),
@@ -117,11 +137,13 @@ pub enum TraceError {
 }
 
 impl TraceError {
-    /// The 1-based line number this error refers to.
+    /// The 1-based line number this error refers to (0 for [`TraceError::Open`]: no line was
+    /// read).
     pub fn line(&self) -> u64 {
         match self {
+            TraceError::Open { .. } => 0,
             TraceError::Malformed(e) => e.line(),
-            TraceError::Io { line, .. } => *line,
+            TraceError::Io { line, .. } | TraceError::CorruptGzip { line, .. } => *line,
         }
     }
 }
@@ -199,5 +221,23 @@ mod tests {
         };
         assert_eq!(io.to_string(), "reading trace line 12 failed: disk gone");
         assert_eq!(io.line(), 12);
+        let gzip = TraceError::CorruptGzip {
+            line: 40,
+            message: "corrupt deflate stream".into(),
+        };
+        assert_eq!(
+            gzip.to_string(),
+            "corrupt gzip trace at line 40: corrupt deflate stream"
+        );
+        assert_eq!(gzip.line(), 40);
+        let open = TraceError::Open {
+            path: "/no/such.jsonl.gz".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "not found"),
+        };
+        assert_eq!(
+            open.to_string(),
+            "cannot open trace /no/such.jsonl.gz: not found"
+        );
+        assert_eq!(open.line(), 0);
     }
 }

@@ -11,8 +11,9 @@
 //!   `input_length`) is a malformed line, a [`LineError`] with its 1-based line number, handled
 //!   by the [`MalformedPolicy`].
 //!
-//! It reads from any [`BufRead`] the caller opens, one line at a time (memory stays bounded by
-//! the longest line plus the report), and never opens files, sorts or simulates caches.
+//! It reads from any [`BufRead`] the caller opens (a [`crate::TraceFile`] for a path, plain or
+//! gzip), one line at a time (memory stays bounded by the longest line plus the report), and
+//! never opens files, sorts or simulates caches.
 
 use crate::error::{LineError, TraceError};
 use crate::record::{TraceRecord, TOKENS_PER_BLOCK};
@@ -68,8 +69,9 @@ pub struct Trace {
 /// Streaming trace reader: an iterator of records in file order.
 ///
 /// Yields `Ok(record)` per well-formed line, `Err(TraceError::Malformed)` for the first
-/// malformed line under [`MalformedPolicy::Fail`] (then ends), and `Err(TraceError::Io)` if the
-/// underlying reader fails (then ends). Under [`MalformedPolicy::Skip`] malformed lines are
+/// malformed line under [`MalformedPolicy::Fail`] (then ends), `Err(TraceError::Io)` if the
+/// underlying reader fails (then ends), and `Err(TraceError::CorruptGzip)` if it is a gzip
+/// [`crate::TraceFile`] whose stream is damaged (then ends). Under [`MalformedPolicy::Skip`] malformed lines are
 /// collected in [`TraceReader::report`] instead of being yielded.
 #[derive(Debug)]
 pub struct TraceReader<R> {
@@ -152,9 +154,10 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(source) => {
                     self.done = true;
-                    return Some(Err(TraceError::Io {
-                        line: self.line + 1,
-                        source,
+                    let line = self.line + 1;
+                    return Some(Err(match crate::open::corrupt_gzip_message(&source) {
+                        Some(message) => TraceError::CorruptGzip { line, message },
+                        None => TraceError::Io { line, source },
                     }));
                 }
             }
@@ -167,7 +170,8 @@ impl<R: BufRead> Iterator for TraceReader<R> {
 ///
 /// # Errors
 /// [`TraceError::Malformed`] for the first malformed line under [`MalformedPolicy::Fail`];
-/// [`TraceError::Io`] if `reader` fails.
+/// [`TraceError::Io`] if `reader` fails; [`TraceError::CorruptGzip`] if `reader` is a gzip
+/// [`crate::TraceFile`] whose stream is damaged.
 pub fn read_trace<R: BufRead>(reader: R, policy: MalformedPolicy) -> Result<Trace, TraceError> {
     let mut reader = TraceReader::new(reader, policy);
     let mut records = Vec::new();

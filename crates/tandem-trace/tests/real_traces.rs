@@ -1,15 +1,15 @@
-//! The published Mooncake FAST'25 traces, read from `../shared/data/traces/` beside the
-//! repository (never copied into it): they parse fully, and their hit ratios under the
-//! simulator match figures computed independently (a separate script, same definition).
+//! The published Mooncake FAST'25 traces as the repository ships them (gzip, in
+//! `data/traces/`, see its README): they decompress and parse fully, and their hit ratios
+//! under the simulator match figures computed independently (a separate script, same
+//! definition).
 //!
-//! Set `TANDEM_TRACE_DIR` to read the traces from elsewhere.
+//! Set `TANDEM_TRACE_DIR` to read the traces from elsewhere (plain `.jsonl` files there are
+//! read when the `.jsonl.gz` ones are absent).
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::PathBuf;
 use tandem_trace::{
-    read_trace, ArrivalOrder, Capacity, HitTotals, MalformedPolicy, PrefixCacheSim, Trace,
-    TraceReader,
+    open_trace, read_trace_file, ArrivalOrder, Capacity, Compression, HitTotals, MalformedPolicy,
+    PrefixCacheSim, Trace, TraceFile,
 };
 
 const CONVERSATION: &str = "mooncake_conversation_trace.jsonl";
@@ -18,16 +18,18 @@ const SYNTHETIC: &str = "mooncake_synthetic_trace.jsonl";
 fn trace_path(name: &str) -> PathBuf {
     let dir = std::env::var_os("TANDEM_TRACE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
-        });
-    dir.join(name)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces"));
+    let gz = dir.join(format!("{name}.gz"));
+    if gz.exists() {
+        gz
+    } else {
+        dir.join(name)
+    }
 }
 
 fn load(name: &str) -> Trace {
     let path = trace_path(name);
-    let file = File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    read_trace(BufReader::new(file), MalformedPolicy::Fail)
+    read_trace_file(&path, MalformedPolicy::Fail)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -66,10 +68,22 @@ fn both_traces_parse_fully_and_cleanly() {
 }
 
 #[test]
+fn the_shipped_traces_are_gzip() {
+    if std::env::var_os("TANDEM_TRACE_DIR").is_some() {
+        return; // Only the repository's own copies are known to be gzip.
+    }
+    for name in [CONVERSATION, SYNTHETIC] {
+        let path = trace_path(name);
+        let file = TraceFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(file.compression(), Compression::Gzip, "{}", path.display());
+    }
+}
+
+#[test]
 fn streaming_reader_counts_the_same_records() {
     let path = trace_path(SYNTHETIC);
-    let file = File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let mut reader = TraceReader::new(BufReader::new(file), MalformedPolicy::Fail);
+    let mut reader = open_trace(&path, MalformedPolicy::Fail)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut input_tokens = 0u64;
     for record in reader.by_ref() {
         input_tokens += record.expect("clean trace").input_length;

@@ -311,7 +311,7 @@ impl Handler<EngineCall> for ProtocolActor {
         }
         if let Some(epoch) = request_epoch(&msg.req) {
             if epoch != settings.epoch {
-                // Fenced: counted, never applied (DESIGN.md invariant 4).
+                // Fenced: counted, never applied (docs/DESIGN.md invariant 4).
                 self.engine_stale_rejected += 1;
                 let _ = msg.reply.send(EngineReply::Error(AgentError::StaleEpoch {
                     ours: settings.epoch,

@@ -1,7 +1,5 @@
 //! `tandem replay`: replay a request trace through a local cluster and verify everything.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,25 +7,25 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use rand::Rng;
 use tandem_replay::{pool_pages_needed, run_replay, Capacity, ReplayParams, Speed};
-use tandem_trace::{MalformedPolicy, SynthWorkload, TraceReader, TraceRecord};
+use tandem_trace::{open_trace, MalformedPolicy, SynthWorkload, TraceRecord};
 
 use crate::cli::{layout, Malformed, ReplayArgs};
 use crate::cmd::up::small_model;
 use crate::local::{LocalCluster, LocalSpec};
 
-/// Read the requests: the trace file (reporting malformed lines) or the synthetic workload.
+/// Read the requests: the trace file, plain `.jsonl` or gzip `.jsonl.gz` (reporting malformed
+/// lines), or the synthetic workload.
 fn requests(args: &ReplayArgs) -> anyhow::Result<Vec<TraceRecord>> {
     let Some(path) = &args.trace else {
         return Ok(
             SynthWorkload::new(args.limit.unwrap_or(SynthWorkload::DEFAULT_REQUESTS), 0).collect(),
         );
     };
-    let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
     let policy = match args.on_malformed {
         Malformed::Skip => MalformedPolicy::Skip,
         Malformed::Fail => MalformedPolicy::Fail,
     };
-    let mut reader = TraceReader::new(BufReader::new(file), policy);
+    let mut reader = open_trace(path, policy)?;
     let mut out = Vec::new();
     for record in reader.by_ref() {
         let record = record.with_context(|| format!("trace {}", path.display()))?;

@@ -1,6 +1,6 @@
 //! The Tandem model: a leader and followers of the real `tandem-proto` state machines, the
-//! network, the engines, the durable store and crashes, checked against DESIGN.md's
-//! invariants.
+//! network, the engines, the durable store and crashes, checked against the invariants of
+//! docs/DESIGN.md.
 //!
 //! Owns the model and its properties. Must never: re-implement a protocol decision.
 //!

@@ -1,4 +1,4 @@
-//! The properties of the Tandem model: DESIGN.md invariants stated over model states, plus
+//! The properties of the Tandem model: docs/DESIGN.md invariants stated over model states, plus
 //! `sometimes` examples that prove the interesting states are reached.
 //!
 //! Owns the property names (tests look them up by name) and their conditions. Must never:

@@ -1,4 +1,4 @@
-//! The leader state machine (rank 0): the group's one decider (DESIGN.md invariants 1–5).
+//! The leader state machine (rank 0): the group's one decider (docs/DESIGN.md invariants 1–5).
 //!
 //! Inputs are `record_*`/`start_*` calls for the open step, `handle_*` calls for peer
 //! messages, persistence results and timeouts; outputs come from `poll_*` calls: frames and

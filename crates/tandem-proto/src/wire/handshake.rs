@@ -1,4 +1,4 @@
-//! The membership handshake a rank passes to join an epoch (DESIGN.md invariant 7).
+//! The membership handshake a rank passes to join an epoch (docs/DESIGN.md invariant 7).
 //!
 //! Sequence on a new peer connection: the leader sends [`Message::Challenge`] with a fresh
 //! random nonce; the follower answers [`Message::Hello`] built by [`Membership::hello`]; the

@@ -1,5 +1,5 @@
 //! The wire: messages peers exchange, their byte encoding, and the membership handshake
-//! (DESIGN.md invariants 4 and 7).
+//! (docs/DESIGN.md invariants 4 and 7).
 //!
 //! Owns bytes in and bytes out. It never opens sockets and never decides group state.
 

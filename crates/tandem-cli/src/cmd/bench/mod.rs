@@ -1,5 +1,5 @@
 //! `tandem bench`: benchmarks that print figures, each against a baseline measured in the same
-//! run (issue 8). The machines are shared and noisy, so every raw figure sits next to a `ratio`
+//! run (docs/BENCHMARKS.md). The machines are shared and noisy, so every raw figure sits next to a `ratio`
 //! against its baseline; nothing here asserts a time, and targets are printed with pass/fail
 //! marks only.
 //!
@@ -8,8 +8,8 @@
 //! - [`engines`]: the engine threads that drive empty steps through a local cluster (used by
 //!   `frame` and by `replay` for its empty-step baseline).
 //! - [`fanout`]: the TCP fan-out ping-pong baseline and its echo peer processes.
-//! - [`redis`]: the write-ahead append cost (wraps `tandem_durable::bench_append`).
-//! - [`tiers`]: the store engine's tier table (wraps `tandem_store::bench`).
+//! - [`redis`]: the write-ahead append cost (wraps `tandem_bench::bench_append`).
+//! - [`tiers`]: the store engine's tier table (wraps `tandem_bench::run_tier_bench`).
 //! - [`recovery`]: SIGKILL one agent → group ready in a new epoch.
 //! - [`replay`]: the conversation trace through a 4-rank local cluster.
 //! - [`stats`]: percentiles and ratios.

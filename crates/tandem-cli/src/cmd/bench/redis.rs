@@ -1,7 +1,7 @@
 //! `tandem bench redis`: what writing a step's outcomes to the completion stream before sealing
 //! costs, in PING round trips, and outcome events per second against pipelined plain XADDs.
 //!
-//! Wraps `tandem_durable::bench_append` (which owns the measurement and its baselines: a PING
+//! Wraps `tandem_bench::bench_append` (which owns the measurement and its baselines: a PING
 //! interleaved with the appends, one plain XADD of the same bytes, pipelined plain XADDs). This
 //! module starts a `redis-server` child with the settings of a local cluster (append-only file
 //! on, no RDB snapshots) unless `REDIS_URL` names a server, and prints the table with marks.
@@ -99,7 +99,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         }
     };
     let rt = actix_rt::Runtime::new().context("cannot start an async runtime")?;
-    let bench = rt.block_on(tandem_durable::bench_append(&url, &OUTCOMES, steps))?;
+    let bench = rt.block_on(tandem_bench::bench_append(&url, &OUTCOMES, steps))?;
     let mut t = Table::new(&[
         "outcomes",
         "steps",

@@ -10,8 +10,6 @@
 //! Owns the run and its table; nothing is asserted.
 
 use std::cell::Cell;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -20,7 +18,7 @@ use serde::Serialize;
 use tandem_replay::{
     pool_pages_needed, run_replay, Capacity, ReplayParams, ReplayProgress, ReplaySummary, Speed,
 };
-use tandem_trace::{MalformedPolicy, TraceReader, TraceRecord};
+use tandem_trace::{open_trace, MalformedPolicy, TraceRecord};
 
 use super::engines::{drive_empty_steps, StepOptions};
 use super::report::Table;
@@ -29,8 +27,9 @@ use super::{BenchArgs, PartOutput};
 use crate::cmd::up::small_model;
 use crate::local::{LocalCluster, LocalSpec};
 
-/// The conversation trace, relative to the repository root.
-pub(super) const DEFAULT_TRACE: &str = "../shared/data/traces/mooncake_conversation_trace.jsonl";
+/// The conversation trace as the repository ships it (`data/traces/README.md`), relative to
+/// the repository root.
+pub(super) const DEFAULT_TRACE: &str = "data/traces/mooncake_conversation_trace.jsonl.gz";
 /// Ranks of the cluster.
 const RANKS: u32 = 4;
 /// Requests replayed with `--quick`.
@@ -142,14 +141,10 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     })
 }
 
-fn read_trace(path: &PathBuf, limit: Option<usize>) -> anyhow::Result<Vec<TraceRecord>> {
-    let file = File::open(path).with_context(|| {
-        format!(
-            "cannot open trace {} (run from the repository root, or pass --trace)",
-            path.display()
-        )
-    })?;
-    let mut reader = TraceReader::new(BufReader::new(file), MalformedPolicy::Skip);
+fn read_trace(path: &std::path::Path, limit: Option<usize>) -> anyhow::Result<Vec<TraceRecord>> {
+    let mut reader = open_trace(path, MalformedPolicy::Skip).context(
+        "bench replay reads its trace relative to the repository root unless --trace is given",
+    )?;
     let mut out = Vec::new();
     for record in reader.by_ref() {
         out.push(record.with_context(|| format!("trace {}", path.display()))?);

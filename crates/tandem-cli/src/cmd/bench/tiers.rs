@@ -1,12 +1,12 @@
 //! `tandem bench tiers`: the store engine's host and disk tiers against memcpy and plain
 //! positional I/O of the same sizes, measured in the same run.
 //!
-//! Wraps `tandem_store::bench::run_tier_bench`, which owns the measurement, its baselines and
+//! Wraps `tandem_bench::run_tier_bench`, which owns the measurement, its baselines and
 //! its table; this module only picks the directories and adds the pass/fail marks.
 
 use std::path::PathBuf;
 
-use tandem_store::bench::{run_tier_bench, TierBenchOptions};
+use tandem_bench::{run_tier_bench, TierBenchOptions};
 
 use super::report::mark;
 use super::{BenchArgs, PartOutput};
@@ -19,7 +19,7 @@ const DISK_TARGET: f64 = 0.7;
 /// Run the tier benchmark.
 ///
 /// # Errors
-/// When a file cannot be created or a tier fails (`tandem_store::bench::BenchError`).
+/// When a file cannot be created or a tier fails (`tandem_bench::BenchError`).
 pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let shm = PathBuf::from("/dev/shm");
     let opts = TierBenchOptions {

@@ -1,6 +1,6 @@
 //! Runs the tier benchmark and prints its table (or JSON with `--json`).
 //!
-//! `cargo run --release -p tandem-store --example tier_bench -- [--quick] [--json]
+//! `cargo run --release -p tandem-bench --example tier_bench -- [--quick] [--json]
 //! [--disk-dir DIR] [--shm-dir DIR]`; the disk directory defaults to the system temp dir and
 //! the shared-memory directory to /dev/shm. The `tandem bench tiers` command calls the same
 //! library function.
@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tandem_store::bench::{run_tier_bench, TierBenchOptions};
+use tandem_bench::{run_tier_bench, TierBenchOptions};
 
 fn main() -> ExitCode {
     let mut opts = TierBenchOptions {

@@ -1,24 +1,69 @@
-//! The write-ahead cost benchmark (issue 8, part "redis"): what appending a step costs,
-//! measured against baselines taken in the same run on the same connection.
+//! The write-ahead cost benchmark behind `tandem bench redis` (docs/BENCHMARKS.md): what
+//! appending a step with `tandem_durable::CompletionLog::append_step` costs, measured against
+//! baselines taken in the same run against the same server.
 //!
 //! Owns measurement only; `tandem bench redis` prints its figures. It never asserts a time.
 //! Baselines: one PING round trip (interleaved with the appends, so both see the same
 //! noise), one plain XADD of the same record bytes (the floor for one append), and a
 //! pipelined loop of plain XADDs, one outcome per entry, 256 per pipeline,
 //! which is close to the most events per second one connection can push into a stream.
+//! The baselines run on a second connection built as the log's own (a multiplexed,
+//! self-reconnecting `ConnectionManager`, every call under the same 5 s deadline), so that
+//! this crate needs nothing but the log's public API.
 //! It writes only to keys of a fresh group named `bench-{pid}-{ns}` and deletes them after.
 
-use crate::conn::ConnTimeouts;
-use crate::error::Result;
-use crate::log::{CompletionLog, DurableConfig};
-use crate::record::{encode, StepRecordRef};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, FromRedisValue, Pipeline};
 use serde::Serialize;
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tandem_durable::{
+    mask_url, CompletionLog, ConnTimeouts, DurableConfig, DurableError, StepRecord,
+};
 use tandem_proto::{OutcomeResult, RequestId, Step, TaskId, TaskKind, TaskOutcome};
 
 /// Commands per pipeline in the plain XADD baseline.
 const BASELINE_PIPELINE: usize = 256;
+/// Deadline of every call, the log's and the baseline connection's, in ms.
+const OP_TIMEOUT_MS: u64 = 5000;
+
+/// Why the benchmark could not run. Credentials in the URL never reach a message.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendBenchError {
+    /// A call of the completion log failed.
+    #[error("redis bench: {0}")]
+    Log(#[from] DurableError),
+    /// The baseline connection could not be made.
+    #[error("redis bench: baseline connection to {url}: {reason}")]
+    Connect {
+        /// The server URL, credentials masked.
+        url: String,
+        /// The client's error.
+        reason: String,
+    },
+    /// A baseline command (`PING`, `XADD`, the pipeline, the final `DEL`) failed.
+    #[error("redis bench: baseline {op}: {reason}")]
+    Baseline {
+        /// Which command.
+        op: &'static str,
+        /// The client's error.
+        reason: String,
+    },
+    /// A baseline command took longer than its deadline.
+    #[error("redis bench: baseline {op} took longer than {ms} ms")]
+    Timeout {
+        /// Which command.
+        op: &'static str,
+        /// The deadline, ms.
+        ms: u64,
+    },
+    /// The step record could not be encoded (it cannot for these types; the variant keeps
+    /// the call panic-free).
+    #[error("redis bench: cannot encode the step record: {0}")]
+    Encode(#[from] postcard::Error),
+}
+
+type Result<T> = std::result::Result<T, AppendBenchError>;
 
 /// Figures for one batch size.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -94,7 +139,9 @@ impl fmt::Display for AppendBench {
 /// for each batch size in `outcomes_per_step`, with `steps` appends per size (at least 1).
 ///
 /// # Errors
-/// Any [`crate::DurableError`] from connecting or from a call (deadline 5 s each).
+/// [`AppendBenchError::Log`] from connecting the log or from one of its calls;
+/// [`AppendBenchError::Connect`], [`AppendBenchError::Baseline`] or
+/// [`AppendBenchError::Timeout`] from the baseline connection (deadline 5 s per call).
 pub async fn bench_append(
     url: &str,
     outcomes_per_step: &[usize],
@@ -105,34 +152,103 @@ pub async fn bench_append(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let group = format!("bench-{}-{ns}", std::process::id());
-    let mut config = DurableConfig::new(url, group, 1);
-    config.timeouts = ConnTimeouts {
-        op_timeout_ms: 5000,
+    let timeouts = ConnTimeouts {
+        op_timeout_ms: OP_TIMEOUT_MS,
         ..ConnTimeouts::default()
     };
+    let mut config = DurableConfig::new(url, group, 1);
+    config.timeouts = timeouts;
     let log = CompletionLog::connect(&config).await?;
-    let result = run(&log, outcomes_per_step, steps).await;
+    let conn = Baseline::connect(url, timeouts).await?;
+    let result = run(&log, &conn, outcomes_per_step, steps).await;
     let keys = log.keys();
     let mut del = redis::cmd("DEL");
     del.arg(&keys.completions)
         .arg(&keys.epoch)
         .arg(baseline_key(&log));
-    let cleanup = log.conn.query::<()>("bench_cleanup", &del).await;
+    let cleanup = conn.query::<()>("DEL", &del).await;
     let bench = result?;
     cleanup?;
     Ok(bench)
+}
+
+/// The baselines' connection: built as the log's own, a deadline on every call.
+struct Baseline {
+    manager: ConnectionManager,
+}
+
+impl Baseline {
+    async fn connect(url: &str, timeouts: ConnTimeouts) -> Result<Baseline> {
+        let connect_error = |reason: String| AppendBenchError::Connect {
+            url: mask_url(url),
+            reason: reason.replace(url, &mask_url(url)),
+        };
+        let client = redis::Client::open(url).map_err(|e| connect_error(e.to_string()))?;
+        let config = ConnectionManagerConfig::new()
+            .set_factor(2)
+            .set_exponent_base(2)
+            .set_max_delay(timeouts.max_reconnect_delay_ms)
+            .set_number_of_retries(2)
+            .set_connection_timeout(Duration::from_millis(timeouts.connect_timeout_ms))
+            .set_response_timeout(Duration::from_millis(timeouts.op_timeout_ms));
+        let manager = tokio::time::timeout(
+            Duration::from_millis(timeouts.op_timeout_ms),
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| AppendBenchError::Timeout {
+            op: "connect",
+            ms: timeouts.op_timeout_ms,
+        })?
+        .map_err(|e| connect_error(e.to_string()))?;
+        Ok(Baseline { manager })
+    }
+
+    /// Runs one command as baseline operation `op`.
+    async fn query<T: FromRedisValue>(&self, op: &'static str, cmd: &Cmd) -> Result<T> {
+        let mut c = self.manager.clone();
+        deadline(op, cmd.query_async(&mut c)).await
+    }
+
+    /// Runs a pipeline as baseline operation `op` (one round trip).
+    async fn pipeline<T: FromRedisValue>(&self, op: &'static str, pipe: &Pipeline) -> Result<T> {
+        let mut c = self.manager.clone();
+        deadline(op, pipe.query_async(&mut c)).await
+    }
+}
+
+async fn deadline<T>(
+    op: &'static str,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(Duration::from_millis(OP_TIMEOUT_MS), call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(AppendBenchError::Baseline {
+            op,
+            reason: e.to_string(),
+        }),
+        Err(_) => Err(AppendBenchError::Timeout {
+            op,
+            ms: OP_TIMEOUT_MS,
+        }),
+    }
 }
 
 fn baseline_key(log: &CompletionLog) -> String {
     format!("tandem:{{{}}}:bench-baseline", log.keys().group)
 }
 
-async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<AppendBench> {
+async fn run(
+    log: &CompletionLog,
+    conn: &Baseline,
+    sizes: &[usize],
+    steps: usize,
+) -> Result<AppendBench> {
     let epoch = log.next_epoch().await?;
     let ping = redis::cmd("PING");
     let warm = outcomes(1);
     for i in 0..20 {
-        log.conn.query::<String>("bench_ping", &ping).await?;
+        conn.query::<String>("PING", &ping).await?;
         log.append_step(epoch, Step(i), &[], &warm).await?;
     }
     let mut rows = Vec::new();
@@ -142,11 +258,13 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
         let mut appends = Vec::with_capacity(steps);
         let mut pings = Vec::with_capacity(steps);
         let mut plain = Vec::with_capacity(steps);
-        let bytes = encode(&StepRecordRef {
+        // The bytes append_step writes for this record (the log encodes a borrowed twin of
+        // StepRecord with postcard; the bytes are the same).
+        let bytes = postcard::to_allocvec(&StepRecord {
             epoch,
             step: Step(step),
-            started: &[],
-            finished: &batch,
+            started: Vec::new(),
+            finished: batch.clone(),
         })?;
         let mut xadd = redis::cmd("XADD");
         xadd.arg(baseline_key(log))
@@ -158,10 +276,10 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
         let mut append_total = Duration::ZERO;
         for _ in 0..steps {
             let t = Instant::now();
-            log.conn.query::<String>("bench_ping", &ping).await?;
+            conn.query::<String>("PING", &ping).await?;
             pings.push(t.elapsed());
             let t = Instant::now();
-            log.conn.query::<String>("bench_xadd", &xadd).await?;
+            conn.query::<String>("XADD", &xadd).await?;
             plain.push(t.elapsed());
             let t = Instant::now();
             log.append_step(epoch, Step(step), &[], &batch).await?;
@@ -170,7 +288,7 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
             appends.push(d);
             step += 1;
         }
-        let baseline = baseline_events_per_s(log, (k * steps).max(BASELINE_PIPELINE)).await?;
+        let baseline = baseline_events_per_s(log, conn, (k * steps).max(BASELINE_PIPELINE)).await?;
         let events = per_s((k * steps) as f64, append_total);
         let append_p50 = micros(percentile(&mut appends, 50));
         let ping_p50 = micros(percentile(&mut pings, 50));
@@ -191,7 +309,7 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
 }
 
 /// Outcomes per second of `total` plain XADDs (one outcome each) in pipelines.
-async fn baseline_events_per_s(log: &CompletionLog, total: usize) -> Result<f64> {
+async fn baseline_events_per_s(log: &CompletionLog, conn: &Baseline, total: usize) -> Result<f64> {
     let key = baseline_key(log);
     let payload = postcard::to_allocvec(&outcomes(1)[0]).unwrap_or_default();
     let mut sent = 0;
@@ -209,7 +327,7 @@ async fn baseline_events_per_s(log: &CompletionLog, total: usize) -> Result<f64>
                 .arg(&payload[..])
                 .ignore();
         }
-        log.conn.pipeline::<()>("bench_baseline", &pipe).await?;
+        conn.pipeline::<()>("XADD pipeline", &pipe).await?;
         sent += n;
     }
     Ok(per_s(total as f64, start.elapsed()))

@@ -1,5 +1,7 @@
 //! Prints the write-ahead cost figures against a running redis-server:
-//! `cargo run -p tandem-durable --example bench_append -- redis://127.0.0.1:6379 [steps]`.
+//! `cargo run -p tandem-bench --example bench_append -- redis://127.0.0.1:6379 [steps]`.
+//! The `tandem bench redis` command calls the same library function (and starts its own
+//! redis-server).
 
 use std::process::ExitCode;
 
@@ -10,7 +12,7 @@ async fn main() -> ExitCode {
         .next()
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let steps = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
-    match tandem_durable::bench_append(&url, &[1, 10, 100], steps).await {
+    match tandem_bench::bench_append(&url, &[1, 10, 100], steps).await {
         Ok(figures) => {
             print!("{figures}");
             ExitCode::SUCCESS

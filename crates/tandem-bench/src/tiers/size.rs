@@ -1,204 +1,24 @@
-//! The tier benchmark behind `tandem bench tiers`: store and load throughput of the host and
-//! disk tiers against plain copies of the same sizes measured in the same run.
-//!
-//! Owns [`run_tier_bench`], its options and its report (a table via `Display`, JSON via
-//! serde). Every figure is a ratio against a baseline from the same run, because the machines
-//! are shared and noisy; nothing here asserts a time. It must never be called from a test.
-//!
-//! Baselines (the floor each tier is held to):
-//! - **memcpy**: `copy_from_slice` of one shard between the same engine pages and a pool of the
-//!   same size as the host slab, visiting slots in the same order. Host store and load copy
-//!   the same bytes and also checksum them, plus the store's bookkeeping.
-//! - **pwrite / pread**: `write_all_at` / `read_exact_at` of one shard per call between the same
-//!   engine pages and a file of the same size, preallocated the same way, on the same file
-//!   system, same slot order. The
-//!   disk tier does the same I/O plus the checksum and its bookkeeping.
-//! - **O_DIRECT**: the same plain calls on a file opened with O_DIRECT, next to the disk tier in
-//!   direct mode; both are compared with the buffered baselines, which is the question "does
-//!   O_DIRECT help here".
+//! One shard size of the tier benchmark: the engine region, the host, disk and O_DIRECT
+//! stores, the memcpy pool and the baseline files, and the timed bursts over them. It owns no
+//! figure's meaning (that is the parent module's report) and prints nothing.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use serde::Serialize;
 use tandem_proto::ids::Rank;
+use tandem_store::block::BlockHash;
+use tandem_store::buffer::{EngineBuffers, PageId, RegionSpec};
+use tandem_store::disk::{preallocate, IoMode};
+use tandem_store::shm::ShmFile;
+use tandem_store::store::{Store, StoreConfig, StoreError};
+use tandem_store::tier::{TierError, TierKind};
 
-use crate::block::BlockHash;
-use crate::buffer::{EngineBuffers, PageId, RegionSpec};
-use crate::disk::{preallocate, IoMode};
-use crate::shm::ShmFile;
-use crate::store::{Store, StoreConfig, StoreError};
-use crate::tier::{TierError, TierKind};
-
-/// Shard sizes measured, in bytes.
-pub const SHARD_SIZES: [usize; 3] = [64 << 10, 1 << 20, 8 << 20];
-
-/// Where and how long to run.
-#[derive(Clone, Debug)]
-pub struct TierBenchOptions {
-    /// Directory for the disk files (tier and baseline share its file system).
-    pub disk_dir: PathBuf,
-    /// Directory for the host slab and the engine region (normally under /dev/shm).
-    pub shm_dir: PathBuf,
-    /// Smaller pools and fewer bytes per figure (a few seconds).
-    pub quick: bool,
-}
-
-/// Throughputs for one shard size, in GB/s (10^9 bytes per second): bytes moved over the
-/// summed time of that operation's bursts.
-#[derive(Clone, Debug, Serialize)]
-pub struct TierBenchRow {
-    /// Shard size in bytes.
-    pub shard_bytes: usize,
-    /// Baseline: plain copy engine page → pool slot.
-    pub memcpy_store_gbps: f64,
-    /// Host tier store (copy + checksum + bookkeeping).
-    pub host_store_gbps: f64,
-    /// `host_store_gbps / memcpy_store_gbps` (target ≥ 0.8).
-    pub host_store_ratio: f64,
-    /// Baseline: plain copy pool slot → engine page.
-    pub memcpy_load_gbps: f64,
-    /// Host tier load (copy + checksum verification).
-    pub host_load_gbps: f64,
-    /// `host_load_gbps / memcpy_load_gbps` (target ≥ 0.8).
-    pub host_load_ratio: f64,
-    /// Baseline: buffered positional write of one shard.
-    pub pwrite_gbps: f64,
-    /// Disk tier store, buffered mode.
-    pub disk_store_gbps: f64,
-    /// `disk_store_gbps / pwrite_gbps` (target ≥ 0.7).
-    pub disk_store_ratio: f64,
-    /// Baseline: buffered positional read of one shard.
-    pub pread_gbps: f64,
-    /// Disk tier load, buffered mode.
-    pub disk_load_gbps: f64,
-    /// `disk_load_gbps / pread_gbps` (target ≥ 0.7).
-    pub disk_load_ratio: f64,
-    /// The O_DIRECT figures, when the file system supports it.
-    pub direct: Option<DirectRow>,
-}
-
-/// O_DIRECT figures for one shard size, in GB/s.
-#[derive(Clone, Debug, Serialize)]
-pub struct DirectRow {
-    /// Plain O_DIRECT positional write.
-    pub pwrite_gbps: f64,
-    /// Plain O_DIRECT positional read.
-    pub pread_gbps: f64,
-    /// Disk tier store in direct mode.
-    pub disk_store_gbps: f64,
-    /// Disk tier load in direct mode.
-    pub disk_load_gbps: f64,
-}
-
-/// The whole benchmark.
-#[derive(Clone, Debug, Serialize)]
-pub struct TierBenchReport {
-    /// Whether `--quick` sizes were used.
-    pub quick: bool,
-    /// Bytes of the host slab, the memcpy pool and each disk file, per shard size.
-    pub pool_bytes: u64,
-    /// Bytes moved per figure per repetition.
-    pub bytes_per_figure: u64,
-    /// Bytes per burst: each tier alternates with its baseline in bursts of this size.
-    pub burst_bytes: u64,
-    /// One row per shard size.
-    pub rows: Vec<TierBenchRow>,
-    /// Why the O_DIRECT figures are missing, if they are.
-    pub direct_unsupported: Option<String>,
-}
-
-/// Why the benchmark could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// Setting up or driving a tier failed.
-    #[error("tier benchmark: {0}")]
-    Store(#[from] StoreError),
-    /// A baseline file or the engine region could not be used.
-    #[error("tier benchmark: {what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-}
-
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
-    let what = what.into();
-    move |source| BenchError::Io { what, source }
-}
-
-/// Runs the tier benchmark for [`SHARD_SIZES`]; prints nothing.
-///
-/// Errors: [`BenchError`] when a file cannot be created or a tier fails.
-pub fn run_tier_bench(opts: &TierBenchOptions) -> Result<TierBenchReport, BenchError> {
-    let (pool_bytes, bytes_per_figure, burst_bytes) = if opts.quick {
-        (32u64 << 20, 256u64 << 20, 16u64 << 20)
-    } else {
-        (256u64 << 20, 2u64 << 30, 32u64 << 20)
-    };
-    let work = tempfile::Builder::new()
-        .prefix("tandem-bench-")
-        .tempdir_in(&opts.disk_dir)
-        .map_err(io("disk dir"))?;
-    let shm = tempfile::Builder::new()
-        .prefix("tandem-bench-")
-        .tempdir_in(&opts.shm_dir)
-        .map_err(io("shm dir"))?;
-    let mut rows = Vec::new();
-    let mut direct_unsupported = None;
-    for &shard in &SHARD_SIZES {
-        // Per-size directories, removed after the size is measured (declared before the bench
-        // so that they outlive it): /dev/shm never holds more than one size's files.
-        let size_work = tempfile::tempdir_in(work.path()).map_err(io("disk dir"))?;
-        let size_shm = tempfile::tempdir_in(shm.path()).map_err(io("shm dir"))?;
-        let mut bench = SizeBench::new(
-            shard,
-            pool_bytes,
-            bytes_per_figure,
-            burst_bytes,
-            size_work.path(),
-            size_shm.path(),
-        )?;
-        let best = bench.measure(&mut direct_unsupported)?;
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-        rows.push(TierBenchRow {
-            shard_bytes: shard,
-            memcpy_store_gbps: best[0],
-            host_store_gbps: best[1],
-            host_store_ratio: ratio(best[1], best[0]),
-            memcpy_load_gbps: best[2],
-            host_load_gbps: best[3],
-            host_load_ratio: ratio(best[3], best[2]),
-            pwrite_gbps: best[4],
-            disk_store_gbps: best[5],
-            disk_store_ratio: ratio(best[5], best[4]),
-            pread_gbps: best[6],
-            disk_load_gbps: best[7],
-            disk_load_ratio: ratio(best[7], best[6]),
-            direct: direct_unsupported.is_none().then_some(DirectRow {
-                pwrite_gbps: best[8],
-                pread_gbps: best[9],
-                disk_store_gbps: best[10],
-                disk_load_gbps: best[11],
-            }),
-        });
-    }
-    Ok(TierBenchReport {
-        quick: opts.quick,
-        pool_bytes,
-        bytes_per_figure,
-        burst_bytes,
-        rows,
-        direct_unsupported,
-    })
-}
+use super::{io, BenchError};
 
 /// Everything one shard size needs: engine region, stores, baseline pool and files.
-struct SizeBench {
+pub(super) struct SizeBench {
     shard: usize,
     slots: u64,
     pages: u32,
@@ -217,7 +37,7 @@ struct SizeBench {
 const REGION: &str = "bench-engine";
 
 impl SizeBench {
-    fn new(
+    pub(super) fn new(
         shard: usize,
         pool_bytes: u64,
         bytes: u64,
@@ -358,7 +178,7 @@ impl SizeBench {
 
     /// Every figure, in GB/s, in the row's order. Each tier runs in bursts alternating with its
     /// baseline, so that load from other processes falls on both alike.
-    fn measure(
+    pub(super) fn measure(
         &mut self,
         direct_unsupported: &mut Option<String>,
     ) -> Result<[f64; 12], BenchError> {
@@ -521,112 +341,4 @@ enum Op {
     DiskStore(bool),
     Pread(bool),
     DiskLoad(bool),
-}
-
-impl std::fmt::Display for TierBenchReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "tiers: GB/s over {} MiB per figure in {} MiB bursts alternating with the baseline, pools of {} MiB{}",
-            self.bytes_per_figure >> 20,
-            self.burst_bytes >> 20,
-            self.pool_bytes >> 20,
-            if self.quick { " (quick)" } else { "" }
-        )?;
-        writeln!(
-            f,
-            "{:>6} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5}",
-            "shard",
-            "memcpy",
-            "host-w",
-            "×",
-            "memcpy",
-            "host-r",
-            "×",
-            "pwrite",
-            "disk-w",
-            "×",
-            "pread",
-            "disk-r",
-            "×"
-        )?;
-        for r in &self.rows {
-            writeln!(
-                f,
-                "{:>6} | {:>6.2} {:>6.2} {:>5.2} | {:>6.2} {:>6.2} {:>5.2} | {:>6.2} {:>6.2} {:>5.2} | {:>6.2} {:>6.2} {:>5.2}",
-                size_label(r.shard_bytes),
-                r.memcpy_store_gbps,
-                r.host_store_gbps,
-                r.host_store_ratio,
-                r.memcpy_load_gbps,
-                r.host_load_gbps,
-                r.host_load_ratio,
-                r.pwrite_gbps,
-                r.disk_store_gbps,
-                r.disk_store_ratio,
-                r.pread_gbps,
-                r.disk_load_gbps,
-                r.disk_load_ratio
-            )?;
-        }
-        match &self.direct_unsupported {
-            Some(why) => writeln!(f, "O_DIRECT: not measured ({why})"),
-            None => {
-                writeln!(
-                    f,
-                    "O_DIRECT (GB/s; × is against the buffered baseline above)"
-                )?;
-                writeln!(
-                    f,
-                    "{:>6} | {:>6} {:>6} {:>5} | {:>6} {:>6} {:>5}",
-                    "shard", "pwrite", "disk-w", "×", "pread", "disk-r", "×"
-                )?;
-                for r in &self.rows {
-                    if let Some(d) = &r.direct {
-                        writeln!(
-                            f,
-                            "{:>6} | {:>6.2} {:>6.2} {:>5.2} | {:>6.2} {:>6.2} {:>5.2}",
-                            size_label(r.shard_bytes),
-                            d.pwrite_gbps,
-                            d.disk_store_gbps,
-                            d.disk_store_gbps / r.pwrite_gbps.max(f64::MIN_POSITIVE),
-                            d.pread_gbps,
-                            d.disk_load_gbps,
-                            d.disk_load_gbps / r.pread_gbps.max(f64::MIN_POSITIVE)
-                        )?;
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-fn size_label(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{}M", bytes >> 20)
-    } else {
-        format!("{}K", bytes >> 10)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_messages_and_labels() {
-        let e = BenchError::Io {
-            what: "pwrite".into(),
-            source: std::io::Error::other("x"),
-        };
-        assert_eq!(e.to_string(), "tier benchmark: pwrite: x");
-        let e: BenchError = StoreError::ZeroShard.into();
-        assert_eq!(
-            e.to_string(),
-            "tier benchmark: store: shard size must be at least one byte"
-        );
-        assert_eq!(size_label(64 << 10), "64K");
-        assert_eq!(size_label(8 << 20), "8M");
-    }
 }
