@@ -10,8 +10,9 @@
 
 use crate::conn::ConnTimeouts;
 use crate::error::Result;
-use crate::log::{CompletionLog, DurableConfig};
 use crate::record::{encode, StepRecordRef};
+use crate::redis::{DurableConfig, RedisLog};
+use crate::{CompletionStream, EpochStore};
 use serde::Serialize;
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -110,7 +111,7 @@ pub async fn bench_append(
         op_timeout_ms: 5000,
         ..ConnTimeouts::default()
     };
-    let log = CompletionLog::connect(&config).await?;
+    let log = RedisLog::connect(&config).await?;
     let result = run(&log, outcomes_per_step, steps).await;
     let keys = log.keys();
     let mut del = redis::cmd("DEL");
@@ -123,11 +124,11 @@ pub async fn bench_append(
     Ok(bench)
 }
 
-fn baseline_key(log: &CompletionLog) -> String {
+fn baseline_key(log: &RedisLog) -> String {
     format!("tandem:{{{}}}:bench-baseline", log.keys().group)
 }
 
-async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<AppendBench> {
+async fn run(log: &RedisLog, sizes: &[usize], steps: usize) -> Result<AppendBench> {
     let epoch = log.next_epoch().await?;
     let ping = redis::cmd("PING");
     let warm = outcomes(1);
@@ -191,7 +192,7 @@ async fn run(log: &CompletionLog, sizes: &[usize], steps: usize) -> Result<Appen
 }
 
 /// Outcomes per second of `total` plain XADDs (one outcome each) in pipelines.
-async fn baseline_events_per_s(log: &CompletionLog, total: usize) -> Result<f64> {
+async fn baseline_events_per_s(log: &RedisLog, total: usize) -> Result<f64> {
     let key = baseline_key(log);
     let payload = postcard::to_allocvec(&outcomes(1)[0]).unwrap_or_default();
     let mut sent = 0;
