@@ -107,7 +107,11 @@ impl Rig {
     }
 
     async fn stored(&self) -> SupervisorState {
-        self.log.load_supervisor_state().await.unwrap().expect("saved")
+        self.log
+            .load_supervisor_state()
+            .await
+            .unwrap()
+            .expect("saved")
     }
 
     async fn exit(&mut self) -> Result<Exit, SupervisorError> {
@@ -205,7 +209,11 @@ async fn a_failure_report_past_the_limit_marks_the_group_failed_and_exits() {
     };
     assert!(reason.contains("reached the limit of 1"), "{reason}");
     assert_eq!(rig.exit().await.unwrap(), Exit::GroupFailed(reason.clone()));
-    assert_eq!(rig.log.current_epoch().await.unwrap(), Epoch(2), "no restart");
+    assert_eq!(
+        rig.log.current_epoch().await.unwrap(),
+        Epoch(2),
+        "no restart"
+    );
 
     // A new supervisor does not resurrect the failed group.
     let again = Supervisor::new(rig.config.clone(), None);
@@ -214,7 +222,11 @@ async fn a_failure_report_past_the_limit_marks_the_group_failed_and_exits() {
         liveness: Arc::new(rig.log.clone()),
     };
     let exit = again
-        .run_with(backends, Arc::new(rig.clock.clone()), CancellationToken::new())
+        .run_with(
+            backends,
+            Arc::new(rig.clock.clone()),
+            CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(exit, Exit::GroupFailed(reason.clone()));
