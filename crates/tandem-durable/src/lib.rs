@@ -13,7 +13,7 @@
 //! [`RedisLog`] implements all three on Redis (the production backend), [`MemoryLog`] in
 //! memory with the same contracts (tests, simulation; its expiries follow a [`WallClock`]
 //! such as [`ManualClock`]). One contract suite (`tests/contract/`) runs against both. The
-//! traits are object safe, with `Send` futures ([`async_trait`]), so drivers hold
+//! traits are object safe, with `Send` futures ([`macro@async_trait`]), so drivers hold
 //! `Arc<dyn CompletionStream>` and the like and await them from tokio tasks and actix
 //! actors alike; the boxed future costs one allocation per call, nothing beside a round
 //! trip to Redis. The pure folds [`RecoveryBuilder`] and [`TrimScan`] are shared by both.

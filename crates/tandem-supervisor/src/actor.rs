@@ -284,7 +284,7 @@ impl Actor for SupervisorActor {
         }
     }
 
-    /// Reports a stop that did not come through [`SupervisorActor::finish`] (the system
+    /// Reports a stop that did not come through the actor's own finish (the system
     /// stopped) as a clean stop.
     fn stopped(&mut self, _: &mut Context<Self>) {
         if let Some(done) = self.done.take() {
