@@ -80,13 +80,17 @@ fn tier_dir(template: &str, settings: &AgentSettings) -> PathBuf {
     )
 }
 
-/// Run one agent until SIGTERM or SIGINT (a clean stop, `Ok`) or a fatal error. With
-/// `fixed_epoch`, the agent runs that one epoch without a supervisor; otherwise it follows the
-/// epoch counter in Redis.
+/// Run one agent until `shutdown` is cancelled (a clean stop, `Ok`; the binary cancels it on
+/// SIGTERM or SIGINT) or a fatal error. With `fixed_epoch`, the agent runs that one epoch
+/// without a supervisor; otherwise it follows the epoch counter in Redis.
 ///
 /// # Errors
 /// [`AgentRunError`]: what could not start, or why a follower could not join.
-pub fn run(settings: AgentSettings, fixed_epoch: bool) -> Result<(), AgentRunError> {
+pub fn run(
+    settings: AgentSettings,
+    fixed_epoch: bool,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), AgentRunError> {
     let store_config = StoreConfig {
         rank: settings.rank,
         shard_bytes: settings.shard_bytes as usize,
@@ -104,7 +108,7 @@ pub fn run(settings: AgentSettings, fixed_epoch: bool) -> Result<(), AgentRunErr
         "store opened"
     );
     let system = actix::System::new();
-    let result = system.block_on(runtime::serve(settings, store, fixed_epoch));
+    let result = system.block_on(runtime::serve(settings, store, fixed_epoch, shutdown));
     actix::System::current().stop();
     result
 }

@@ -8,20 +8,27 @@
 //! moves, the current `ProtocolActor` stops and a fresh one starts in the new epoch; nothing of
 //! the old epoch's protocol resumes. Without Redis (`redis.url = ""`) the agent runs one epoch,
 //! and completions are not durable.
+//!
+//! It stops when the [`CancellationToken`] it is given is cancelled (the binary cancels it on
+//! SIGTERM or SIGINT; this library catches no signal), also while it waits for Redis, for
+//! the first epoch, for a new epoch or for a recovery read. Its retry and cadence figures are
+//! named in [`cadence`].
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::{Actor, Addr, Arbiter};
 use tandem_durable::liveness::{FailureReport, Heartbeat};
-use tandem_durable::{AckTracker, CompletionLog, DurableConfig, StreamEntryId};
+use tandem_durable::{
+    AckTracker, CompletionStream, DurableConfig, EpochStore, LivenessStore, RedisLog, StreamEntryId,
+};
 use tandem_proto::ids::{Epoch, TaskId};
 use tandem_proto::wire::handshake::HandshakeError;
 use tandem_proto::{reconcile, Leader, LeaderConfig};
 use tandem_store::index::{GroupIndex, IndexConfig};
 use tandem_store::store::Store;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::peer::connect::JoinError;
@@ -31,6 +38,39 @@ use crate::router::Router;
 use crate::settings::AgentSettings;
 use crate::store_actor::StoreActor;
 use crate::{engine, http, peer, AgentRunError};
+
+/// Every retry and cadence figure of the epoch loop, in one place.
+pub mod cadence {
+    /// Pause between attempts to reach Redis at start-up, ms.
+    pub const REDIS_CONNECT_RETRY_MS: u64 = 500;
+    /// Pause between reads of the epoch counter while no first epoch exists yet, ms.
+    pub const FIRST_EPOCH_POLL_MS: u64 = 200;
+    /// Attempts at reading the completion stream for a new epoch's recovery before the
+    /// agent gives up with an error (with [`RECOVERY_RETRY_MS`]: one minute).
+    pub const RECOVERY_ATTEMPTS: u32 = 120;
+    /// Pause between recovery attempts, ms.
+    pub const RECOVERY_RETRY_MS: u64 = 500;
+    /// Attempts at publishing this rank's manifest before the epoch starts without it (the
+    /// leader then treats the rank as holding nothing).
+    pub const MANIFEST_ATTEMPTS: u32 = 20;
+    /// Pause between manifest attempts, ms.
+    pub const MANIFEST_RETRY_MS: u64 = 250;
+    /// How long a published manifest is kept, ms (one hour: far beyond any epoch start).
+    pub const MANIFEST_TTL_MS: u64 = 3_600_000;
+    /// A heartbeat key lives this many heartbeat timeouts: long enough that the supervisor,
+    /// not the expiry, judges a silent rank (it needs the age).
+    pub const HEARTBEAT_TTL_TIMEOUTS: u64 = 10;
+    /// Completion-stream entries read per call.
+    pub const READ_BATCH: usize = 512;
+    /// The leader trims the completion stream every this many heartbeat ticks (a trim scans
+    /// the retained stream).
+    pub const TRIM_EVERY_TICKS: u64 = 50;
+    /// Pause before a follower tries to join again when the leader is in another epoch or
+    /// unreachable, ms.
+    pub const JOIN_RETRY_MS: u64 = 50;
+    /// Pause before a follower tries again when the leader still holds its old connection, ms.
+    pub const DUPLICATE_RANK_RETRY_MS: u64 = 100;
+}
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -46,11 +86,16 @@ struct EpochRun {
     ack_through: Option<StreamEntryId>,
 }
 
-/// Run the agent (see the module docs).
+/// Run the agent (see the module docs) until `shutdown` is cancelled (`Ok`) or a fatal error.
+///
+/// # Errors
+/// [`AgentRunError`]: a listener that cannot bind, a refused group name, a recovery that kept
+/// failing, a follower refused by its leader.
 pub async fn serve(
     settings: AgentSettings,
     store: Store,
     fixed_epoch: bool,
+    shutdown: CancellationToken,
 ) -> Result<(), AgentRunError> {
     let settings = Arc::new(settings);
     let clock = Clock::new();
@@ -72,8 +117,6 @@ pub async fn serve(
     let router = Router::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
-    let mut term = signal(SignalKind::terminate()).map_err(AgentRunError::System)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(AgentRunError::System)?;
 
     if settings.is_leader() {
         let listener = tokio::net::TcpListener::bind(&settings.leader_addr)
@@ -127,18 +170,20 @@ pub async fn serve(
         let mut warned = false;
         loop {
             tokio::select! {
-                r = CompletionLog::connect(&cfg) => match r {
+                r = RedisLog::connect(&cfg) => match r {
                     Ok(l) => break Some(l),
                     Err(tandem_durable::DurableError::InvalidGroup { group, reason }) => {
                         return Err(tandem_durable::DurableError::InvalidGroup { group, reason }.into());
                     }
                     Err(e) => {
                         if !warned { tracing::warn!(error = %e, "Redis unreachable; retrying"); warned = true; }
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(cadence::REDIS_CONNECT_RETRY_MS)) => {}
+                            _ = shutdown.cancelled() => return Ok(()),
+                        }
                     }
                 },
-                _ = term.recv() => return Ok(()),
-                _ = int.recv() => return Ok(()),
+                _ = shutdown.cancelled() => return Ok(()),
             }
         }
     };
@@ -153,9 +198,8 @@ pub async fn serve(
                 Err(e) => tracing::warn!(error = %e, "cannot read the epoch; retrying"),
             }
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = term.recv() => return Ok(()),
-                _ = int.recv() => return Ok(()),
+                _ = tokio::time::sleep(Duration::from_millis(cadence::FIRST_EPOCH_POLL_MS)) => {}
+                _ = shutdown.cancelled() => return Ok(()),
             }
         },
         _ => settings.epoch,
@@ -172,7 +216,9 @@ pub async fn serve(
                 rank,
                 reason: format!("agent of rank {rank} restarted inside epoch {epoch}"),
             };
-            let beat_ttl = settings.heartbeat_timeout_ms.saturating_mul(10);
+            let beat_ttl = settings
+                .heartbeat_timeout_ms
+                .saturating_mul(cadence::HEARTBEAT_TTL_TIMEOUTS);
             epoch = loop {
                 let _ = log.report_failure(&report).await;
                 let _ = log
@@ -191,20 +237,21 @@ pub async fn serve(
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(settings.heartbeat_interval_ms)) => {}
-                    _ = term.recv() => return Ok(()),
-                    _ = int.recv() => return Ok(()),
+                    _ = shutdown.cancelled() => return Ok(()),
                 }
             };
         }
     }
     let interval = Duration::from_millis(settings.heartbeat_interval_ms);
-    let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
+    let ttl_ms = settings
+        .heartbeat_timeout_ms
+        .saturating_mul(cadence::HEARTBEAT_TTL_TIMEOUTS);
     let mut tracker = AckTracker::new();
     let outcome = 'epochs: loop {
         // Every log line of this epoch on this thread (the protocol actor's too) carries it.
         let _epoch_span = tracing::info_span!("epoch", epoch = epoch.0).entered();
         metrics.set_epoch(epoch.0);
-        let run = start_epoch(
+        let Some(run) = start_epoch(
             &settings,
             epoch,
             log.as_ref(),
@@ -214,8 +261,13 @@ pub async fn serve(
             &fatal_tx,
             clock,
             &metrics,
+            &shutdown,
         )
-        .await?;
+        .await?
+        else {
+            tracing::info!("shutdown requested while the epoch started: stopping");
+            break 'epochs Ok(());
+        };
         let mut ack_through = run.ack_through;
         let mut pending_reports: Vec<FailureReport> = Vec::new();
         let mut join_pending = false;
@@ -223,8 +275,7 @@ pub async fn serve(
         let mut ticks: u64 = 0;
         let next = loop {
             tokio::select! {
-                _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break 'epochs Ok(()); }
-                _ = int.recv() => { tracing::info!("SIGINT: stopping"); break 'epochs Ok(()); }
+                _ = shutdown.cancelled() => { tracing::info!("shutdown requested: stopping"); break 'epochs Ok(()); }
                 Some(e) = fatal_rx.recv() => break 'epochs Err(e),
                 Some(ev) = events_rx.recv() => match ev {
                     AgentEvent::Ready { epoch: e } if e == epoch => join_pending = true,
@@ -233,7 +284,7 @@ pub async fn serve(
                         if let Some(log) = &log {
                             // Read what was appended since the last tick, so that the ack
                             // covers every entry the engine has now applied.
-                            if let Ok(entries) = log.read_new(rank, 512).await {
+                            if let Ok(entries) = log.read_new(rank, cadence::READ_BATCH).await {
                                 tracker.on_read(&entries);
                             }
                             let ids = tracker.on_engine_ack(e, step);
@@ -267,14 +318,14 @@ pub async fn serve(
                             }
                         }
                     }
-                    match log.read_new(rank, 512).await {
+                    match log.read_new(rank, cadence::READ_BATCH).await {
                         Ok(entries) => tracker.on_read(&entries),
                         Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
                     }
                     // The leader bounds the stream: entries every rank acknowledged go, beyond
                     // redis.stream_max_len (a trim scans the retained stream, so not every tick).
                     ticks += 1;
-                    if settings.is_leader() && ticks % 50 == 0 {
+                    if settings.is_leader() && ticks % cadence::TRIM_EVERY_TICKS == 0 {
                         match log.trim(settings.config.redis.stream_max_len as usize).await {
                             Ok(n) => metrics.stream_trimmed().add(n),
                             Err(e) => tracing::debug!(error = %e, "cannot trim the completion stream"),
@@ -334,37 +385,49 @@ fn for_epoch(settings: &AgentSettings, epoch: Epoch) -> Arc<AgentSettings> {
     Arc::new(s)
 }
 
-/// What the completion log says this epoch must reconcile; `None` without Redis.
-async fn recover(log: &CompletionLog) -> Result<tandem_durable::Recovery, AgentRunError> {
+/// What the completion log says this epoch must reconcile; `None` once `shutdown` was
+/// cancelled.
+async fn recover(
+    log: &RedisLog,
+    shutdown: &CancellationToken,
+) -> Result<Option<tandem_durable::Recovery>, AgentRunError> {
     let mut attempts = 0;
     loop {
         match log.recover().await {
-            Ok(r) => return Ok(r),
-            Err(e) if attempts < 120 => {
+            Ok(r) => return Ok(Some(r)),
+            Err(e) if attempts < cadence::RECOVERY_ATTEMPTS => {
                 attempts += 1;
                 tracing::warn!(error = %e, "cannot read the completion stream for recovery; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(cadence::RECOVERY_RETRY_MS)) => {}
+                    _ = shutdown.cancelled() => return Ok(None),
+                }
             }
             Err(e) => return Err(e.into()),
         }
     }
 }
 
+/// Starts the protocol actor of `epoch`; `None` once `shutdown` was cancelled meanwhile.
 #[allow(clippy::too_many_arguments)]
 async fn start_epoch(
     settings: &AgentSettings,
     epoch: Epoch,
-    log: Option<&CompletionLog>,
+    log: Option<&RedisLog>,
     store: &Addr<StoreActor>,
     router: &Router,
     events: &mpsc::UnboundedSender<AgentEvent>,
     fatal: &mpsc::UnboundedSender<AgentRunError>,
     clock: Clock,
     metrics: &Arc<tandem_metrics::AgentMetrics>,
-) -> Result<EpochRun, AgentRunError> {
+    shutdown: &CancellationToken,
+) -> Result<Option<EpochRun>, AgentRunError> {
     let s = for_epoch(settings, epoch);
     let recovery = match log {
-        Some(log) => Some(recover(log).await?),
+        Some(log) => match recover(log, shutdown).await? {
+            Some(r) => Some(r),
+            None => return Ok(None),
+        },
         None => None,
     };
     let acknowledged: std::collections::BTreeSet<TaskId> = recovery
@@ -373,7 +436,7 @@ async fn start_epoch(
         .unwrap_or_default();
     let ack_through = recovery.as_ref().and_then(|r| r.last_entry_id);
     if let Some(log) = log {
-        publish_manifest(log, &s, store).await;
+        publish_manifest(log, &s, store, shutdown).await;
     }
     let wiring = Wiring {
         events: Some(events.clone()),
@@ -421,14 +484,19 @@ async fn start_epoch(
         addr
     };
     router.set(Some(protocol.clone()));
-    Ok(EpochRun {
+    Ok(Some(EpochRun {
         protocol,
         ack_through,
-    })
+    }))
 }
 
 /// Publish this rank's shards for the leader's rebuild of the group index.
-async fn publish_manifest(log: &CompletionLog, s: &AgentSettings, store: &Addr<StoreActor>) {
+async fn publish_manifest(
+    log: &RedisLog,
+    s: &AgentSettings,
+    store: &Addr<StoreActor>,
+    shutdown: &CancellationToken,
+) {
     let blocks = match store.send(crate::store_actor::ListBlocks).await {
         Ok(b) => b,
         Err(e) => {
@@ -443,12 +511,18 @@ async fn publish_manifest(log: &CompletionLog, s: &AgentSettings, store: &Addr<S
             return;
         }
     };
-    for _ in 0..20 {
-        match log.put_manifest(s.epoch, s.rank, &bytes, 3_600_000).await {
+    for _ in 0..cadence::MANIFEST_ATTEMPTS {
+        match log
+            .put_manifest(s.epoch, s.rank, &bytes, cadence::MANIFEST_TTL_MS)
+            .await
+        {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot publish this rank's manifest; retrying");
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(cadence::MANIFEST_RETRY_MS)) => {}
+                    _ = shutdown.cancelled() => return,
+                }
             }
         }
     }
@@ -483,13 +557,13 @@ async fn join_leader(
                 ..
             })
             | Err(JoinError::Io(_)) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(cadence::JOIN_RETRY_MS)).await;
             }
             Err(JoinError::Refused {
                 reason: HandshakeError::DuplicateRank { .. },
                 ..
             }) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(cadence::DUPLICATE_RANK_RETRY_MS)).await;
             }
             Err(e) => {
                 let _ = fatal.send(e.into());

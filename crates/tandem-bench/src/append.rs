@@ -1,5 +1,5 @@
 //! The write-ahead cost benchmark behind `tandem bench redis` (docs/BENCHMARKS.md): what
-//! appending a step with `tandem_durable::CompletionLog::append_step` costs, measured against
+//! appending a step with `tandem_durable::RedisLog::append_step` costs, measured against
 //! baselines taken in the same run against the same server.
 //!
 //! Owns measurement only; `tandem bench redis` prints its figures. It never asserts a time.
@@ -18,7 +18,8 @@ use serde::Serialize;
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tandem_durable::{
-    mask_url, CompletionLog, ConnTimeouts, DurableConfig, DurableError, StepRecord,
+    mask_url, CompletionStream, ConnTimeouts, DurableConfig, DurableError, EpochStore, RedisLog,
+    StepRecord,
 };
 use tandem_proto::{OutcomeResult, RequestId, Step, TaskId, TaskKind, TaskOutcome};
 
@@ -158,7 +159,7 @@ pub async fn bench_append(
     };
     let mut config = DurableConfig::new(url, group, 1);
     config.timeouts = timeouts;
-    let log = CompletionLog::connect(&config).await?;
+    let log = RedisLog::connect(&config).await?;
     let conn = Baseline::connect(url, timeouts).await?;
     let result = run(&log, &conn, outcomes_per_step, steps).await;
     let keys = log.keys();
@@ -234,12 +235,12 @@ async fn deadline<T>(
     }
 }
 
-fn baseline_key(log: &CompletionLog) -> String {
+fn baseline_key(log: &RedisLog) -> String {
     format!("tandem:{{{}}}:bench-baseline", log.keys().group)
 }
 
 async fn run(
-    log: &CompletionLog,
+    log: &RedisLog,
     conn: &Baseline,
     sizes: &[usize],
     steps: usize,
@@ -309,7 +310,7 @@ async fn run(
 }
 
 /// Outcomes per second of `total` plain XADDs (one outcome each) in pipelines.
-async fn baseline_events_per_s(log: &CompletionLog, conn: &Baseline, total: usize) -> Result<f64> {
+async fn baseline_events_per_s(log: &RedisLog, conn: &Baseline, total: usize) -> Result<f64> {
     let key = baseline_key(log);
     let payload = postcard::to_allocvec(&outcomes(1)[0]).unwrap_or_default();
     let mut sent = 0;

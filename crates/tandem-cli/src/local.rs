@@ -2,13 +2,43 @@
 //! supervisor, and one agent per rank that the supervisor launches. `tandem up` and
 //! `tandem replay` start one; everything lives in a temporary directory (configuration, tiers,
 //! engine sockets, logs) and is stopped and removed when the cluster is dropped.
+//!
+//! Shutdown is one mechanism: the [`CancellationToken`] given to [`LocalCluster::start_until`]
+//! (cancelled by the binary on SIGTERM or SIGINT) ends every wait here, start-up included;
+//! [`LocalCluster::stop`] then sends SIGTERM to the supervisor (which stops its agents and
+//! waits for them), waits for it, and stops Redis. Every wait and poll figure is named in
+//! [`cadence`].
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+/// Every wait and poll figure of a local cluster, in one place.
+pub(crate) mod cadence {
+    use std::time::Duration;
+
+    /// How long the group may take to become ready after start.
+    pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
+    /// How long `redis-server` may take to accept connections.
+    pub(crate) const REDIS_START_TIMEOUT: Duration = Duration::from_secs(10);
+    /// How long the supervisor gets to stop its agents and itself after SIGTERM before it is
+    /// killed (its own grace for the agents is 10 s).
+    pub(crate) const SUPERVISOR_STOP_GRACE: Duration = Duration::from_secs(15);
+    /// Pause between checks of readiness, of the supervisor process and of the token.
+    pub(crate) const POLL: Duration = Duration::from_millis(50);
+    /// Pause between checks while Redis starts or the supervisor stops.
+    pub(crate) const FAST_POLL: Duration = Duration::from_millis(20);
+}
+
+/// The start-up of a cluster was ended by its shutdown token (not a failure: the command
+/// exits 0).
+#[derive(Debug, thiserror::Error)]
+#[error("stopped before the cluster was ready")]
+pub(crate) struct Cancelled;
 
 /// The shape of a local cluster.
 #[derive(Clone, Debug)]
@@ -43,6 +73,7 @@ pub(crate) struct LocalCluster {
     supervisor_http: String,
     redis: Option<Child>,
     supervisor: Option<Child>,
+    shutdown: CancellationToken,
     /// The Redis URL in use (masked when printed).
     pub redis_url: String,
 }
@@ -102,13 +133,27 @@ pub(crate) fn http_get(url: &str) -> Option<(u16, String)> {
 }
 
 impl LocalCluster {
-    /// Start Redis (if needed), then the supervisor with its agents; wait until the group is
-    /// ready.
+    /// [`Self::start_until`] with a token nothing cancels (for commands that stop the
+    /// cluster themselves).
     ///
     /// # Errors
-    /// When `redis-server` is neither reachable through `REDIS_URL` nor installed, when a
-    /// process cannot start, or when the group is not ready within 60 s (with the log tail).
+    /// As [`Self::start_until`].
     pub(crate) fn start(spec: &LocalSpec) -> anyhow::Result<Self> {
+        Self::start_until(spec, CancellationToken::new())
+    }
+
+    /// Start Redis (if needed), then the supervisor with its agents; wait until the group is
+    /// ready. Once `shutdown` is cancelled every wait ends with [`Cancelled`] (and what was
+    /// started is stopped).
+    ///
+    /// # Errors
+    /// [`Cancelled`]; when `redis-server` is neither reachable through `REDIS_URL` nor
+    /// installed, when a process cannot start, or when the group is not ready within
+    /// [`cadence::READY_TIMEOUT`] (with the log tail).
+    pub(crate) fn start_until(
+        spec: &LocalSpec,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Self> {
         let (tmp, dir) = match &spec.dir {
             Some(d) => {
                 std::fs::create_dir_all(d)?;
@@ -129,6 +174,7 @@ impl LocalCluster {
             supervisor_http: String::new(),
             redis: None,
             supervisor: None,
+            shutdown,
             redis_url: String::new(),
         };
         cluster.redis_url = match std::env::var("REDIS_URL") {
@@ -149,7 +195,7 @@ impl LocalCluster {
             .spawn()
             .context("cannot start the supervisor")?;
         cluster.supervisor = Some(child);
-        cluster.wait_ready(Duration::from_secs(60))?;
+        cluster.wait_ready(cadence::READY_TIMEOUT)?;
         Ok(cluster)
     }
 
@@ -170,10 +216,16 @@ impl LocalCluster {
         let url = format!("redis://127.0.0.1:{port}");
         let start = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if start.elapsed() > Duration::from_secs(10) {
-                bail!("redis-server did not start on port {port} within 10 s");
+            if self.shutdown.is_cancelled() {
+                return Err(Cancelled.into());
             }
-            std::thread::sleep(Duration::from_millis(20));
+            if start.elapsed() > cadence::REDIS_START_TIMEOUT {
+                bail!(
+                    "redis-server did not start on port {port} within {:?}",
+                    cadence::REDIS_START_TIMEOUT
+                );
+            }
+            std::thread::sleep(cadence::FAST_POLL);
         }
         Ok(url)
     }
@@ -244,7 +296,8 @@ http_addr = "{sup}"
     /// Wait until the supervisor reports the group ready.
     ///
     /// # Errors
-    /// After `timeout`, with the last answer and the log tail.
+    /// [`Cancelled`] once the shutdown token is cancelled; when the supervisor exits; after
+    /// `timeout`, with the last answer and the log tail.
     pub(crate) fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let start = Instant::now();
         loop {
@@ -252,10 +305,11 @@ http_addr = "{sup}"
             if matches!(answer, Some((200, _))) {
                 return Ok(());
             }
-            if let Some(child) = self.supervisor.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    bail!("the supervisor exited ({status}):\n{}", self.log_tail(40));
-                }
+            if self.shutdown.is_cancelled() {
+                return Err(Cancelled.into());
+            }
+            if let Some(status) = self.supervisor_exit() {
+                bail!("the supervisor exited ({status}):\n{}", self.log_tail(40));
             }
             if start.elapsed() > timeout {
                 bail!(
@@ -263,8 +317,36 @@ http_addr = "{sup}"
                     self.log_tail(40)
                 );
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(cadence::POLL);
         }
+    }
+
+    /// Wait until the shutdown token is cancelled (`Ok`), or until the supervisor exits on
+    /// its own: exit status 3 (it gave up on the group) is [`crate::exit::GroupFailed`],
+    /// anything else an error; both carry the log tail.
+    ///
+    /// # Errors
+    /// As above.
+    pub(crate) fn wait_for_shutdown(&mut self) -> anyhow::Result<()> {
+        while !self.shutdown.is_cancelled() {
+            if let Some(status) = self.supervisor_exit() {
+                let tail = self.log_tail(40);
+                if status.code() == Some(crate::exit::GROUP_FAILED) {
+                    return Err(crate::exit::GroupFailed(format!(
+                        "the supervisor gave up on the group:\n{tail}"
+                    ))
+                    .into());
+                }
+                bail!("the supervisor exited ({status}):\n{tail}");
+            }
+            std::thread::sleep(cadence::POLL);
+        }
+        Ok(())
+    }
+
+    /// The supervisor's exit status once it exited.
+    fn supervisor_exit(&mut self) -> Option<ExitStatus> {
+        self.supervisor.as_mut()?.try_wait().ok().flatten()
     }
 
     /// The last `n` lines of the cluster's log.
@@ -318,11 +400,11 @@ http_addr = "{sup}"
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(15) {
+            while start.elapsed() < cadence::SUPERVISOR_STOP_GRACE {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(cadence::FAST_POLL);
             }
             let _ = child.kill();
             let _ = child.wait();

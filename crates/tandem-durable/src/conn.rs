@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Deadlines and reconnect pacing of the connection a [`crate::CompletionLog`] holds.
+/// Deadlines and reconnect pacing of the connection a [`crate::RedisLog`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnTimeouts {
     /// Deadline of every call, in ms (default 1000).

@@ -87,6 +87,15 @@ pub enum DurableError {
 /// Result of every call in this crate.
 pub type Result<T> = std::result::Result<T, DurableError>;
 
+/// [`DurableError::RankOutOfRange`] unless `rank` is in `0..world_size`.
+pub(crate) fn check_rank(rank: Rank, world_size: u32) -> Result<()> {
+    if rank.0 < world_size {
+        Ok(())
+    } else {
+        Err(DurableError::RankOutOfRange { rank, world_size })
+    }
+}
+
 /// `url` with any `user:password@` replaced by `***@`, for errors and logs.
 ///
 /// `redis://alice:s3cret@host:6379/0` becomes `redis://***@host:6379/0`; a URL without

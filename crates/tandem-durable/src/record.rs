@@ -1,11 +1,11 @@
 //! The step record: what one stream entry holds, and its versioned encoding.
 //!
 //! Owns the shape of a completion-stream entry and the bytes it is stored as. It never
-//! talks to Redis; [`crate::CompletionLog`] moves the bytes.
+//! talks to Redis; [`crate::RedisLog`] moves the bytes.
 //!
 //! A step entry has two fields: `v`, the record format version as decimal text, and `rec`,
 //! the [`StepRecord`] encoded with postcard. An epoch barrier (written by
-//! `CompletionLog::next_epoch`, id `{epoch}-0`) has `v` and `barrier` (the epoch) instead.
+//! `EpochStore::next_epoch`, id `{epoch}-0`) has `v` and `barrier` (the epoch) instead.
 //! A reader refuses a version it does not know instead of guessing (a mixed-version group
 //! must not misread a completion).
 

@@ -1,10 +1,10 @@
 //! Recovery for a new epoch: what the retained stream says must be delivered again and
 //! what was in flight (docs/DESIGN.md invariant 5).
 //!
-//! Owns the reading of the whole retained stream (XRANGE in pages of
-//! [`crate::DurableConfig::page_entries`]) against every rank's delivery position, and the
-//! pure [`RecoveryBuilder`] that turns entries and positions into a [`Recovery`]. It never
-//! appends: the new epoch's leader feeds the result to `tandem_proto::reconcile` and appends
+//! Owns the pure [`RecoveryBuilder`] that turns the retained stream and every rank's delivery
+//! position into a [`Recovery`]; both [`crate::CompletionStream`] implementations read
+//! (Redis: XRANGE in pages of [`crate::DurableConfig::page_entries`]) and fold with it. It
+//! never talks to a backend and never appends: the new epoch's leader feeds the result to `tandem_proto::reconcile` and appends
 //! the aborted outcomes itself.
 //!
 //! # A task started in epoch e, settled in epoch e+1
@@ -21,10 +21,9 @@
 //! stream order is the one every reader keeps. So a task is either delivered or aborted,
 //! never both.
 
-use crate::error::Result;
 use crate::id::StreamEntryId;
-use crate::log::{CompletionLog, RankCursor};
 use crate::record::StreamEntry;
+use crate::stream::RankCursor;
 use std::collections::{BTreeMap, BTreeSet};
 use tandem_proto::{InFlightTask, Rank, TaskId, TaskOutcome};
 
@@ -45,7 +44,7 @@ pub struct Recovery {
     pub acknowledged_by_rank: Vec<BTreeSet<TaskId>>,
     /// Tasks started with no outcome anywhere in the retained stream, in stream order.
     pub in_flight: Vec<InFlightTask>,
-    /// The last entry scanned; each rank calls `CompletionLog::ack_through` with it once its
+    /// The last entry scanned; each rank calls `CompletionStream::ack_through` with it once its
     /// engine acknowledged the reconciliation frame. `None` for an empty stream.
     pub last_entry_id: Option<StreamEntryId>,
     /// Entries scanned.
@@ -157,31 +156,6 @@ impl RecoveryBuilder {
             .filter(|t| !self.seen.contains_key(&t.task) && started_seen.insert(t.task))
             .collect();
         rec
-    }
-}
-
-impl CompletionLog {
-    /// Reads every rank's delivery position, then the whole retained stream in pages, and
-    /// computes what the new epoch must settle. Call after `next_epoch` moved the group to the
-    /// new epoch and before its first append.
-    ///
-    /// # Errors
-    /// [`crate::DurableError::Unavailable`], [`crate::DurableError::Timeout`] (per page: the
-    /// whole scan may take several deadlines), [`crate::DurableError::Rejected`],
-    /// [`crate::DurableError::Corrupt`] naming an undecodable entry.
-    pub async fn recover(&self) -> Result<Recovery> {
-        let mut builder = RecoveryBuilder::new(self.cursors_for("recover").await?);
-        let mut after = None;
-        loop {
-            let page = self.scan_page("recover", after).await?;
-            for entry in &page {
-                builder.push(entry);
-            }
-            match page.last() {
-                Some(last) if page.len() == self.page => after = Some(last.id()),
-                _ => return Ok(builder.finish()),
-            }
-        }
     }
 }
 

@@ -1,8 +1,9 @@
-//! The group-level keys: the epoch counter, the supervisor's saved state and per-epoch
-//! membership.
+//! The supervisor's saved state ([`SupervisorState`], [`GroupState`]) and its encoding as a
+//! Redis hash.
 //!
-//! Owns how these are stored. It never decides when to restart or whom to admit: the
-//! supervisor does, and keeps here only what a restarted supervisor needs to continue.
+//! Owns the value types and their encoding; [`crate::EpochStore`] saves and loads them. It
+//! never decides when to restart: the supervisor does, and keeps here only what a restarted
+//! supervisor needs to continue.
 //!
 //! The supervisor hash holds readable fields (`redis-cli HGETALL` shows them as text):
 //! `v` (format version, `1`), `epoch`, `restarts_ms` (comma-separated restart times, ms
@@ -10,30 +11,9 @@
 //! `reason` (empty when healthy).
 
 use crate::error::{DurableError, Result};
-use crate::log::CompletionLog;
 use std::collections::HashMap;
 use std::fmt;
-use tandem_proto::{Epoch, Rank};
-
-/// Moves the epoch counter forward and writes the barrier `{epoch}-0` that fences every
-/// older epoch's appends, atomically. KEYS: stream, counter. ARGV: record version.
-/// Should the counter ever be behind the stream (the counter key was lost but the stream
-/// kept), it is moved past the stream's last epoch first, so epochs never repeat.
-pub(crate) const NEXT_EPOCH_SCRIPT: &str = r"
-local e = redis.call('INCR', KEYS[2])
-local r = redis.pcall('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
-if type(r) == 'table' and r.err then
-  local info = redis.call('XINFO', 'STREAM', KEYS[1])
-  local last = '0-0'
-  for i = 1, #info, 2 do
-    if info[i] == 'last-generated-id' then last = info[i + 1] end
-  end
-  e = tonumber(string.match(last, '^(%d+)-')) + 1
-  redis.call('SET', KEYS[2], e)
-  redis.call('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
-end
-return e
-";
+use tandem_proto::Epoch;
 
 /// The supervisor-state format version this build writes and reads.
 pub const SUPERVISOR_STATE_VERSION: u32 = 1;
@@ -96,7 +76,8 @@ pub struct SupervisorState {
 }
 
 impl SupervisorState {
-    fn to_fields(&self) -> Vec<(&'static str, String)> {
+    /// The hash fields Redis stores, in order (`v`, `epoch`, `restarts_ms`, `state`, `reason`).
+    pub(crate) fn to_fields(&self) -> Vec<(&'static str, String)> {
         let restarts: Vec<String> = self.restarts_ms.iter().map(u64::to_string).collect();
         vec![
             ("v", SUPERVISOR_STATE_VERSION.to_string()),
@@ -107,7 +88,8 @@ impl SupervisorState {
         ]
     }
 
-    fn from_fields(key: &str, f: &HashMap<String, String>) -> Result<SupervisorState> {
+    /// Reads the hash fields back; `key` names the hash in errors.
+    pub(crate) fn from_fields(key: &str, f: &HashMap<String, String>) -> Result<SupervisorState> {
         let corrupt = |reason: String| DurableError::Corrupt {
             id: key.to_string(),
             reason,
@@ -144,116 +126,6 @@ impl SupervisorState {
             restarts_ms,
             state,
         })
-    }
-}
-
-impl CompletionLog {
-    /// Moves the group to a new epoch and returns it, in one atomic script: INCR the counter
-    /// and append the barrier entry `{epoch}-0`, after which appends of any older epoch are
-    /// refused. Concurrent callers each get a different epoch. The first call returns epoch 1.
-    ///
-    /// # Errors
-    /// [`DurableError::Unavailable`], [`DurableError::Timeout`] (it may have been applied),
-    /// [`DurableError::Rejected`] (a key holds something else).
-    pub async fn next_epoch(&self) -> Result<Epoch> {
-        let mut inv = self.next_epoch_script.prepare_invoke();
-        inv.key(&self.keys.completions)
-            .key(&self.keys.epoch)
-            .arg(crate::record::RECORD_VERSION);
-        self.conn.script("next_epoch", &inv).await.map(Epoch)
-    }
-
-    /// The group's current epoch; `Epoch(0)` before the first [`Self::next_epoch`].
-    ///
-    /// # Errors
-    /// [`DurableError::Unavailable`], [`DurableError::Timeout`], [`DurableError::Corrupt`].
-    pub async fn current_epoch(&self) -> Result<Epoch> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&self.keys.epoch);
-        let text: Option<String> = self.conn.query("current_epoch", &cmd).await?;
-        match text {
-            None => Ok(Epoch(0)),
-            Some(t) => t.parse().map(Epoch).map_err(|_| DurableError::Corrupt {
-                id: self.keys.epoch.clone(),
-                reason: format!("epoch counter holds {t:?}, not a number"),
-            }),
-        }
-    }
-
-    /// Saves the supervisor's state, replacing the previous one in one command.
-    ///
-    /// # Errors
-    /// [`DurableError::Unavailable`], [`DurableError::Timeout`], [`DurableError::Rejected`].
-    pub async fn save_supervisor_state(&self, state: &SupervisorState) -> Result<()> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(&self.keys.supervisor);
-        for (field, value) in state.to_fields() {
-            cmd.arg(field).arg(value);
-        }
-        self.conn.query::<()>("save_supervisor_state", &cmd).await
-    }
-
-    /// The saved supervisor state, `None` when none was ever saved.
-    ///
-    /// # Errors
-    /// [`DurableError::Corrupt`] naming the key and the bad field; [`DurableError::Unavailable`],
-    /// [`DurableError::Timeout`], [`DurableError::Rejected`].
-    pub async fn load_supervisor_state(&self) -> Result<Option<SupervisorState>> {
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(&self.keys.supervisor);
-        let fields: HashMap<String, String> =
-            self.conn.query("load_supervisor_state", &cmd).await?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        SupervisorState::from_fields(&self.keys.supervisor, &fields).map(Some)
-    }
-
-    /// Records that `rank` joined `epoch`. Returns `true` the first time, `false` when it had
-    /// already joined (joining twice changes nothing).
-    ///
-    /// # Errors
-    /// [`DurableError::RankOutOfRange`], [`DurableError::Unavailable`],
-    /// [`DurableError::Timeout`], [`DurableError::Rejected`].
-    pub async fn join(&self, epoch: Epoch, rank: Rank) -> Result<bool> {
-        self.check_rank(rank)?;
-        let mut cmd = redis::cmd("SADD");
-        cmd.arg(self.keys.members(epoch)).arg(rank.0);
-        let added: u64 = self.conn.query("join", &cmd).await?;
-        Ok(added == 1)
-    }
-
-    /// The ranks that joined `epoch`, ascending.
-    ///
-    /// # Errors
-    /// [`DurableError::Corrupt`] for a member that is not a rank number;
-    /// [`DurableError::Unavailable`], [`DurableError::Timeout`], [`DurableError::Rejected`].
-    pub async fn members(&self, epoch: Epoch) -> Result<Vec<Rank>> {
-        let key = self.keys.members(epoch);
-        let mut cmd = redis::cmd("SMEMBERS");
-        cmd.arg(&key);
-        let raw: Vec<String> = self.conn.query("members", &cmd).await?;
-        let mut ranks = raw
-            .iter()
-            .map(|m| {
-                m.parse().map(Rank).map_err(|_| DurableError::Corrupt {
-                    id: key.clone(),
-                    reason: format!("member {m:?} is not a rank"),
-                })
-            })
-            .collect::<Result<Vec<Rank>>>()?;
-        ranks.sort();
-        Ok(ranks)
-    }
-
-    /// Deletes the membership record of `epoch` (the supervisor drops old epochs' records).
-    ///
-    /// # Errors
-    /// [`DurableError::Unavailable`], [`DurableError::Timeout`], [`DurableError::Rejected`].
-    pub async fn forget_members(&self, epoch: Epoch) -> Result<()> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.keys.members(epoch));
-        self.conn.query::<()>("forget_members", &cmd).await
     }
 }
 

@@ -1,6 +1,6 @@
 //! Which stream entries a rank may acknowledge, given how far its engine acknowledged frames.
 //!
-//! Owns the mapping from entries read by a rank's agent ([`crate::CompletionLog::read_new`])
+//! Owns the mapping from entries read by a rank's agent ([`crate::CompletionStream::read_new`])
 //! to the entry ids to XACK once the engine acknowledged frame `(epoch, step)`. Sans IO: it
 //! never talks to Redis. An entry becomes acknowledgeable when the engine acknowledged the
 //! frame of the entry's own `(epoch, step)` or a later one (frames are acknowledged in
@@ -35,7 +35,7 @@ impl AckTracker {
 
     /// The engine acknowledged the frame of `(epoch, step)`: returns the ids of every
     /// tracked entry at or before that position, to pass to
-    /// [`crate::CompletionLog::ack`], and forgets them. Entries of later positions stay.
+    /// [`crate::CompletionStream::ack`], and forgets them. Entries of later positions stay.
     pub fn on_engine_ack(&mut self, epoch: Epoch, step: Step) -> Vec<StreamEntryId> {
         let mut out = Vec::new();
         self.read.retain(|(id, e, s)| {

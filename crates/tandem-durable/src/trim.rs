@@ -1,8 +1,10 @@
 //! Bounded growth of the completion stream without losing anything a reader still needs.
 //!
-//! Owns the choice of the trim point. Redis 7.0 has no "trim only acknowledged entries"
-//! option, so the trim point is computed here and applied with `XTRIM MINID` (which removes
-//! every entry with a smaller id). An entry is removable only when all three hold:
+//! Owns the choice of the trim point, as the pure [`TrimScan`] both
+//! [`crate::CompletionStream`] implementations fold the retained stream with. Redis 7.0 has no
+//! "trim only acknowledged entries" option, so the trim point is computed here and applied
+//! with `XTRIM MINID` (which removes every entry with a smaller id; the in-memory twin does
+//! the same). An entry is removable only when all three hold:
 //! - every rank's consumer group has acknowledged it: the id is below each group's lowest
 //!   pending id and at or below its last delivered id (a missing group blocks all trimming);
 //! - no task started in it is still without an outcome, or recovery could no longer report
@@ -14,11 +16,8 @@
 //! trim every so many steps, not every step. Races are harmless: acknowledgements and
 //! appends that land meanwhile only raise the safe point.
 
-use crate::error::Result;
 use crate::id::StreamEntryId;
-use crate::log::{CompletionLog, GroupInfo};
 use crate::record::StreamEntry;
-use redis::streams::StreamPendingReply;
 use std::collections::{BTreeMap, BTreeSet};
 use tandem_proto::TaskId;
 
@@ -83,73 +82,6 @@ impl TrimScan {
         }
         let first = self.ids.first()?;
         (min > *first).then_some(min)
-    }
-}
-
-impl CompletionLog {
-    /// Removes the oldest entries that every rank acknowledged and that hold no start of a
-    /// still-unfinished task, keeping at least the newest `max_len` entries. Returns how
-    /// many entries were removed (for a metric).
-    ///
-    /// # Errors
-    /// [`crate::DurableError::Unavailable`], [`crate::DurableError::Timeout`] (per page),
-    /// [`crate::DurableError::Rejected`], [`crate::DurableError::Corrupt`].
-    pub async fn trim(&self, max_len: usize) -> Result<u64> {
-        if self.stream_len().await? <= max_len as u64 {
-            return Ok(0);
-        }
-        let floors = self.group_floors().await?;
-        let mut scan = TrimScan::default();
-        let mut after = None;
-        loop {
-            let page = self.scan_page("trim", after).await?;
-            for entry in &page {
-                scan.push(entry);
-            }
-            match page.last() {
-                Some(last) if page.len() == self.page => after = Some(last.id()),
-                _ => break,
-            }
-        }
-        let Some(min_id) = scan.min_id(&floors, max_len) else {
-            return Ok(0);
-        };
-        let mut cmd = redis::cmd("XTRIM");
-        cmd.arg(&self.keys.completions)
-            .arg("MINID")
-            .arg(min_id.to_string());
-        self.conn.query("trim", &cmd).await
-    }
-
-    /// One floor per rank, `None` where the rank has no consumer group.
-    async fn group_floors(&self) -> Result<Vec<Option<GroupFloor>>> {
-        let mut out = vec![None; self.world_size as usize];
-        for GroupInfo {
-            name,
-            rank,
-            last_delivered,
-            pending,
-        } in self.group_info("trim").await?
-        {
-            let Some(slot) = out.get_mut(rank as usize) else {
-                continue;
-            };
-            let lowest_pending = if pending > 0 {
-                let mut cmd = redis::cmd("XPENDING");
-                cmd.arg(&self.keys.completions).arg(&name);
-                match self.conn.query::<StreamPendingReply>("trim", &cmd).await? {
-                    StreamPendingReply::Data(d) => Some(StreamEntryId::parse(&d.start_id)?),
-                    StreamPendingReply::Empty => None,
-                }
-            } else {
-                None
-            };
-            *slot = Some(GroupFloor {
-                last_delivered,
-                lowest_pending,
-            });
-        }
-        Ok(out)
     }
 }
 

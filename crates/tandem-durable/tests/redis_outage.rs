@@ -2,7 +2,10 @@
 //! kept out of errors.
 
 use std::time::Duration;
-use tandem_durable::{CompletionLog, ConnTimeouts, DurableConfig, DurableError, StreamEntryId};
+use tandem_durable::{
+    CompletionStream, ConnTimeouts, DurableConfig, DurableError, EpochStore, RedisLog,
+    StreamEntryId,
+};
 use tandem_proto::{OutcomeResult, Rank, RequestId, Step, TaskId, TaskKind, TaskOutcome};
 use tandem_tests::free_port;
 use tandem_tests::redis::RedisServer;
@@ -46,9 +49,7 @@ async fn fails_fast<T: std::fmt::Debug>(
 #[tokio::test]
 async fn outage_fails_fast_then_resumes_and_aof_keeps_acknowledged_entries() {
     let mut server = RedisServer::start_with_aof();
-    let log = CompletionLog::connect(&config(server.url(), 2))
-        .await
-        .unwrap();
+    let log = RedisLog::connect(&config(server.url(), 2)).await.unwrap();
     let e = log.next_epoch().await.unwrap();
     let mut appended = Vec::new();
     for s in 0..5 {
@@ -112,7 +113,7 @@ async fn outage_fails_fast_then_resumes_and_aof_keeps_acknowledged_entries() {
 async fn connecting_to_nothing_ends_within_the_deadline() {
     let url = format!("redis://127.0.0.1:{}", free_port());
     let bound = Duration::from_millis(OP_TIMEOUT_MS * 10);
-    let result = tokio::time::timeout(bound, CompletionLog::connect(&config(url, 1)))
+    let result = tokio::time::timeout(bound, RedisLog::connect(&config(url, 1)))
         .await
         .expect("connect returns within a few deadlines");
     match result {
@@ -127,9 +128,7 @@ async fn connecting_to_nothing_ends_within_the_deadline() {
 async fn credentials_never_appear_in_errors() {
     let secret = "hunter2-very-secret";
     let closed = format!("redis://admin:{secret}@127.0.0.1:{}/0", free_port());
-    let err = CompletionLog::connect(&config(closed, 1))
-        .await
-        .unwrap_err();
+    let err = RedisLog::connect(&config(closed, 1)).await.unwrap_err();
     let text = format!("{err} {err:?}");
     assert!(!text.contains(secret), "{text}");
     assert!(text.contains("redis://***@127.0.0.1:"), "{text}");
@@ -137,7 +136,7 @@ async fn credentials_never_appear_in_errors() {
     // A live server that has no password: the AUTH is refused.
     let server = RedisServer::start();
     let live = format!("redis://admin:{secret}@127.0.0.1:{}/0", server.port());
-    let err = CompletionLog::connect(&config(live.clone(), 1))
+    let err = RedisLog::connect(&config(live.clone(), 1))
         .await
         .unwrap_err();
     let text = format!("{err} {err:?}");

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use actix::{Actor, ActorContext, Addr, AsyncContext, Context, Handler};
 use tandem_client::api::{AgentError, EngineReply, EngineRequest};
+use tandem_durable::{CompletionStream, LivenessStore};
 use tandem_proto::ids::{Epoch, Rank};
 use tandem_proto::wire::handshake::HandshakeError;
 use tandem_proto::wire::Message as WireMessage;
@@ -70,7 +71,7 @@ pub struct Wiring {
     /// Events for the runtime.
     pub events: Option<tokio::sync::mpsc::UnboundedSender<AgentEvent>>,
     /// The completion log, on the leader when Redis is configured.
-    pub log: Option<tandem_durable::CompletionLog>,
+    pub log: Option<tandem_durable::RedisLog>,
     /// Redelivered outcomes this rank's engine already acknowledged.
     pub acknowledged: std::collections::BTreeSet<tandem_proto::ids::TaskId>,
     /// The agent's metrics.
@@ -426,7 +427,7 @@ impl ProtocolActor {
 /// Every rank's manifest for `epoch`, waiting up to 10 s for ranks that have not published
 /// theirs; a missing one counts as empty (its blocks are then dropped by the rebuild).
 async fn fetch_manifests(
-    log: &tandem_durable::CompletionLog,
+    log: &tandem_durable::RedisLog,
     epoch: Epoch,
     world_size: u32,
 ) -> Vec<tandem_store::rebuild::RankBlocks> {

@@ -16,6 +16,7 @@ pub(super) struct AgentArgs<'a> {
 }
 
 pub(super) fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
+    let shutdown = crate::signals::shutdown_on_signals()?;
     let cfg = load(Some(args.config), &Overrides::default())?;
     crate::logging::init(&cfg.log, args.log_json);
     let fixed_epoch = args.epoch.is_some() || cfg.redis.url.is_empty();
@@ -26,6 +27,6 @@ pub(super) fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
     let span =
         tracing::info_span!("agent", group = %settings.membership.group_id, rank = args.rank);
     let _entered = span.enter();
-    tandem_agent::run(settings, fixed_epoch)?;
+    tandem_agent::run(settings, fixed_epoch, shutdown)?;
     Ok(())
 }

@@ -7,6 +7,7 @@ use tandem_supervisor::{Exit, LaunchSpec, Supervisor};
 
 /// Run until SIGTERM/SIGINT (Ok) or the restart limit (an error mapped to exit code 3).
 pub(super) fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow::Result<()> {
+    let shutdown = crate::signals::shutdown_on_signals()?;
     let cfg = load(Some(config), &Overrides::default())?;
     crate::logging::init(&cfg.log, log_json);
     if cfg.redis.url.is_empty() {
@@ -24,21 +25,13 @@ pub(super) fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow:
         let supervisor = Supervisor::new(cfg, launch);
         let server = tandem_supervisor::http::start(&http_addr, supervisor.published())?;
         let handle = server.handle();
-        actix_rt::spawn(server);
+        let serving = actix_rt::spawn(server);
         tracing::info!(group = %group, http = %http_addr, "supervisor serving");
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        actix_rt::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            let _ = tx.send(true);
-        });
-        let exit = supervisor.run(rx).await;
+        // The supervisor stops its agents and waits for them before it returns; then the
+        // HTTP server is stopped and joined.
+        let exit = supervisor.run(shutdown).await;
         handle.stop(true).await;
+        let _ = serving.await;
         anyhow::Ok(exit?)
     })?;
     match exit {

@@ -1,10 +1,7 @@
-//! `tandem up`: a local cluster in the foreground until Ctrl-C or SIGTERM.
+//! `tandem up`: a local cluster in the foreground until Ctrl-C or SIGTERM (also during its
+//! start-up), or until its supervisor gives up on the group (exit code 3).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
-use crate::local::{LocalCluster, LocalSpec};
+use crate::local::{Cancelled, LocalCluster, LocalSpec};
 
 /// The model of a local cluster: one layer and one KV head per rank, so that a shard is
 /// `2 × head_dim × dtype_bytes × tokens_per_block` bytes (64 KiB here).
@@ -13,6 +10,7 @@ pub(crate) fn small_model(pp: u32, tp: u32, head_dim: u32) -> String {
 }
 
 pub(crate) fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> anyhow::Result<()> {
+    let shutdown = crate::signals::shutdown_on_signals()?;
     let spec = LocalSpec {
         pp,
         tp,
@@ -28,11 +26,14 @@ pub(crate) fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> a
         "starting a local cluster: {} ranks (pp {pp} × tp {tp}) ...",
         pp * tp
     );
-    let cluster = LocalCluster::start(&spec)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
+    let mut cluster = match LocalCluster::start_until(&spec, shutdown) {
+        Ok(c) => c,
+        Err(e) if e.is::<Cancelled>() => {
+            eprintln!("{e}: stopped everything");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     println!(
         "tandem is up: {} ranks, epoch {}",
         cluster.world_size(),
@@ -55,10 +56,8 @@ pub(crate) fn run(pp: u32, tp: u32, host_capacity: u64, disk_capacity: u64) -> a
     println!("  redis: {}", tandem_config::redact_url(&cluster.redis_url));
     println!("  files and logs: {}", cluster.dir().display());
     println!("Ctrl-C stops everything.");
-    while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let outcome = cluster.wait_for_shutdown();
     eprintln!("stopping ...");
-    drop(cluster);
-    Ok(())
+    cluster.stop();
+    outcome
 }

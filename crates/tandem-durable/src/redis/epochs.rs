@@ -1,0 +1,116 @@
+//! [`EpochStore`] on Redis: the counter `tandem:{g}:epoch` (moved together with the stream's
+//! barrier by one Lua script), the supervisor hash `tandem:{g}:supervisor` and the membership
+//! sets `tandem:{g}:members:{epoch}`.
+//!
+//! Owns these commands and the script. It never decides when to restart or whom to admit.
+
+use super::RedisLog;
+use crate::epochs::EpochStore;
+use crate::error::{DurableError, Result};
+use crate::supervisor::SupervisorState;
+use async_trait::async_trait;
+use std::collections::HashMap;
+use tandem_proto::{Epoch, Rank};
+
+/// Moves the epoch counter forward and writes the barrier `{epoch}-0` that fences every
+/// older epoch's appends, atomically. KEYS: stream, counter. ARGV: record version.
+/// Should the counter ever be behind the stream (the counter key was lost but the stream
+/// kept), it is moved past the stream's last epoch first, so epochs never repeat.
+pub(crate) const NEXT_EPOCH_SCRIPT: &str = r"
+local e = redis.call('INCR', KEYS[2])
+local r = redis.pcall('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
+if type(r) == 'table' and r.err then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  local last = '0-0'
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+  end
+  e = tonumber(string.match(last, '^(%d+)-')) + 1
+  redis.call('SET', KEYS[2], e)
+  redis.call('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
+end
+return e
+";
+
+#[async_trait]
+impl EpochStore for RedisLog {
+    /// One script: INCR the counter and XADD the barrier `{epoch}-0`.
+    async fn next_epoch(&self) -> Result<Epoch> {
+        let mut inv = self.next_epoch_script.prepare_invoke();
+        inv.key(&self.keys.completions)
+            .key(&self.keys.epoch)
+            .arg(crate::record::RECORD_VERSION);
+        self.conn.script("next_epoch", &inv).await.map(Epoch)
+    }
+
+    /// GET of the counter.
+    async fn current_epoch(&self) -> Result<Epoch> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(&self.keys.epoch);
+        let text: Option<String> = self.conn.query("current_epoch", &cmd).await?;
+        match text {
+            None => Ok(Epoch(0)),
+            Some(t) => t.parse().map(Epoch).map_err(|_| DurableError::Corrupt {
+                id: self.keys.epoch.clone(),
+                reason: format!("epoch counter holds {t:?}, not a number"),
+            }),
+        }
+    }
+
+    /// One HSET of every field.
+    async fn save_supervisor_state(&self, state: &SupervisorState) -> Result<()> {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(&self.keys.supervisor);
+        for (field, value) in state.to_fields() {
+            cmd.arg(field).arg(value);
+        }
+        self.conn.query::<()>("save_supervisor_state", &cmd).await
+    }
+
+    /// HGETALL.
+    async fn load_supervisor_state(&self) -> Result<Option<SupervisorState>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(&self.keys.supervisor);
+        let fields: HashMap<String, String> =
+            self.conn.query("load_supervisor_state", &cmd).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        SupervisorState::from_fields(&self.keys.supervisor, &fields).map(Some)
+    }
+
+    /// SADD.
+    async fn join(&self, epoch: Epoch, rank: Rank) -> Result<bool> {
+        self.check_rank(rank)?;
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(self.keys.members(epoch)).arg(rank.0);
+        let added: u64 = self.conn.query("join", &cmd).await?;
+        Ok(added == 1)
+    }
+
+    /// SMEMBERS, sorted.
+    async fn members(&self, epoch: Epoch) -> Result<Vec<Rank>> {
+        let key = self.keys.members(epoch);
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(&key);
+        let raw: Vec<String> = self.conn.query("members", &cmd).await?;
+        let mut ranks = raw
+            .iter()
+            .map(|m| {
+                m.parse().map(Rank).map_err(|_| DurableError::Corrupt {
+                    id: key.clone(),
+                    reason: format!("member {m:?} is not a rank"),
+                })
+            })
+            .collect::<Result<Vec<Rank>>>()?;
+        ranks.sort();
+        Ok(ranks)
+    }
+
+    /// DEL.
+    async fn forget_members(&self, epoch: Epoch) -> Result<()> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.keys.members(epoch));
+        self.conn.query::<()>("forget_members", &cmd).await
+    }
+}

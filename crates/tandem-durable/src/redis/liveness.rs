@@ -1,0 +1,144 @@
+//! [`LivenessStore`] on Redis: heartbeat keys `tandem:{g}:heartbeat:{rank}` (value
+//! `epoch:unix_ms`, `PX` expiry), the failure list `tandem:{g}:failures` (JSON reports,
+//! trimmed to [`MAX_FAILURE_REPORTS`]) and manifest keys `tandem:{g}:manifest:{epoch}:{rank}`.
+//!
+//! Owns these key names and encodings. Expiry is Redis's own (on the server's clock).
+
+use async_trait::async_trait;
+use tandem_proto::{Epoch, Rank};
+
+use super::RedisLog;
+use crate::error::{DurableError, Result};
+use crate::liveness::{FailureReport, Heartbeat, LivenessStore, MAX_FAILURE_REPORTS};
+
+impl RedisLog {
+    fn heartbeat_key(&self, rank: Rank) -> String {
+        format!("tandem:{{{}}}:heartbeat:{}", self.keys.group, rank.0)
+    }
+
+    fn failures_key(&self) -> String {
+        format!("tandem:{{{}}}:failures", self.keys.group)
+    }
+
+    fn manifest_key(&self, epoch: Epoch, rank: Rank) -> String {
+        format!(
+            "tandem:{{{}}}:manifest:{}:{}",
+            self.keys.group, epoch.0, rank.0
+        )
+    }
+}
+
+#[async_trait]
+impl LivenessStore for RedisLog {
+    async fn heartbeat(&self, rank: Rank, beat: Heartbeat, ttl_ms: u64) -> Result<()> {
+        self.check_rank(rank)?;
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.heartbeat_key(rank))
+            .arg(format!("{}:{}", beat.epoch.0, beat.unix_ms))
+            .arg("PX")
+            .arg(ttl_ms.max(1));
+        self.conn.query::<()>("heartbeat", &cmd).await
+    }
+
+    async fn heartbeats(&self) -> Result<Vec<Option<Heartbeat>>> {
+        let mut cmd = redis::cmd("MGET");
+        for r in 0..self.world_size {
+            cmd.arg(self.heartbeat_key(Rank(r)));
+        }
+        let values: Vec<Option<String>> = self.conn.query("heartbeats", &cmd).await?;
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(r, v)| {
+                v.map(|text| parse_heartbeat(&self.heartbeat_key(Rank(r as u32)), &text))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    async fn report_failure(&self, report: &FailureReport) -> Result<()> {
+        let text = serde_json::to_string(report).map_err(|e| DurableError::Corrupt {
+            id: self.failures_key(),
+            reason: e.to_string(),
+        })?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("RPUSH")
+            .arg(self.failures_key())
+            .arg(text)
+            .ignore();
+        pipe.cmd("LTRIM")
+            .arg(self.failures_key())
+            .arg(-MAX_FAILURE_REPORTS)
+            .arg(-1)
+            .ignore();
+        self.conn.pipeline::<()>("report_failure", &pipe).await
+    }
+
+    async fn take_failures(&self, max: usize) -> Result<(Vec<FailureReport>, Vec<String>)> {
+        let mut cmd = redis::cmd("LPOP");
+        cmd.arg(self.failures_key()).arg(max.max(1));
+        let items: Option<Vec<String>> = self.conn.query("take_failures", &cmd).await?;
+        let (mut ok, mut bad) = (Vec::new(), Vec::new());
+        for text in items.unwrap_or_default() {
+            match serde_json::from_str(&text) {
+                Ok(r) => ok.push(r),
+                Err(e) => bad.push(format!("undecodable failure report {text:?}: {e}")),
+            }
+        }
+        Ok((ok, bad))
+    }
+
+    async fn put_manifest(
+        &self,
+        epoch: Epoch,
+        rank: Rank,
+        bytes: &[u8],
+        ttl_ms: u64,
+    ) -> Result<()> {
+        self.check_rank(rank)?;
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.manifest_key(epoch, rank))
+            .arg(bytes)
+            .arg("PX")
+            .arg(ttl_ms.max(1));
+        self.conn.query::<()>("put_manifest", &cmd).await
+    }
+
+    async fn manifests(&self, epoch: Epoch) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut cmd = redis::cmd("MGET");
+        for r in 0..self.world_size {
+            cmd.arg(self.manifest_key(epoch, Rank(r)));
+        }
+        self.conn.query("manifests", &cmd).await
+    }
+}
+
+fn parse_heartbeat(key: &str, text: &str) -> Result<Heartbeat> {
+    let corrupt = || DurableError::Corrupt {
+        id: key.to_string(),
+        reason: format!("heartbeat {text:?} is not epoch:unix_ms"),
+    };
+    let (e, ms) = text.split_once(':').ok_or_else(corrupt)?;
+    Ok(Heartbeat {
+        epoch: Epoch(e.parse().map_err(|_| corrupt())?),
+        unix_ms: ms.parse().map_err(|_| corrupt())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_values_parse_or_name_the_key() {
+        assert_eq!(
+            parse_heartbeat("k", "3:1700").unwrap(),
+            Heartbeat {
+                epoch: Epoch(3),
+                unix_ms: 1700
+            }
+        );
+        let e = parse_heartbeat("tandem:{g}:heartbeat:1", "x").unwrap_err();
+        assert!(e.to_string().contains("tandem:{g}:heartbeat:1"), "{e}");
+    }
+}

@@ -1,0 +1,143 @@
+//! The Redis implementation of the three contracts: [`RedisLog`] implements
+//! [`crate::CompletionStream`], [`crate::EpochStore`] and [`crate::LivenessStore`] over one
+//! self-reconnecting connection (the key layout is in the crate docs).
+//!
+//! Owns the connection, the consumer groups' creation and the Redis commands behind every
+//! contract method; one file per contract ([`mod@stream`], [`mod@epochs`], [`mod@liveness`]).
+//! Recovery and trimming fold what they read with the same pure [`crate::RecoveryBuilder`]
+//! and [`crate::TrimScan`] as the in-memory twin. It never retries a command itself (see
+//! [`crate::conn`]).
+
+pub mod epochs;
+pub mod liveness;
+pub mod stream;
+
+use crate::conn::{Conn, ConnTimeouts};
+use crate::error::{DurableError, Result};
+use crate::keys::{consumer_group, Keys};
+use redis::Script;
+use std::fmt;
+use std::sync::Arc;
+use tandem_proto::Rank;
+
+/// Where and how a [`RedisLog`] connects.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DurableConfig {
+    /// `redis://[user:password@]host:port[/db]`. Never printed unmasked.
+    pub url: String,
+    /// The group's name (letters, digits, `-`, `_`, `.`; at most 64 bytes).
+    pub group: String,
+    /// Ranks in the group; one consumer group `rank-{r}` is kept for each.
+    pub world_size: u32,
+    /// Deadlines and reconnect pacing.
+    pub timeouts: ConnTimeouts,
+    /// Entries fetched per XRANGE/XPENDING page during recovery and trimming (default 512).
+    pub page_entries: usize,
+}
+
+impl DurableConfig {
+    /// A config with default timeouts and page size.
+    pub fn new(url: impl Into<String>, group: impl Into<String>, world_size: u32) -> Self {
+        DurableConfig {
+            url: url.into(),
+            group: group.into(),
+            world_size,
+            timeouts: ConnTimeouts::default(),
+            page_entries: 512,
+        }
+    }
+}
+
+impl fmt::Debug for DurableConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DurableConfig")
+            .field("url", &crate::error::mask_url(&self.url))
+            .field("group", &self.group)
+            .field("world_size", &self.world_size)
+            .field("timeouts", &self.timeouts)
+            .field("page_entries", &self.page_entries)
+            .finish()
+    }
+}
+
+/// A group's durable state in Redis: its completion stream, epoch counter, supervisor
+/// state, membership, heartbeats, failure reports and manifests. Cheap to clone; clones
+/// share one connection.
+#[derive(Clone, Debug)]
+pub struct RedisLog {
+    pub(crate) conn: Conn,
+    pub(crate) keys: Keys,
+    pub(crate) world_size: u32,
+    pub(crate) page: usize,
+    pub(crate) next_epoch_script: Arc<Script>,
+}
+
+impl RedisLog {
+    /// Connects and creates the consumer groups `rank-0..world_size` (idempotent; a new group
+    /// starts before the first entry, so it is handed every retained entry).
+    ///
+    /// # Errors
+    /// [`DurableError::InvalidGroup`], [`DurableError::InvalidUrl`], and the connection
+    /// errors of every call ([`DurableError::Unavailable`], [`DurableError::Timeout`]).
+    pub async fn connect(config: &DurableConfig) -> Result<RedisLog> {
+        let keys = Keys::new(&config.group)?;
+        let conn = Conn::connect(&config.url, config.timeouts).await?;
+        let log = RedisLog {
+            conn,
+            keys,
+            world_size: config.world_size,
+            page: config.page_entries.max(1),
+            next_epoch_script: Arc::new(Script::new(epochs::NEXT_EPOCH_SCRIPT)),
+        };
+        log.ensure_groups().await?;
+        Ok(log)
+    }
+
+    /// The key names this log uses.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The server URL, credentials masked.
+    pub fn masked_url(&self) -> String {
+        self.conn.masked_url()
+    }
+
+    /// Creates the stream and every rank's consumer group if missing (XGROUP CREATE ... 0
+    /// MKSTREAM; BUSYGROUP ignored).
+    ///
+    /// # Errors
+    /// [`DurableError::Unavailable`], [`DurableError::Timeout`], [`DurableError::Rejected`].
+    pub async fn ensure_groups(&self) -> Result<()> {
+        for r in 0..self.world_size {
+            let mut cmd = redis::cmd("XGROUP");
+            cmd.arg("CREATE")
+                .arg(&self.keys.completions)
+                .arg(consumer_group(Rank(r)))
+                .arg("0")
+                .arg("MKSTREAM");
+            match self.conn.query::<()>("ensure_groups", &cmd).await {
+                Err(DurableError::Rejected { reason, .. }) if reason.contains("BUSYGROUP") => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<()> {
+        crate::error::check_rank(rank, self.world_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_debug_masks_credentials() {
+        let c = DurableConfig::new("redis://u:topsecret@h:1", "g", 2);
+        let text = format!("{c:?}");
+        assert!(text.contains("redis://***@h:1"), "{text}");
+        assert!(!text.contains("topsecret"), "{text}");
+    }
+}

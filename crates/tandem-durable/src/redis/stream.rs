@@ -1,0 +1,379 @@
+//! [`CompletionStream`] on Redis: the stream `tandem:{g}:completions` and its consumer groups
+//! `rank-{r}`.
+//!
+//! Owns the stream commands: the fenced append (one XADD per step), XREADGROUP, XACK,
+//! XPENDING, XGROUP SETID, and the paged XRANGE scans that recovery and trimming fold with
+//! the shared pure [`crate::RecoveryBuilder`] and [`crate::TrimScan`].
+//!
+//! # The epoch fence
+//!
+//! An append for epoch `e` is `XADD {stream} {e}-* ...`: the entry id's first part is the
+//! epoch, and Redis only accepts ids above the stream's last one. `next_epoch` increments
+//! the counter and writes a barrier entry `{e+1}-0` in one script, so from that moment every
+//! append of epoch `e` or older fails ([`DurableError::StaleEpoch`]) and every append that
+//! succeeded is already in the stream that the new epoch's recovery reads. The fence costs
+//! nothing on the hot path: the append is a plain XADD, no script.
+//!
+//! Reads never use XREADGROUP's BLOCK: the connection is multiplexed, and a blocking read
+//! would hold up every other call on it. Agents poll.
+
+use super::RedisLog;
+use crate::epochs::EpochStore;
+use crate::error::{DurableError, Result};
+use crate::id::StreamEntryId;
+use crate::keys::{consumer_group, CONSUMER};
+use crate::record::{
+    decode, encode, LoggedStep, RawFields, StartedTask, StepRecordRef, StreamEntry, FIELD_BARRIER,
+    FIELD_RECORD, FIELD_VERSION, RECORD_VERSION,
+};
+use crate::recovery::{Recovery, RecoveryBuilder};
+use crate::stream::{CompletionStream, RankCursor};
+use crate::trim::{GroupFloor, TrimScan};
+use async_trait::async_trait;
+use redis::streams::{
+    StreamId, StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply, StreamRangeReply,
+};
+use redis::Value;
+use tandem_proto::{Epoch, Rank, Step, TaskOutcome};
+
+/// What Redis answers an XADD whose id is not above the stream's last one.
+const STALE_ID_REPLY: &str = "equal or smaller than the target stream top item";
+
+#[async_trait]
+impl CompletionStream for RedisLog {
+    fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// One XADD with id `{epoch}-*` in one round trip; a refused one costs one more round
+    /// trip to read the current epoch for the error.
+    async fn append_step(
+        &self,
+        epoch: Epoch,
+        step: Step,
+        started: &[StartedTask],
+        finished: &[TaskOutcome],
+    ) -> Result<StreamEntryId> {
+        if epoch.0 == 0 {
+            return Err(self.stale(epoch).await);
+        }
+        let bytes = encode(&StepRecordRef {
+            epoch,
+            step,
+            started,
+            finished,
+        })?;
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&self.keys.completions)
+            .arg(format!("{}-*", epoch.0))
+            .arg(FIELD_VERSION)
+            .arg(RECORD_VERSION)
+            .arg(FIELD_RECORD)
+            .arg(bytes);
+        match self.conn.query::<String>("append_step", &cmd).await {
+            Ok(id) => StreamEntryId::parse(&id),
+            Err(DurableError::Rejected { reason, .. }) if reason.contains(STALE_ID_REPLY) => {
+                Err(self.stale(epoch).await)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// XREADGROUP `>` (never BLOCK); the barriers read are XACKed in one more round trip,
+    /// once per epoch.
+    async fn read_new(&self, rank: Rank, count: usize) -> Result<Vec<LoggedStep>> {
+        self.check_rank(rank)?;
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(consumer_group(rank))
+            .arg(CONSUMER)
+            .arg("COUNT")
+            .arg(count.max(1))
+            .arg("STREAMS")
+            .arg(&self.keys.completions)
+            .arg(">");
+        let reply: Option<redis::streams::StreamReadReply> =
+            self.conn.query("read_new", &cmd).await?;
+        let mut steps = Vec::new();
+        let mut barriers = Vec::new();
+        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+            match decode_entry(&entry)? {
+                StreamEntry::Step(s) => steps.push(s),
+                StreamEntry::Barrier { id, .. } => barriers.push(id),
+            }
+        }
+        self.ack(rank, &barriers).await?;
+        Ok(steps)
+    }
+
+    /// XACK.
+    async fn ack(&self, rank: Rank, ids: &[StreamEntryId]) -> Result<u64> {
+        self.check_rank(rank)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(&self.keys.completions).arg(consumer_group(rank));
+        for id in ids {
+            cmd.arg(id.to_string());
+        }
+        self.conn.query("ack", &cmd).await
+    }
+
+    /// XPENDING, paged.
+    async fn pending(&self, rank: Rank) -> Result<Vec<StreamEntryId>> {
+        self.check_rank(rank)?;
+        self.pending_of("pending", &consumer_group(rank)).await
+    }
+
+    /// XPENDING and XACK of the pending ids up to `through`, then XGROUP SETID when the
+    /// group's last delivered id is behind `through`.
+    async fn ack_through(&self, rank: Rank, through: StreamEntryId) -> Result<u64> {
+        self.check_rank(rank)?;
+        let group = consumer_group(rank);
+        let pending: Vec<StreamEntryId> = self
+            .pending_of("ack_through", &group)
+            .await?
+            .into_iter()
+            .filter(|id| *id <= through)
+            .collect();
+        let acked = self.ack(rank, &pending).await?;
+        let behind = self
+            .group_info("ack_through")
+            .await?
+            .iter()
+            .find(|g| g.rank == rank.0)
+            .is_none_or(|g| g.last_delivered < through);
+        if behind {
+            let mut cmd = redis::cmd("XGROUP");
+            cmd.arg("SETID")
+                .arg(&self.keys.completions)
+                .arg(&group)
+                .arg(through.to_string());
+            self.conn.query::<()>("ack_through", &cmd).await?;
+        }
+        Ok(acked)
+    }
+
+    /// XLEN.
+    async fn stream_len(&self) -> Result<u64> {
+        let mut cmd = redis::cmd("XLEN");
+        cmd.arg(&self.keys.completions);
+        self.conn.query("stream_len", &cmd).await
+    }
+
+    /// XINFO GROUPS, then XPENDING of each group with pending entries (a missing group reads
+    /// as nothing delivered).
+    async fn cursors(&self) -> Result<Vec<RankCursor>> {
+        self.cursors_for("cursors").await
+    }
+
+    /// Every rank's position, then the whole retained stream in XRANGE pages of
+    /// [`super::DurableConfig::page_entries`], folded by [`RecoveryBuilder`].
+    async fn recover(&self) -> Result<Recovery> {
+        let mut builder = RecoveryBuilder::new(self.cursors_for("recover").await?);
+        let mut after = None;
+        loop {
+            let page = self.scan_page("recover", after).await?;
+            for entry in &page {
+                builder.push(entry);
+            }
+            match page.last() {
+                Some(last) if page.len() == self.page => after = Some(last.id()),
+                _ => return Ok(builder.finish()),
+            }
+        }
+    }
+
+    /// Redis 7.0 has no "trim only acknowledged entries" option: the trim point is computed
+    /// by [`TrimScan`] from the groups' floors and the retained stream, then applied with
+    /// `XTRIM MINID` (exact, never `~`). Races are harmless: acknowledgements and appends
+    /// that land meanwhile only raise the safe point.
+    async fn trim(&self, max_len: usize) -> Result<u64> {
+        if self.stream_len().await? <= max_len as u64 {
+            return Ok(0);
+        }
+        let floors = self.group_floors().await?;
+        let mut scan = TrimScan::default();
+        let mut after = None;
+        loop {
+            let page = self.scan_page("trim", after).await?;
+            for entry in &page {
+                scan.push(entry);
+            }
+            match page.last() {
+                Some(last) if page.len() == self.page => after = Some(last.id()),
+                _ => break,
+            }
+        }
+        let Some(min_id) = scan.min_id(&floors, max_len) else {
+            return Ok(0);
+        };
+        let mut cmd = redis::cmd("XTRIM");
+        cmd.arg(&self.keys.completions)
+            .arg("MINID")
+            .arg(min_id.to_string());
+        self.conn.query("trim", &cmd).await
+    }
+}
+
+impl RedisLog {
+    /// The error for an append of `epoch` that the fence refused.
+    async fn stale(&self, epoch: Epoch) -> DurableError {
+        match self.current_epoch().await {
+            Ok(current) => DurableError::StaleEpoch { epoch, current },
+            Err(e) => e,
+        }
+    }
+
+    /// [`CompletionStream::cursors`], its errors naming operation `op`.
+    async fn cursors_for(&self, op: &'static str) -> Result<Vec<RankCursor>> {
+        let mut out = vec![RankCursor::default(); self.world_size as usize];
+        for g in self.group_info(op).await? {
+            let Some(slot) = out.get_mut(g.rank as usize) else {
+                continue;
+            };
+            slot.last_delivered = g.last_delivered;
+            if g.pending > 0 {
+                slot.pending = self.pending_of(op, &g.name).await?.into_iter().collect();
+            }
+        }
+        Ok(out)
+    }
+
+    /// XINFO GROUPS, reduced to the `rank-{r}` groups.
+    async fn group_info(&self, op: &'static str) -> Result<Vec<GroupInfo>> {
+        let mut cmd = redis::cmd("XINFO");
+        cmd.arg("GROUPS").arg(&self.keys.completions);
+        let info: StreamInfoGroupsReply = self.conn.query(op, &cmd).await?;
+        info.groups
+            .into_iter()
+            .filter_map(|g| {
+                let rank = rank_of_group(&g.name)?;
+                Some((rank, g))
+            })
+            .map(|(rank, g)| {
+                Ok(GroupInfo {
+                    rank,
+                    last_delivered: StreamEntryId::parse(&g.last_delivered_id)?,
+                    pending: g.pending,
+                    name: g.name,
+                })
+            })
+            .collect()
+    }
+
+    /// One floor per rank for [`TrimScan::min_id`], `None` where the rank has no consumer
+    /// group.
+    async fn group_floors(&self) -> Result<Vec<Option<GroupFloor>>> {
+        let mut out = vec![None; self.world_size as usize];
+        for GroupInfo {
+            name,
+            rank,
+            last_delivered,
+            pending,
+        } in self.group_info("trim").await?
+        {
+            let Some(slot) = out.get_mut(rank as usize) else {
+                continue;
+            };
+            let lowest_pending = if pending > 0 {
+                let mut cmd = redis::cmd("XPENDING");
+                cmd.arg(&self.keys.completions).arg(&name);
+                match self.conn.query::<StreamPendingReply>("trim", &cmd).await? {
+                    StreamPendingReply::Data(d) => Some(StreamEntryId::parse(&d.start_id)?),
+                    StreamPendingReply::Empty => None,
+                }
+            } else {
+                None
+            };
+            *slot = Some(GroupFloor {
+                last_delivered,
+                lowest_pending,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One page of entries after `after` (from the start when `None`), in stream order.
+    async fn scan_page(
+        &self,
+        op: &'static str,
+        after: Option<StreamEntryId>,
+    ) -> Result<Vec<StreamEntry>> {
+        let start = after.map_or_else(|| "-".to_string(), |id| format!("({id}"));
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(&self.keys.completions)
+            .arg(start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(self.page);
+        let reply: StreamRangeReply = self.conn.query(op, &cmd).await?;
+        reply.ids.iter().map(decode_entry).collect()
+    }
+
+    /// Every pending id of consumer group `group`, paged.
+    async fn pending_of(&self, op: &'static str, group: &str) -> Result<Vec<StreamEntryId>> {
+        let mut out = Vec::new();
+        let mut start = "-".to_string();
+        loop {
+            let mut cmd = redis::cmd("XPENDING");
+            cmd.arg(&self.keys.completions)
+                .arg(group)
+                .arg(&start)
+                .arg("+")
+                .arg(self.page);
+            let reply: StreamPendingCountReply = self.conn.query(op, &cmd).await?;
+            let n = reply.ids.len();
+            for p in reply.ids {
+                out.push(StreamEntryId::parse(&p.id)?);
+            }
+            match out.last() {
+                Some(last) if n == self.page => start = format!("({last}"),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+/// One rank's consumer group as XINFO GROUPS reports it.
+#[derive(Clone, Debug)]
+struct GroupInfo {
+    name: String,
+    rank: u32,
+    last_delivered: StreamEntryId,
+    pending: usize,
+}
+
+/// The rank a consumer group named `rank-{r}` belongs to.
+fn rank_of_group(name: &str) -> Option<u32> {
+    name.strip_prefix("rank-")?.parse().ok()
+}
+
+/// Decodes one stream entry.
+fn decode_entry(entry: &StreamId) -> Result<StreamEntry> {
+    let id = StreamEntryId::parse(&entry.id)?;
+    let field = |name: &str| match entry.map.get(name) {
+        Some(Value::BulkString(b)) => Some(b.as_slice()),
+        Some(Value::SimpleString(s)) => Some(s.as_bytes()),
+        _ => None,
+    };
+    let fields = RawFields {
+        version: field(FIELD_VERSION),
+        record: field(FIELD_RECORD),
+        barrier: field(FIELD_BARRIER),
+    };
+    decode(id, fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_names_map_to_ranks() {
+        assert_eq!(rank_of_group("rank-12"), Some(12));
+        assert_eq!(rank_of_group("rank-x"), None);
+        assert_eq!(rank_of_group("other"), None);
+    }
+}
