@@ -8,11 +8,14 @@
 //! - [`runner`]: the loop that gathers failures (reports, heartbeats, launched agents' exits)
 //!   from Redis and acts on them; its state lives in Redis.
 //! - [`launcher`]: agent processes the supervisor starts itself (`tandem up`).
-//! - [`http`]: `/healthz`, `/readyz`, `/status`.
+//! - [`collector`]: reads every rank's `/status` and `/metrics` for the status page (never
+//!   for decisions), and the group figures' history.
+//! - [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics`, `/`, `/ranks/{r}`.
 //!
 //! The supervisor never takes part in the group protocol: it only moves the epoch. Agents
 //! notice the new epoch in Redis and restart their actors into it.
 
+pub mod collector;
 pub mod http;
 pub mod launcher;
 pub mod liveness;

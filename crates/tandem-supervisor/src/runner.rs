@@ -66,6 +66,24 @@ pub struct RankView {
     pub joined: bool,
 }
 
+/// Restart records the status keeps, newest last; older ones are dropped.
+pub const RESTART_HISTORY_LEN: usize = 50;
+
+/// One group restart, for the status page's history.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestartRecord {
+    /// When the new epoch began, wall-clock ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// The epoch that failed.
+    pub from_epoch: u64,
+    /// The new epoch.
+    pub epoch: u64,
+    /// The first failure that caused it (as logged).
+    pub cause: String,
+    /// Backoff waited before the restart, ms.
+    pub backoff_ms: u64,
+}
+
 /// What `/status` and `/readyz` report.
 #[derive(Clone, Debug, Serialize)]
 pub struct SupervisorView {
@@ -89,6 +107,16 @@ pub struct SupervisorView {
     pub ranks: Vec<RankView>,
     /// `ok`, or why Redis cannot be used.
     pub redis: String,
+    /// When this snapshot was taken, wall-clock ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// `supervisor.heartbeat_timeout_ms`.
+    pub heartbeat_timeout_ms: u64,
+    /// `supervisor.max_restarts`: restarts allowed within the window.
+    pub max_restarts: u32,
+    /// `supervisor.restart_window_s`.
+    pub restart_window_s: u64,
+    /// The last [`RESTART_HISTORY_LEN`] restarts this supervisor ordered, oldest first.
+    pub restart_history: Vec<RestartRecord>,
 }
 
 /// Shared, read-only snapshot for the HTTP handlers.
@@ -143,9 +171,19 @@ impl Supervisor {
             last_recovery_ms: None,
             ranks: Vec::new(),
             redis: "connecting".into(),
+            unix_ms: unix_ms(),
+            heartbeat_timeout_ms: s.heartbeat_timeout_ms,
+            max_restarts: s.max_restarts,
+            restart_window_s: s.restart_window_s,
+            restart_history: Vec::new(),
         }));
         let metrics = Arc::new(tandem_metrics::SupervisorMetrics::new(&config.group.id));
         metrics.set_ranks_expected(world_size);
+        metrics.set_limits(
+            s.max_restarts,
+            Duration::from_secs(s.restart_window_s),
+            Duration::from_millis(s.heartbeat_timeout_ms),
+        );
         Self {
             config,
             policy,
@@ -358,6 +396,7 @@ impl Supervisor {
                         let _ = log.take_failures(1024).await;
                         match log.next_epoch().await {
                             Ok(epoch) => {
+                                let from_epoch = state.epoch.0;
                                 let now = unix_ms();
                                 state = SupervisorState {
                                     epoch,
@@ -368,6 +407,19 @@ impl Supervisor {
                                 };
                                 restarts_total += 1;
                                 self.metrics.restarts().inc();
+                                let record = RestartRecord {
+                                    unix_ms: now,
+                                    from_epoch,
+                                    epoch: epoch.0,
+                                    cause: first.clone(),
+                                    backoff_ms: delay_ms,
+                                };
+                                self.set_view(|v| {
+                                    v.restart_history.push(record);
+                                    let extra =
+                                        v.restart_history.len().saturating_sub(RESTART_HISTORY_LEN);
+                                    v.restart_history.drain(..extra);
+                                });
                                 let _ = log.save_supervisor_state(&state).await;
                                 tracing::info!(epoch = epoch.0, backoff_ms = delay_ms, reason = %first, "group restarting into a new epoch");
                                 if let Some(l) = self.launcher.as_mut() {
@@ -455,9 +507,19 @@ impl Supervisor {
                 .count() as u32,
         );
         for r in &ranks {
-            if let Some(age) = r.heartbeat_age_ms {
-                m.set_heartbeat_age(r.rank, Duration::from_millis(age));
+            match r.heartbeat_age_ms {
+                Some(age) => m.set_heartbeat_age(r.rank, Duration::from_millis(age)),
+                // No heartbeat key (expired, or never written): no age to report, rather than
+                // the last one frozen.
+                None => {
+                    m.forget_rank(r.rank);
+                }
             }
+        }
+        m.set_redis_up(redis == "ok");
+        m.set_restarts_in_window(restarts_in_window as u32);
+        if let Some(ms) = last_recovery_ms {
+            m.set_last_recovery(Duration::from_millis(ms));
         }
         self.set_view(|v| {
             v.epoch = state.epoch.0;
@@ -469,6 +531,7 @@ impl Supervisor {
             v.last_recovery_ms = last_recovery_ms;
             v.ranks = ranks;
             v.redis = redis;
+            v.unix_ms = now;
         });
     }
 }
