@@ -64,10 +64,15 @@ pub fn svg_chart(
     );
     for (i, line) in lines.iter().enumerate() {
         let mut path = String::new();
-        let mut pen_down = false;
+        // Points in the current stretch without a gap: a stretch of one point gets a short
+        // horizontal stroke, so that it shows as a dot (round caps) instead of nothing.
+        let mut run = 0usize;
         for (x, v) in line.values.iter().enumerate() {
             let Some(v) = v.filter(|v| v.is_finite()) else {
-                pen_down = false;
+                if run == 1 {
+                    path.push_str("h0.5 ");
+                }
+                run = 0;
                 continue;
             };
             let px = if n > 1 {
@@ -76,12 +81,15 @@ pub fn svg_chart(
                 W / 2.0
             };
             let py = H - (v / top).clamp(0.0, 1.0) * (H - 14.0) - 1.0;
-            let _ = write!(path, "{}{px:.1},{py:.1} ", if pen_down { "L" } else { "M" });
-            pen_down = true;
+            let _ = write!(path, "{}{px:.1},{py:.1} ", if run > 0 { "L" } else { "M" });
+            run += 1;
+        }
+        if run == 1 {
+            path.push_str("h0.5 ");
         }
         let _ = write!(
             out,
-            "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"/>",
+            "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\" stroke-linecap=\"round\"/>",
             path.trim_end(),
             COLOURS[i % COLOURS.len()]
         );
@@ -147,8 +155,11 @@ mod tests {
         assert!(svg.contains("data-chart=\"steps\""));
         assert!(svg.contains("steps: <b>3.0/s</b>"));
         assert!(svg.contains("other &lt;b&gt;"), "names are escaped");
-        // The gap (None) lifts the pen: the first line has two separate moves.
-        assert_eq!(svg.split("d=\"").nth(1).unwrap().matches('M').count(), 2);
+        // The gap (None) lifts the pen: the first line has two separate moves, each a lone
+        // point drawn as a dot.
+        let first = svg.split("d=\"").nth(1).unwrap();
+        assert_eq!(first.split('"').next().unwrap().matches('M').count(), 2);
+        assert_eq!(first.split('"').next().unwrap().matches("h0.5").count(), 2);
     }
 
     #[test]

@@ -113,7 +113,8 @@ pub(crate) fn fill(
                 escape(&units::percent(ratio))
             )
         }
-        (Some(u), _) => format!("{} (no capacity)", escape(&unit(u))),
+        (_, Some(0)) => "disabled (capacity 0)".to_string(),
+        (Some(u), _) => format!("{} (capacity unknown)", escape(&unit(u))),
         _ => MISSING.to_string(),
     }
 }
