@@ -7,7 +7,9 @@
 //! ...}, store: {blocks, host_free_blocks, host_capacity_blocks, disk_free_blocks,
 //! disk_capacity_blocks, shard_bytes, bytes_stored, bytes_loaded, copy_failures,
 //! checksum_failures, ...}, state, restarts}`, or `{ready: false, reason}` between epochs. A
-//! missing field shows as `—`. Never reads a clock or performs IO.
+//! missing field shows as `—`. A `read_by_supervisor_from` field (the agent's address, set by
+//! the supervisor when it serves the page) replaces the footer's links. Never reads a clock or
+//! performs IO.
 
 use std::fmt::Write as _;
 
@@ -99,7 +101,11 @@ pub fn render_agent_page(status: &Value) -> String {
 
     store_section(&mut page, status);
     counters_section(&mut page, status);
-    foot(&mut page, u64_at(status, "/unix_ms"));
+    foot(
+        &mut page,
+        u64_at(status, "/unix_ms"),
+        str_at(status, "/read_by_supervisor_from"),
+    );
     page
 }
 

@@ -48,16 +48,27 @@ pub(crate) fn head(page: &mut String, title: &str) {
     );
 }
 
-/// The document's end, with a note of when the data was taken (`unix_ms`, when known).
-pub(crate) fn foot(page: &mut String, unix_ms: Option<u64>) {
+/// The document's end, with a note of when the data was taken (`unix_ms`, when known). With
+/// `read_from` (a page the supervisor serves from its reading of an agent), the note names
+/// that agent's address instead of linking endpoints of the server that sent the page.
+pub(crate) fn foot(page: &mut String, unix_ms: Option<u64>, read_from: Option<&str>) {
     let taken = unix_ms
         .map(|t| format!("Data of {}. ", units::utc(t)))
         .unwrap_or_default();
-    let _ = write!(
-        page,
-        "<footer>{taken}Reloads every {REFRESH_SECONDS} s. Machine-readable: \
-         <a href=\"status\">/status</a> (JSON), <a href=\"metrics\">/metrics</a> (Prometheus).</footer>\n</body></html>\n"
-    );
+    let _ = write!(page, "<footer>{taken}Reloads every {REFRESH_SECONDS} s. ");
+    match read_from {
+        Some(addr) => {
+            let _ = write!(
+                page,
+                "Read by the supervisor from the agent at {0} (its own endpoints: {0}/status, {0}/metrics).",
+                escape(addr)
+            );
+        }
+        None => page.push_str(
+            "Machine-readable: <a href=\"status\">/status</a> (JSON), <a href=\"metrics\">/metrics</a> (Prometheus).",
+        ),
+    }
+    page.push_str("</footer>\n</body></html>\n");
 }
 
 /// The READY / NOT READY badge and the reason line.

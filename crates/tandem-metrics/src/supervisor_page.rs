@@ -35,7 +35,7 @@ pub fn render_supervisor_page(status: &Value) -> String {
     tiers_section(&mut page, status);
     charts(&mut page, status);
     restart_history(&mut page, status);
-    foot(&mut page, u64_at(status, "/unix_ms"));
+    foot(&mut page, u64_at(status, "/unix_ms"), None);
     page
 }
 

@@ -78,7 +78,7 @@ async fn rank_page(rank: web::Path<usize>, collected: web::Data<SharedCollected>
             .content_type("text/plain")
             .body(format!("no rank {rank} in this group\n"));
     };
-    let doc = reading.status.unwrap_or_else(|| {
+    let mut doc = reading.status.unwrap_or_else(|| {
         json!({
             "ready": false,
             "reason": format!(
@@ -88,6 +88,12 @@ async fn rank_page(rank: web::Path<usize>, collected: web::Data<SharedCollected>
             ),
         })
     });
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert(
+            "read_by_supervisor_from".into(),
+            json!(format!("http://{}", reading.addr)),
+        );
+    }
     HttpResponse::Ok()
         .content_type(tandem_metrics::HTML_CONTENT_TYPE)
         .body(tandem_metrics::render_agent_page(&doc))
