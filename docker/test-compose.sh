@@ -372,6 +372,21 @@ fi
 
 # --- 6. fault --------------------------------------------------------------------------------
 stage fault
+if [ "$MONITORING" = 1 ] && [ "$FAULT" = kill ]; then
+    # The agent stays down for the alert's 30 s, which costs up to 3 group restarts (the kill,
+    # the supervisor's start-up grace running out, the late join): the fault needs the whole
+    # restart budget (3 in 60 s by default), so a restart while coming up must leave the
+    # window first.
+    in_window=$(supervisor_field restarts_in_window || echo 0)
+    if [ "${in_window:-0}" != 0 ]; then
+        log "the group restarted $in_window time(s) while coming up (restart_history: $(probe supervisor /status -b 2>/dev/null | grep -o '"cause":"[^"]*"' | tr '\n' ' ')); waiting for the restart window to clear"
+        deadline=$(( $(date +%s) + 75 ))
+        until [ "$(supervisor_field restarts_in_window || echo 1)" = 0 ]; do
+            [ "$(date +%s)" -lt "$deadline" ] || fail "the restart window did not clear within 75 s"
+            sleep 1
+        done
+    fi
+fi
 victim="agent-$KILL_RANK"
 vcid=$(cid_of "$victim")
 [ -n "$vcid" ] || fail "no container for $victim"

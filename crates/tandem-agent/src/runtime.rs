@@ -130,11 +130,12 @@ pub async fn serve(
         loop {
             tokio::select! {
                 r = CompletionLog::connect(&cfg) => match r {
-                    Ok(l) => break Some(l),
+                    Ok(l) => { metrics.set_redis_up(true); break Some(l) }
                     Err(tandem_durable::DurableError::InvalidGroup { group, reason }) => {
                         return Err(tandem_durable::DurableError::InvalidGroup { group, reason }.into());
                     }
                     Err(e) => {
+                        metrics.set_redis_up(false);
                         if !warned { tracing::warn!(error = %e, "Redis unreachable; retrying"); warned = true; }
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
