@@ -8,14 +8,22 @@
 #   3 image       docker build -t tandem:local docker/, then `tandem --version` inside it
 #   4 config      `compose config` validation, then `tandem check-config` inside the supervisor,
 #                 agent-0 and agent-1 containers with the environment compose gives them
-#   5 up          compose up -d; every /readyz (supervisor and 4 agents) answers 200, all in
-#                 the supervisor's epoch; no container has been restarted (a crash loop fails)
+#   5 up          compose up -d (with the `monitoring` profile: Prometheus and Alertmanager
+#                 too); every /readyz (supervisor and 4 agents) answers 200, all in the
+#                 supervisor's epoch; no container has been restarted (a crash loop fails)
+#   5b targets    (monitoring) Prometheus' HTTP API: all 5 Tandem scrape targets up, the
+#                 rules loaded, Alertmanager ready
 #   6 fault       docker kill of one agent container, which is started again (Docker applies
 #                 no restart policy after `docker kill`; the script plays the orchestrator);
 #                 with --fault crash the container's process is SIGKILLed from the host
 #                 instead and the restart policy brings it back
+#   6b alert      (monitoring, --fault kill) the agent stays down until Prometheus reports
+#                 TandemAgentDown for it pending, then firing, and Alertmanager holds it;
+#                 then it is started again
 #   7 recovered   the supervisor's /status reports a higher `epoch` and state "healthy", and
 #                 every /readyz is 200 in that epoch
+#   7b resolved   (monitoring) TandemAgentDown is gone from Prometheus' alerts and every
+#                 target is up again
 #   8 replay      only with --replay: the replay demo service (`tandem replay` inside one
 #                 container, on its own local group: 200 requests of the Mooncake conversation
 #                 trace when $TANDEM_TRACE_DIR has it, else the synthetic workload), which must
@@ -24,7 +32,7 @@
 #
 # Usage: docker/test-compose.sh [--release | --bin PATH] [--early-only] [--fault kill|crash]
 #                               [--kill-rank R] [--ready-timeout S] [--recover-timeout S]
-#                               [--replay] [--keep]
+#                               [--replay] [--no-monitoring] [--alert-timeout S] [--keep]
 # Exit codes: 0 pass, or skipped (a line starting "SKIP:" says why) when there is no usable
 # Docker engine or compose here; 1 a stage failed (the message names it); 2 bad usage.
 set -euo pipefail
@@ -40,7 +48,10 @@ KILL_RANK=2
 READY_TIMEOUT=120
 RECOVER_TIMEOUT=90
 KEEP=0
+MONITORING=1
+ALERT_TIMEOUT=120
 IMAGE="${TANDEM_IMAGE:-tandem:local}"
+MON_IMAGE="${TANDEM_MONITORING_IMAGE:-tandem-monitoring:local}"
 RANKS=4
 SUPERVISOR_PORT=7490
 HTTP_BASE_PORT=7500
@@ -55,6 +66,8 @@ while [ $# -gt 0 ]; do
         --ready-timeout) READY_TIMEOUT="${2:?}"; shift ;;
         --recover-timeout) RECOVER_TIMEOUT="${2:?}"; shift ;;
         --replay) REPLAY=1 ;;
+        --no-monitoring) MONITORING=0 ;;
+        --alert-timeout) ALERT_TIMEOUT="${2:?}"; shift ;;
         --keep) KEEP=1 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "test-compose: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -99,12 +112,17 @@ else
 fi
 log "docker engine $docker_info, $("${COMPOSE_BIN[@]}" version --short 2>/dev/null || echo "${COMPOSE_BIN[*]}")"
 PROJECT="tandem-test-$$"
-compose() { "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" "$@"; }
+PROFILES=()
+[ "$MONITORING" = 1 ] && PROFILES=(--profile monitoring)
+compose() { "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" "${PROFILES[@]}" "$@"; }
 compose_t() { # seconds, compose arguments: compose under a deadline
     local s="$1"; shift
-    timeout "$s" "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" "$@"
+    timeout "$s" "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" "${PROFILES[@]}" "$@"
 }
 export TANDEM_IMAGE="$IMAGE"
+export TANDEM_MONITORING_IMAGE="$MON_IMAGE"
+export TANDEM_PROMETHEUS_PUBLISH="127.0.0.1:"
+export TANDEM_ALERTMANAGER_PUBLISH="127.0.0.1:"
 # A fresh secret for this run, a free host port for the status page: runs do not collide.
 export TANDEM__GROUP__SECRET="${TANDEM__GROUP__SECRET:-$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')}"
 export TANDEM_STATUS_PUBLISH="127.0.0.1:"
@@ -135,11 +153,11 @@ teardown() {
         fi
         if [ "$KEEP" = 1 ]; then
             log "--keep: project $PROJECT left running; stop it with:"
-            log "  TANDEM__GROUP__SECRET=$TANDEM__GROUP__SECRET ${COMPOSE_BIN[*]} -p $PROJECT -f docker/docker-compose.yml --profile replay down -v"
+            log "  TANDEM__GROUP__SECRET=$TANDEM__GROUP__SECRET ${COMPOSE_BIN[*]} -p $PROJECT -f docker/docker-compose.yml --profile replay --profile monitoring down -v"
         else
             local t down=ok; t=$(date +%s)
             if ! timeout 120 "${COMPOSE_BIN[@]}" -p "$PROJECT" -f "$REPO/docker/docker-compose.yml" \
-                    --profile replay down -v --remove-orphans -t 10 >"$TMPD/down.log" 2>&1; then
+                    --profile replay --profile monitoring down -v --remove-orphans -t 10 >"$TMPD/down.log" 2>&1; then
                 cat "$TMPD/down.log" >&2
                 log "FAILED in teardown: compose down; remove project $PROJECT by hand"
                 down="FAILED: compose down"
@@ -193,6 +211,13 @@ timeout 300 docker build -q -t "$IMAGE" "$REPO/docker" >/dev/null 2>"$TMPD/build
 [ -z "$old_image" ] || [ "$old_image" = "$(docker image inspect -f '{{.Id}}' "$IMAGE")" ] \
     || docker rmi "$old_image" >/dev/null 2>&1 || true
 version=$(timeout 60 docker run --rm "$IMAGE" --version) || fail "'tandem --version' in $IMAGE"
+if [ "$MONITORING" = 1 ]; then
+    # Prometheus and Alertmanager from Debian's packages on the same base image (a no-op
+    # rebuild when the Dockerfile and tandem-probe are unchanged: Docker's layer cache).
+    timeout 600 docker build -q -t "$MON_IMAGE" -f "$REPO/docker/monitoring.Dockerfile" "$REPO/docker" >/dev/null 2>"$TMPD/build-mon.log" \
+        || { cat "$TMPD/build-mon.log" >&2; fail "docker build of $MON_IMAGE"; }
+    log "monitoring image: $(timeout 60 docker run --rm "$MON_IMAGE" prometheus --version 2>&1 | head -n 1), $(timeout 60 docker run --rm "$MON_IMAGE" prometheus-alertmanager --version 2>&1 | head -n 1)"
+fi
 log "in the image: $version (user $(docker run --rm --entrypoint id "$IMAGE" -u))"
 [ "$(docker run --rm --entrypoint id "$IMAGE" -u)" != 0 ] || fail "the image runs as root"
 
@@ -201,6 +226,7 @@ stage config
 UP=1  # `compose run` creates the project's network and volumes: remove them at the end
 compose_t 60 config -q || fail "compose config rejected docker/docker-compose.yml"
 compose_t 60 --profile replay config -q || fail "compose --profile replay config rejected docker/docker-compose.yml"
+compose_t 60 --profile monitoring config -q || fail "compose --profile monitoring config rejected docker/docker-compose.yml"
 for svc in supervisor agent-0 agent-1; do
     out=$(compose_t 60 run --rm --no-deps -T --entrypoint tandem "$svc" \
             check-config /etc/tandem/tandem.toml 2>&1) \
@@ -277,6 +303,52 @@ restarted_containers() { # "service: N restarts" for every container that Docker
     done | grep -v ': 0 restarts$' || true
 }
 
+# Prometheus' HTTP API, through tandem-probe inside the prometheus container (no published
+# port or curl needed).
+urlencode() {
+    local s="$1" out="" c i
+    for ((i = 0; i < ${#s}; i++)); do
+        c="${s:i:1}"
+        case "$c" in [a-zA-Z0-9.~_-]) out+="$c" ;; *) out+=$(printf '%%%02X' "'$c") ;; esac
+    done
+    printf '%s' "$out"
+}
+prom_get() { # path -> body
+    local cid; cid=$(cid_of prometheus)
+    [ -n "$cid" ] || { echo "no prometheus container" >&2; return 3; }
+    docker exec "$cid" tandem-probe -b -t 3 127.0.0.1:9090 "$1"
+}
+prom_value() { # PromQL whose result is one sample -> its value, nothing for an empty result
+    prom_get "/api/v1/query?query=$(urlencode "$1")" 2>/dev/null \
+        | sed -n 's/.*"value":\[[^,]*,"\([^"]*\)"\].*/\1/p'
+}
+TARGET_COUNT=$(( RANKS + 1 ))
+# Returns 0 once every Tandem target (supervisor and agents) is up in Prometheus; $1: seconds.
+wait_targets_up() {
+    local deadline=$(( $(date +%s) + $1 )) up
+    while :; do
+        up=$(prom_value 'count(up{job=~"tandem-.*"} == 1)')
+        [ "${up:-0}" = "$TARGET_COUNT" ] && return 0
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            log "Prometheus: ${up:-0} of $TARGET_COUNT Tandem targets up; targets:"
+            prom_get /api/v1/targets 2>&1 | tr ',' '\n' | grep -E '"(scrapeUrl|health|lastError)"' | sed 's/^/    /' >&2 || true
+            return 1
+        fi
+        sleep 1
+    done
+}
+alert_state() { # alertname instance -> firing, pending or nothing
+    local q="ALERTS{alertname=\"$1\",instance=\"$2\"}"
+    case "$(prom_get "/api/v1/query?query=$(urlencode "$q")" 2>/dev/null)" in
+        *'"alertstate":"firing"'*) echo firing ;;
+        *'"alertstate":"pending"'*) echo pending ;;
+    esac
+}
+active_tandem_alerts() { # "name{rank or instance}=state ..." of every Tandem alert now
+    prom_get /api/v1/alerts 2>/dev/null | tr '{' '\n' | sed -n 's/.*"alertname":"\(Tandem[A-Za-z]*\)".*"instance":"\([^"]*\)".*/\1@\2/p; s/.*"alertname":"\(Tandem[A-Za-z]*\)".*"reason":"\([^"]*\)".*/\1(\2)/p' \
+        | sort | uniq -c | awk '{printf "%s%s", sep, $2; sep=" "}'
+}
+
 # --- 5. up -----------------------------------------------------------------------------------
 stage up
 compose_t 300 up -d --no-build >/dev/null 2>"$TMPD/up.log" \
@@ -287,14 +359,68 @@ restarted=$(restarted_containers)
 [ -z "$restarted" ] || fail "containers were restarted while coming up (a crash loop): $(echo $restarted)"
 log "all ${#SERVICES[@]} /readyz answer 200 in epoch $EPOCH0; status page: http://$(compose port supervisor "$SUPERVISOR_PORT" 2>/dev/null)/"
 
+# --- 5b. targets (monitoring) ----------------------------------------------------------------
+if [ "$MONITORING" = 1 ]; then
+    stage targets
+    wait_targets_up 60 || fail "Prometheus does not see every Tandem target up within 60 s"
+    rules=$(prom_get /api/v1/rules 2>/dev/null | grep -o '"name":"Tandem[A-Za-z]*"' | sort -u | wc -l)
+    [ "$rules" -ge 13 ] || fail "Prometheus loaded $rules Tandem alert rules, want 13 (deploy/prometheus/rules)"
+    docker exec "$(cid_of alertmanager)" tandem-probe -t 3 127.0.0.1:9093 /-/ready >/dev/null \
+        || fail "Alertmanager is not ready"
+    log "Prometheus: $TARGET_COUNT of $TARGET_COUNT Tandem targets up, $rules alert rules loaded; Alertmanager ready; Prometheus at http://$(compose port prometheus 9090 2>/dev/null)/"
+fi
+
 # --- 6. fault --------------------------------------------------------------------------------
 stage fault
+if [ "$MONITORING" = 1 ] && [ "$FAULT" = kill ]; then
+    # The agent stays down for the alert's 30 s, which costs up to 3 group restarts (the kill,
+    # the supervisor's start-up grace running out, the late join): the fault needs the whole
+    # restart budget (3 in 60 s by default), so a restart while coming up must leave the
+    # window first.
+    in_window=$(supervisor_field restarts_in_window || echo 0)
+    if [ "${in_window:-0}" != 0 ]; then
+        log "the group restarted $in_window time(s) while coming up (restart_history: $(probe supervisor /status -b 2>/dev/null | grep -o '"cause":"[^"]*"' | tr '\n' ' ')); waiting for the restart window to clear"
+        deadline=$(( $(date +%s) + 75 ))
+        until [ "$(supervisor_field restarts_in_window || echo 1)" = 0 ]; do
+            [ "$(date +%s)" -lt "$deadline" ] || fail "the restart window did not clear within 75 s"
+            sleep 1
+        done
+    fi
+fi
 victim="agent-$KILL_RANK"
 vcid=$(cid_of "$victim")
 [ -n "$vcid" ] || fail "no container for $victim"
 if [ "$FAULT" = kill ]; then
     docker kill "$vcid" >/dev/null || fail "docker kill $victim"
+    T_KILL=$(date +%s)
     log "docker kill $victim: $(docker inspect -f '{{.State.Status}} exit={{.State.ExitCode}}' "$vcid")"
+    if [ "$MONITORING" = 1 ]; then
+        # --- 6b. alert: the agent stays down until the alert fires -----------------------------
+        stage alert
+        instance="$victim:$(port_of "$victim")"
+        pending_at="" firing_at="" seen_other=""
+        deadline=$(( T_KILL + ALERT_TIMEOUT ))
+        while :; do
+            st=$(alert_state TandemAgentDown "$instance")
+            now=$(date +%s)
+            [ -n "$st" ] && [ -z "$pending_at" ] && pending_at=$now && log "TandemAgentDown{instance=\"$instance\"} $st after $(( now - T_KILL )) s"
+            if [ "$st" = firing ]; then firing_at=$now; break; fi
+            other=$(active_tandem_alerts)
+            [ -z "$other" ] || [ "$other" = "$seen_other" ] || { seen_other="$other"; log "  active now: $other"; }
+            [ "$now" -lt "$deadline" ] || fail "TandemAgentDown for $instance did not fire within ${ALERT_TIMEOUT}s of the kill (state: ${st:-none})"
+            sleep 1
+        done
+        log "TandemAgentDown{instance=\"$instance\"} firing after $(( firing_at - T_KILL )) s (pending after $(( pending_at - T_KILL )) s; the rule's for: is 30 s)"
+        am=""
+        for _ in $(seq 1 30); do
+            am=$(docker exec "$(cid_of alertmanager)" tandem-probe -b -t 3 127.0.0.1:9093 "/api/v2/alerts?filter=$(urlencode 'alertname="TandemAgentDown"')" 2>/dev/null || true)
+            case "$am" in *"$instance"*) break ;; esac
+            sleep 1
+        done
+        case "$am" in *"$instance"*) log "Alertmanager holds TandemAgentDown for $instance" ;;
+            *) fail "Alertmanager did not receive TandemAgentDown for $instance" ;; esac
+        log "restarts so far: $(supervisor_field restarts_total || echo ?) (the agent was down $(( $(date +%s) - T_KILL )) s)"
+    fi
     docker start "$vcid" >/dev/null || fail "docker start $victim"
     log "$victim started again (Docker applies no restart policy after docker kill)"
 else
@@ -318,6 +444,24 @@ restarts=$(supervisor_field restarts_total || true)
 log "all ${#SERVICES[@]} /readyz answer 200 again: epoch $EPOCH0 -> $READY_EPOCH, ${restarts:-?} group restart(s)"
 restarted=$(restarted_containers)
 [ "$FAULT" = crash ] || [ -z "$restarted" ] || fail "containers were restarted after the fault: $(echo $restarted)"
+
+# --- 7b. resolved (monitoring) ---------------------------------------------------------------
+if [ "$MONITORING" = 1 ]; then
+    stage resolved
+    if [ "$FAULT" = kill ]; then
+        deadline=$(( $(date +%s) + 60 ))
+        while [ -n "$(alert_state TandemAgentDown "$victim:$(port_of "$victim")")" ]; do
+            [ "$(date +%s)" -lt "$deadline" ] || fail "TandemAgentDown for $victim still active 60 s after recovery"
+            sleep 1
+        done
+        log "TandemAgentDown for $victim resolved $(( $(date +%s) - T_KILL )) s after the kill"
+    else
+        log "--fault crash: the restart policy brings the agent back within seconds, before any alert's for: (30 s); the alert is not checked"
+    fi
+    wait_targets_up 60 || fail "Prometheus does not see every Tandem target up again"
+    still=$(active_tandem_alerts)
+    log "Prometheus: every Tandem target up again; Tandem alerts still pending or firing: ${still:-none}"
+fi
 
 # --- 8. replay demo (optional) ---------------------------------------------------------------
 if [ "$REPLAY" = 1 ]; then

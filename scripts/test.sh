@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# promtool (rule checks and unit tests) and a headless browser (the status pages' test).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"
@@ -26,3 +29,6 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 cargo build --locked -p tandem-cli --bin tandem
 cargo test --locked --workspace "$@"
+# The Prometheus rules (promtool), then the status pages in headless Chromium.
+scripts/test-prometheus.sh
+scripts/test-pages.sh --bin target/debug/tandem

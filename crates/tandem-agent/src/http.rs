@@ -48,39 +48,59 @@ async fn metrics(state: web::Data<HttpState>, req: actix_web::HttpRequest) -> Ht
 }
 
 async fn page(state: web::Data<HttpState>) -> HttpResponse {
-    let status = status_json(&state).await;
-    let html = tandem_metrics::render_status_html("Tandem agent", &status);
+    let (status, _) = status_json(&state).await;
+    let html = tandem_metrics::render_agent_page(&status);
     HttpResponse::Ok()
         .content_type(tandem_metrics::HTML_CONTENT_TYPE)
         .body(html)
 }
 
-async fn status_json(state: &HttpState) -> serde_json::Value {
-    let Some(protocol) = state.router.current() else {
-        return json!({ "ready": false, "reason": "between epochs" });
+/// The `/status` document: `{agent, store, state, restarts, unix_ms}`; between epochs (or
+/// with an actor gone) `{ready: false, reason, error, state, restarts, unix_ms}` and `false`.
+async fn status_json(state: &HttpState) -> (serde_json::Value, bool) {
+    let m = &state.metrics;
+    let common = json!({
+        // The not-ready reason's label value, or "ready": the same word the alerts carry.
+        "state": m.not_ready().map_or("ready", |r| r.as_str()),
+        "restarts": m.restarts().get(),
+        "unix_ms": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    });
+    let (mut doc, ok) = match state.router.current() {
+        None => (
+            json!({ "ready": false, "reason": "between epochs", "error": "between epochs" }),
+            false,
+        ),
+        Some(protocol) => match (
+            protocol.send(GetStatus).await,
+            state.store.send(GetStoreStats).await,
+        ) {
+            (Ok(p), Ok(s)) => (json!({ "agent": p, "store": s }), true),
+            (p, s) => {
+                let why = format!(
+                    "actors unavailable: protocol {:?}, store {:?}",
+                    p.err(),
+                    s.err()
+                );
+                (
+                    json!({ "ready": false, "reason": why, "error": why }),
+                    false,
+                )
+            }
+        },
     };
-    match (
-        protocol.send(GetStatus).await,
-        state.store.send(GetStoreStats).await,
-    ) {
-        (Ok(p), Ok(s)) => json!({ "agent": p, "store": s }),
-        (p, s) => {
-            json!({ "ready": false, "reason": format!("actors unavailable: protocol {:?}, store {:?}", p.err(), s.err()) })
-        }
+    if let (Some(d), Some(c)) = (doc.as_object_mut(), common.as_object()) {
+        d.extend(c.clone());
     }
+    (doc, ok)
 }
 
 async fn status(state: web::Data<HttpState>) -> HttpResponse {
-    let Some(protocol) = state.router.current() else {
-        return HttpResponse::ServiceUnavailable().json(json!({ "error": "between epochs" }));
-    };
-    let protocol = protocol.send(GetStatus).await;
-    let store = state.store.send(GetStoreStats).await;
-    match (protocol, store) {
-        (Ok(p), Ok(s)) => HttpResponse::Ok().json(json!({ "agent": p, "store": s })),
-        (p, s) => HttpResponse::ServiceUnavailable().json(json!({
-            "error": format!("actors unavailable: protocol {:?}, store {:?}", p.err(), s.err()),
-        })),
+    match status_json(&state).await {
+        (doc, true) => HttpResponse::Ok().json(doc),
+        (doc, false) => HttpResponse::ServiceUnavailable().json(doc),
     }
 }
 

@@ -105,6 +105,8 @@ pub async fn serve(
         &settings.membership.group_id.0,
         settings.rank.0,
     ));
+    metrics.set_stream_max_length(settings.config.redis.stream_max_len);
+    metrics.set_not_ready(Some(tandem_metrics::NotReadyReason::BetweenEpochs));
     let store_metrics = metrics.clone();
     // The store's thread logs inside the agent's span too (group, rank, epoch).
     let span = tracing::Span::current();
@@ -171,11 +173,12 @@ pub async fn serve(
         loop {
             tokio::select! {
                 r = RedisLog::connect(&cfg) => match r {
-                    Ok(l) => break Some(l),
+                    Ok(l) => { metrics.set_redis_up(true); break Some(l) }
                     Err(tandem_durable::DurableError::InvalidGroup { group, reason }) => {
                         return Err(tandem_durable::DurableError::InvalidGroup { group, reason }.into());
                     }
                     Err(e) => {
+                        metrics.set_redis_up(false);
                         if !warned { tracing::warn!(error = %e, "Redis unreachable; retrying"); warned = true; }
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_millis(cadence::REDIS_CONNECT_RETRY_MS)) => {}
@@ -303,7 +306,8 @@ pub async fn serve(
                 },
                 _ = ticker.tick() => {
                     let Some(log) = &log else { continue };
-                    let _ = log.heartbeat(rank, Heartbeat { epoch, unix_ms: unix_ms() }, ttl_ms).await;
+                    let beat = log.heartbeat(rank, Heartbeat { epoch, unix_ms: unix_ms() }, ttl_ms).await;
+                    metrics.set_redis_up(beat.is_ok());
                     if join_pending && log.join(epoch, rank).await.is_ok() {
                         join_pending = false;
                     }
@@ -349,6 +353,7 @@ pub async fn serve(
             })
             .await;
         router.set(None);
+        metrics.set_not_ready(Some(tandem_metrics::NotReadyReason::BetweenEpochs));
         metrics.restarts().inc();
         epoch = next;
     };

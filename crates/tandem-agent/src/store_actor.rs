@@ -91,6 +91,12 @@ pub struct StoreStats {
     pub host_free_blocks: u64,
     /// Free disk slots.
     pub disk_free_blocks: u64,
+    /// Host tier slots (`store.host_capacity_blocks`).
+    pub host_capacity_blocks: u64,
+    /// Disk tier slots (`store.disk_capacity_blocks`).
+    pub disk_capacity_blocks: u64,
+    /// Bytes of one block shard (one slot).
+    pub shard_bytes: u64,
     /// Bytes copied from engine pages into the tiers.
     pub bytes_stored: u64,
     /// Bytes copied from the tiers into engine pages.
@@ -239,6 +245,7 @@ impl StoreActor {
                     if matches!(e, StoreError::ChecksumMismatch { .. }) {
                         self.manifest_changed = true;
                         self.stats.checksum_failures += 1;
+                        self.metrics.checksum_failures().inc();
                     }
                     return Err(format!("block {hash} into page {page}: {e}"));
                 }
@@ -416,6 +423,7 @@ impl Handler<CopyStores> for StoreActor {
             let result = self.copy_store(t);
             if let Err(reason) = &result {
                 self.stats.copy_failures += 1;
+                self.metrics.copy_failures().inc();
                 tracing::warn!(task = %t.task, %reason, "store shard failed");
             }
             self.report(t.task, result);
@@ -434,6 +442,7 @@ impl Handler<CopyLoads> for StoreActor {
             let result = self.copy_load(t);
             if let Err(reason) = &result {
                 self.stats.copy_failures += 1;
+                self.metrics.copy_failures().inc();
                 tracing::warn!(task = %t.task, %reason, "load shard failed");
             }
             self.report(t.task, result);
@@ -457,6 +466,9 @@ impl Handler<GetStoreStats> for StoreActor {
         s.blocks = self.store.len() as u64;
         s.host_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Host);
         s.disk_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Disk);
+        s.host_capacity_blocks = self.store.config().host_capacity_blocks;
+        s.disk_capacity_blocks = self.store.config().disk_capacity_blocks;
+        s.shard_bytes = self.shard_bytes;
         actix::MessageResult(s)
     }
 }

@@ -71,6 +71,23 @@ pub(crate) enum Command {
     /// Benchmarks: frame latency, write-ahead cost, tiers, recovery, replay; each against a
     /// baseline measured in the same run.
     Bench(crate::cmd::bench::BenchArgs),
+    /// The group at a glance in a terminal: epoch, state, every rank's readiness and
+    /// heartbeat age, steps per second, tier occupancy, restarts and their causes, from the
+    /// supervisor's /status (which carries what it read from every agent).
+    Status {
+        /// The configuration, for `supervisor.http_addr` (default 127.0.0.1:7490).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The supervisor's HTTP address, host:port (overrides --config).
+        #[arg(long)]
+        supervisor: Option<String>,
+        /// Redraw every SECONDS (default 2) until Ctrl-C.
+        #[arg(long, num_args = 0..=1, default_missing_value = "2", value_name = "SECONDS")]
+        watch: Option<f64>,
+        /// Print the supervisor's /status document as JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the group's supervisor: watch every rank (heartbeats and failure reports in Redis),
     /// restart the whole group into a new epoch when any rank fails, and give up (exit 3)
     /// past `supervisor.max_restarts` restarts within `supervisor.restart_window_s`.

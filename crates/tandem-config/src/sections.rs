@@ -215,6 +215,10 @@ pub struct SupervisorConfig {
     pub backoff_max_ms: u64,
     /// Address of the supervisor's HTTP endpoints.
     pub http_addr: String,
+    /// Where the supervisor reads rank r's `/status` and `/metrics` for its status page:
+    /// `host:port` with `{rank}` and `{port}` (`network.http_base_port + r`) substituted.
+    /// Empty: `network.http_host` (loopback when it binds every interface) and `{port}`.
+    pub agent_http_addr: String,
 }
 
 impl Default for SupervisorConfig {
@@ -227,6 +231,7 @@ impl Default for SupervisorConfig {
             backoff_initial_ms: 50,
             backoff_max_ms: 5_000,
             http_addr: "127.0.0.1:7490".into(),
+            agent_http_addr: String::new(),
         }
     }
 }

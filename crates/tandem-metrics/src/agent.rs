@@ -28,6 +28,13 @@
 //! | `tandem_engine_frames_read_total` | counter | | frames read by this rank's engine |
 //! | `tandem_wait_timeouts_total` | counter | | bounded waits that ended at their deadline |
 //! | `tandem_peers_joined` | gauge | | peers admitted in the current epoch |
+//! | `tandem_not_ready` | gauge | `reason` | 1 for the reason this rank is not ready, 0 for the others (all 0 when ready) |
+//! | `tandem_redis_up` | gauge | | 1 when this agent's last Redis call (heartbeat) succeeded, else 0 |
+//! | `tandem_stream_max_length_entries` | gauge | | `redis.stream_max_len`: entries kept once acknowledged (leader) |
+//! | `tandem_stores_refused_total` | counter | `reason` | store tasks the leader refused: `tier_full`, `other` |
+//! | `tandem_checksum_failures_total` | counter | | shards dropped because their checksum did not match |
+//! | `tandem_copy_failures_total` | counter | | shard copies between engine pages and a tier that failed |
+//! | `tandem_lookup_blocks_total` | counter | `result` | blocks asked about by prefix lookups: `hit` (matched) or `miss` (leader) |
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -39,7 +46,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::encode::{encode_or_comment, try_encode, Exposition, TextFormat};
 use crate::error::MetricsError;
-use crate::labels::{Direction, TaskKind, TaskResult, Tier};
+use crate::labels::{Direction, NotReadyReason, RefusalReason, TaskKind, TaskResult, Tier};
 use crate::total::SyncedCounter;
 
 /// Histogram bucket upper bounds for latencies, in seconds: 50 µs to 5 s, 1-2.5-5 steps.
@@ -73,6 +80,13 @@ pub struct AgentMetrics {
     engine_frames_read: SyncedCounter,
     wait_timeouts: SyncedCounter,
     peers_joined: Gauge,
+    not_ready: [Gauge; 5],
+    redis_up: Gauge,
+    stream_max_length: Gauge,
+    stores_refused: [SyncedCounter; 2],
+    checksum_failures: SyncedCounter,
+    copy_failures: SyncedCounter,
+    lookup_blocks: [SyncedCounter; 2],
 }
 
 fn latency_histogram() -> Histogram {
@@ -227,6 +241,61 @@ impl AgentMetrics {
             peers_joined.clone(),
         );
 
+        let reasons = Family::<Labels1, Gauge>::default();
+        let not_ready =
+            NotReadyReason::ALL.map(|r| reasons.get_or_create_owned(&[("reason", r.as_str())]));
+        registry.register(
+            "not_ready",
+            "1 for the reason this rank is not ready, 0 for the others; every series is 0 while it is ready",
+            reasons,
+        );
+
+        let redis_up = Gauge::default();
+        registry.register(
+            "redis_up",
+            "1 when this agent's last Redis call (its heartbeat) succeeded, else 0; 1 without Redis configured",
+            redis_up.clone(),
+        );
+        redis_up.set(1);
+
+        let stream_max_length = Gauge::default();
+        registry.register(
+            "stream_max_length_entries",
+            "Entries a completion stream keeps once every rank acknowledged them (redis.stream_max_len; leader)",
+            stream_max_length.clone(),
+        );
+
+        let refused = Family::<Labels1, SyncedCounter>::default();
+        let stores_refused =
+            RefusalReason::ALL.map(|r| refused.get_or_create_owned(&[("reason", r.as_str())]));
+        registry.register(
+            "stores_refused",
+            "Store tasks the leader refused: tier_full (the target tier is full and every block in it is pinned) or other",
+            refused,
+        );
+
+        let checksum_failures = SyncedCounter::default();
+        registry.register(
+            "checksum_failures",
+            "Block shards dropped because their checksum did not match (a tier corrupted them)",
+            checksum_failures.clone(),
+        );
+
+        let copy_failures = SyncedCounter::default();
+        registry.register(
+            "copy_failures",
+            "Shard copies between engine pages and a tier that failed, either direction",
+            copy_failures.clone(),
+        );
+
+        let lookups = Family::<Labels1, SyncedCounter>::default();
+        let lookup_blocks = ["hit", "miss"].map(|r| lookups.get_or_create_owned(&[("result", r)]));
+        registry.register(
+            "lookup_blocks",
+            "Blocks asked about by prefix lookups: hit (matched and pinned) or miss (leader)",
+            lookups,
+        );
+
         Self {
             registry,
             steps_sealed,
@@ -247,7 +316,60 @@ impl AgentMetrics {
             engine_frames_read,
             wait_timeouts,
             peers_joined,
+            not_ready,
+            redis_up,
+            stream_max_length,
+            stores_refused,
+            checksum_failures,
+            copy_failures,
+            lookup_blocks,
         }
+    }
+
+    /// `tandem_lookup_blocks_total{result}`: `hit` when `hit`, else `miss`; in blocks.
+    pub fn lookup_blocks(&self, hit: bool) -> &SyncedCounter {
+        &self.lookup_blocks[usize::from(!hit)]
+    }
+
+    /// Set `tandem_not_ready{reason}`: 1 for `reason`, 0 for the others; `None` (ready) sets
+    /// every series to 0. Also sets `tandem_ready`.
+    pub fn set_not_ready(&self, reason: Option<NotReadyReason>) {
+        for (i, gauge) in self.not_ready.iter().enumerate() {
+            gauge.set(i64::from(reason.is_some_and(|r| r.index() == i)));
+        }
+        self.ready.set(i64::from(reason.is_none()));
+    }
+
+    /// The reason whose `tandem_not_ready` series is 1, `None` when ready.
+    pub fn not_ready(&self) -> Option<NotReadyReason> {
+        NotReadyReason::ALL
+            .into_iter()
+            .find(|r| self.not_ready[r.index()].get() == 1)
+    }
+
+    /// Set `tandem_redis_up`: whether the agent's last Redis call succeeded.
+    pub fn set_redis_up(&self, up: bool) {
+        self.redis_up.set(i64::from(up));
+    }
+
+    /// Set `tandem_stream_max_length_entries` (the configured `redis.stream_max_len`).
+    pub fn set_stream_max_length(&self, entries: u64) {
+        self.stream_max_length.set(saturating_i64(entries));
+    }
+
+    /// `tandem_stores_refused_total{reason}`, in store tasks.
+    pub fn stores_refused(&self, reason: RefusalReason) -> &SyncedCounter {
+        &self.stores_refused[reason.index()]
+    }
+
+    /// `tandem_checksum_failures_total`, in block shards.
+    pub fn checksum_failures(&self) -> &SyncedCounter {
+        &self.checksum_failures
+    }
+
+    /// `tandem_copy_failures_total`, in shard copies.
+    pub fn copy_failures(&self) -> &SyncedCounter {
+        &self.copy_failures
     }
 
     /// `tandem_steps_sealed_total`: frames sealed (leader) or received (follower).
@@ -330,7 +452,8 @@ impl AgentMetrics {
         self.epoch.set(saturating_i64(epoch));
     }
 
-    /// Set `tandem_ready` to 1 or 0.
+    /// Set `tandem_ready` to 1 or 0 (prefer [`AgentMetrics::set_not_ready`], which also names
+    /// the reason).
     pub fn set_ready(&self, ready: bool) {
         self.ready.set(i64::from(ready));
     }

@@ -1,9 +1,10 @@
 //! The label values of Tandem's metric families, defined once.
 //!
 //! Owns the closed sets of label values (task kind, task result, tier, direction, group
-//! state) and their exact spelling in the exposition. Every set is small and fixed, so the
-//! metric structs create every series up front: an update is then one atomic operation on a
-//! handle, never a map lookup, and every series is visible (at 0) from the first scrape.
+//! state, not-ready reason, store refusal reason) and their exact spelling in the
+//! exposition. Every set is small and fixed, so the metric structs create every series up
+//! front: an update is then one atomic operation on a handle, never a map lookup, and every
+//! series is visible (at 0) from the first scrape.
 //! This module never touches a metric.
 
 /// The kind of a task (label `kind`).
@@ -157,6 +158,76 @@ impl GroupState {
     }
 }
 
+/// Why a rank is not ready (label `reason` of `tandem_not_ready`). A closed set of causes,
+/// so that an alert can name the cause without a label per free-text message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotReadyReason {
+    /// The leader waits for followers to join, or a follower for the leader to admit it
+    /// (`joining`).
+    Joining,
+    /// The leader rebuilds the group index from every rank's manifest (`rebuilding_index`).
+    RebuildingIndex,
+    /// The leader's appends to the Redis completion stream fail (`completion_log`).
+    CompletionLog,
+    /// The epoch failed; the rank waits for the supervisor's next epoch (`epoch_failed`).
+    EpochFailed,
+    /// No protocol actor runs: the agent moves between epochs (`between_epochs`).
+    BetweenEpochs,
+}
+
+impl NotReadyReason {
+    /// Every reason, in exposition order.
+    pub const ALL: [NotReadyReason; 5] = [
+        NotReadyReason::Joining,
+        NotReadyReason::RebuildingIndex,
+        NotReadyReason::CompletionLog,
+        NotReadyReason::EpochFailed,
+        NotReadyReason::BetweenEpochs,
+    ];
+
+    /// The label value: `joining`, `rebuilding_index`, `completion_log`, `epoch_failed` or
+    /// `between_epochs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotReadyReason::Joining => "joining",
+            NotReadyReason::RebuildingIndex => "rebuilding_index",
+            NotReadyReason::CompletionLog => "completion_log",
+            NotReadyReason::EpochFailed => "epoch_failed",
+            NotReadyReason::BetweenEpochs => "between_epochs",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why the leader refused a store task (label `reason` of `tandem_stores_refused_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// The target tier is full and every block in it is pinned (`tier_full`).
+    TierFull,
+    /// Any other refusal of the group index (`other`).
+    Other,
+}
+
+impl RefusalReason {
+    /// Every reason, in exposition order.
+    pub const ALL: [RefusalReason; 2] = [RefusalReason::TierFull, RefusalReason::Other];
+
+    /// The label value: `tier_full` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::TierFull => "tier_full",
+            RefusalReason::Other => "other",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +248,12 @@ mod tests {
         }
         for (i, s) in GroupState::ALL.iter().enumerate() {
             assert_eq!(s.index(), i);
+        }
+        for (i, r) in NotReadyReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        for (i, r) in RefusalReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
         }
     }
 

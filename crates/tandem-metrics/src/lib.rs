@@ -1,5 +1,5 @@
 //! Tandem's operations pieces, shared by the agent and the supervisor processes: the
-//! Prometheus metric families each exports on `/metrics`, and the HTML status page each
+//! Prometheus metric families each exports on `/metrics`, and the HTML status pages each
 //! serves at `/`.
 //!
 //! Nothing here performs IO, starts a thread or reads a clock. The processes push values
@@ -24,39 +24,57 @@
 //!
 //! `/metrics`: `metrics.exposition(accept_header)` gives the body and the matching
 //! `Content-Type` (OpenMetrics for Prometheus, which asks for it; Prometheus text 0.0.4
-//! otherwise). `/`: [`render_status_html`] of the `/status` JSON, served as
-//! `text/html; charset=utf-8`.
+//! otherwise). `/`: [`render_agent_page`] or [`render_supervisor_page`] of the `/status`
+//! JSON, served as `text/html; charset=utf-8`.
 //!
 //! # Layout
 //!
 //! - [`agent`]: [`AgentMetrics`], one rank's families, [`LATENCY_BUCKETS_SECONDS`].
 //! - [`supervisor`]: [`SupervisorMetrics`], the supervisor's families.
 //! - [`labels`]: the closed label value sets ([`TaskKind`], [`TaskResult`], [`Tier`],
-//!   [`Direction`], [`GroupState`]).
+//!   [`Direction`], [`GroupState`], [`NotReadyReason`], [`RefusalReason`]).
 //! - [`total`]: [`SyncedCounter`], increments or absolute totals.
 //! - [`encode`]: the two text formats, content types, `Accept` negotiation.
 //! - [`exposition`]: [`parse_exposition`], a strict reader of the text format for tests.
-//! - [`status_page`]: the page, [`render_status_html`].
-//! - [`html`]: escaping and JSON-to-text helpers for the page.
+//! - [`agent_page`]: the agent's page, [`render_agent_page`] (human units, tiers, counters).
+//! - [`supervisor_page`]: the supervisor's page, [`render_supervisor_page`] (rank grid,
+//!   group tiers, charts, restart history).
+//! - [`status_page`]: a generic page of any JSON document, [`render_status_html`].
+//! - [`history`]: [`History`], recent group figures (rates, hit ratio, latency quantiles)
+//!   from successive expositions, for the charts.
+//! - [`chart`]: inline SVG charts.
+//! - [`units`]: figures in human units (MiB, GB/s, %, ms, UTC times).
+//! - [`html`]: escaping and JSON-to-text helpers for the pages.
 //! - [`error`]: the crate's error, [`MetricsError`].
 
 pub mod agent;
+pub mod agent_page;
+pub mod chart;
 pub mod encode;
 pub mod error;
 pub mod exposition;
+pub mod history;
 pub mod html;
 pub mod labels;
+mod page;
 pub mod status_page;
 pub mod supervisor;
+pub mod supervisor_page;
 pub mod total;
+pub mod units;
 
 pub use agent::{AgentMetrics, LATENCY_BUCKETS_SECONDS};
+pub use agent_page::render_agent_page;
 pub use encode::{Exposition, TextFormat, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE};
 pub use error::MetricsError;
 pub use exposition::{parse_exposition, ExpositionError, ParsedExposition, Sample};
-pub use labels::{Direction, GroupState, TaskKind, TaskResult, Tier};
+pub use history::{GroupPoint, History, RankCounters};
+pub use labels::{
+    Direction, GroupState, NotReadyReason, RefusalReason, TaskKind, TaskResult, Tier,
+};
 pub use status_page::{render_status_html, REFRESH_SECONDS};
 pub use supervisor::SupervisorMetrics;
+pub use supervisor_page::render_supervisor_page;
 pub use total::SyncedCounter;
 
 /// The `Content-Type` of [`render_status_html`]'s page.

@@ -14,6 +14,15 @@
 //! | `tandem_supervisor_ranks_expected` | gauge | | the group's world size |
 //! | `tandem_supervisor_heartbeat_age_seconds` | gauge | `rank` | time since the rank's last heartbeat |
 //! | `tandem_supervisor_restart_backoff_seconds` | gauge | | wait before the next restart (0 when none is pending) |
+//! | `tandem_supervisor_restarts_in_window` | gauge | | restarts inside the restart window now |
+//! | `tandem_supervisor_max_restarts` | gauge | | `supervisor.max_restarts`: restarts allowed in the window |
+//! | `tandem_supervisor_restart_window_seconds` | gauge | | `supervisor.restart_window_s` |
+//! | `tandem_supervisor_heartbeat_timeout_seconds` | gauge | | `supervisor.heartbeat_timeout_ms`, in seconds |
+//! | `tandem_supervisor_redis_up` | gauge | | 1 when the supervisor's last Redis reads succeeded, else 0 |
+//! | `tandem_supervisor_last_recovery_seconds` | gauge | | last restart: from the failure to every rank joined |
+//!
+//! The configured limits are exported so that alert rules compare against the values this
+//! group runs with, not copies of them (`deploy/prometheus/rules/`).
 
 use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
@@ -43,6 +52,12 @@ pub struct SupervisorMetrics {
     ranks_expected: Gauge,
     heartbeat_age: Family<[(&'static str, u32); 1], SecondsGauge>,
     restart_backoff: SecondsGauge,
+    restarts_in_window: Gauge,
+    max_restarts: Gauge,
+    restart_window: SecondsGauge,
+    heartbeat_timeout: SecondsGauge,
+    redis_up: Gauge,
+    last_recovery: SecondsGauge,
 }
 
 impl SupervisorMetrics {
@@ -103,6 +118,46 @@ impl SupervisorMetrics {
             restart_backoff.clone(),
         );
 
+        let restarts_in_window = Gauge::default();
+        registry.register(
+            "restarts_in_window",
+            "Group restarts inside the restart window now (the supervisor gives up at max_restarts)",
+            restarts_in_window.clone(),
+        );
+        let max_restarts = Gauge::default();
+        registry.register(
+            "max_restarts",
+            "Restarts allowed within the restart window (supervisor.max_restarts)",
+            max_restarts.clone(),
+        );
+        let restart_window = SecondsGauge::default();
+        registry.register_with_unit(
+            "restart_window",
+            "Window of the restart limit (supervisor.restart_window_s)",
+            Unit::Seconds,
+            restart_window.clone(),
+        );
+        let heartbeat_timeout = SecondsGauge::default();
+        registry.register_with_unit(
+            "heartbeat_timeout",
+            "A rank silent for longer than this has failed (supervisor.heartbeat_timeout_ms)",
+            Unit::Seconds,
+            heartbeat_timeout.clone(),
+        );
+        let redis_up = Gauge::default();
+        registry.register(
+            "redis_up",
+            "1 when the supervisor's last Redis reads succeeded, else 0 (it decides nothing then)",
+            redis_up.clone(),
+        );
+        let last_recovery = SecondsGauge::default();
+        registry.register_with_unit(
+            "last_recovery",
+            "The last restart: from the failure to every rank joined the new epoch",
+            Unit::Seconds,
+            last_recovery.clone(),
+        );
+
         let metrics = Self {
             registry,
             restarts,
@@ -112,6 +167,12 @@ impl SupervisorMetrics {
             ranks_expected,
             heartbeat_age,
             restart_backoff,
+            restarts_in_window,
+            max_restarts,
+            restart_window,
+            heartbeat_timeout,
+            redis_up,
+            last_recovery,
         };
         metrics.set_group_state(GroupState::Starting);
         metrics
@@ -167,6 +228,30 @@ impl SupervisorMetrics {
     /// Set `tandem_supervisor_restart_backoff_seconds` (zero when no restart is pending).
     pub fn set_restart_backoff(&self, backoff: Duration) {
         self.restart_backoff.set(backoff.as_secs_f64());
+    }
+
+    /// Set `tandem_supervisor_restarts_in_window`.
+    pub fn set_restarts_in_window(&self, restarts: u32) {
+        self.restarts_in_window.set(i64::from(restarts));
+    }
+
+    /// Set the configured limits: `tandem_supervisor_max_restarts`,
+    /// `tandem_supervisor_restart_window_seconds` and
+    /// `tandem_supervisor_heartbeat_timeout_seconds`.
+    pub fn set_limits(&self, max_restarts: u32, window: Duration, heartbeat_timeout: Duration) {
+        self.max_restarts.set(i64::from(max_restarts));
+        self.restart_window.set(window.as_secs_f64());
+        self.heartbeat_timeout.set(heartbeat_timeout.as_secs_f64());
+    }
+
+    /// Set `tandem_supervisor_redis_up`.
+    pub fn set_redis_up(&self, up: bool) {
+        self.redis_up.set(i64::from(up));
+    }
+
+    /// Set `tandem_supervisor_last_recovery_seconds`.
+    pub fn set_last_recovery(&self, recovery: Duration) {
+        self.last_recovery.set(recovery.as_secs_f64());
     }
 
     /// The registry, to add process-specific families next to these.

@@ -17,7 +17,7 @@ fn parsed(m: &AgentMetrics) -> ParsedExposition {
 }
 
 /// (OpenMetrics family name, type, the label keys every sample has besides group and rank).
-const FAMILIES: [(&str, &str, &[&str]); 18] = [
+const FAMILIES: [(&str, &str, &[&str]); 25] = [
     ("tandem_steps_sealed", "counter", &[]),
     ("tandem_frame_latency_seconds", "histogram", &[]),
     ("tandem_tasks_started", "counter", &["kind"]),
@@ -36,6 +36,13 @@ const FAMILIES: [(&str, &str, &[&str]); 18] = [
     ("tandem_peers_joined", "gauge", &[]),
     ("tandem_stream_trimmed_entries", "counter", &[]),
     ("tandem_stream_length_entries", "gauge", &[]),
+    ("tandem_not_ready", "gauge", &["reason"]),
+    ("tandem_redis_up", "gauge", &[]),
+    ("tandem_stream_max_length_entries", "gauge", &[]),
+    ("tandem_stores_refused", "counter", &["reason"]),
+    ("tandem_checksum_failures", "counter", &[]),
+    ("tandem_copy_failures", "counter", &[]),
+    ("tandem_lookup_blocks", "counter", &["result"]),
 ];
 
 fn sample_names(family: &str, kind: &str) -> Vec<String> {
@@ -348,4 +355,31 @@ fn metrics_are_shareable_across_threads() {
         assert!(w.join().is_ok());
     }
     assert_eq!(m.evictions().get(), 4000);
+}
+
+#[test]
+fn not_ready_names_one_reason_and_ready_clears_them() {
+    use tandem_metrics::NotReadyReason;
+    let m = AgentMetrics::new("g1", 0);
+    m.set_not_ready(Some(NotReadyReason::CompletionLog));
+    let p = parsed(&m);
+    for r in NotReadyReason::ALL {
+        let want = if r == NotReadyReason::CompletionLog {
+            1.0
+        } else {
+            0.0
+        };
+        assert_eq!(
+            p.value("tandem_not_ready", &[("reason", r.as_str())]),
+            Some(want),
+            "{r:?}"
+        );
+    }
+    assert_eq!(p.value("tandem_ready", &[]), Some(0.0));
+    assert_eq!(m.not_ready(), Some(NotReadyReason::CompletionLog));
+    m.set_not_ready(None);
+    let p = parsed(&m);
+    assert!(p.samples_named("tandem_not_ready").all(|s| s.value == 0.0));
+    assert_eq!(p.value("tandem_ready", &[]), Some(1.0));
+    assert_eq!(m.not_ready(), None);
 }

@@ -54,6 +54,36 @@ fn every_family_appears_with_its_type() {
             "gauge",
             "tandem_supervisor_restart_backoff_seconds",
         ),
+        (
+            "tandem_supervisor_restarts_in_window",
+            "gauge",
+            "tandem_supervisor_restarts_in_window",
+        ),
+        (
+            "tandem_supervisor_max_restarts",
+            "gauge",
+            "tandem_supervisor_max_restarts",
+        ),
+        (
+            "tandem_supervisor_restart_window_seconds",
+            "gauge",
+            "tandem_supervisor_restart_window_seconds",
+        ),
+        (
+            "tandem_supervisor_heartbeat_timeout_seconds",
+            "gauge",
+            "tandem_supervisor_heartbeat_timeout_seconds",
+        ),
+        (
+            "tandem_supervisor_redis_up",
+            "gauge",
+            "tandem_supervisor_redis_up",
+        ),
+        (
+            "tandem_supervisor_last_recovery_seconds",
+            "gauge",
+            "tandem_supervisor_last_recovery_seconds",
+        ),
     ];
     assert_eq!(
         p.types.len(),
@@ -150,4 +180,27 @@ fn counters_and_gauges_update() {
         p.value("tandem_supervisor_restart_backoff_seconds", &[]),
         Some(1.5)
     );
+}
+
+#[test]
+fn configured_limits_are_exported_for_the_alert_rules() {
+    let m = SupervisorMetrics::new("grp");
+    m.set_limits(3, Duration::from_secs(60), Duration::from_millis(500));
+    m.set_restarts_in_window(2);
+    m.set_redis_up(false);
+    let p = parsed(&m);
+    assert_eq!(p.value("tandem_supervisor_max_restarts", &[]), Some(3.0));
+    assert_eq!(
+        p.value("tandem_supervisor_restart_window_seconds", &[]),
+        Some(60.0)
+    );
+    assert_eq!(
+        p.value("tandem_supervisor_heartbeat_timeout_seconds", &[]),
+        Some(0.5)
+    );
+    assert_eq!(
+        p.value("tandem_supervisor_restarts_in_window", &[]),
+        Some(2.0)
+    );
+    assert_eq!(p.value("tandem_supervisor_redis_up", &[]), Some(0.0));
 }

@@ -36,7 +36,7 @@ use crate::cadence::Cadence;
 use crate::launcher::Launcher;
 use crate::restart::{Effect, Observation, RestartMachine};
 use crate::runner::{Exit, SupervisorError};
-use crate::view::{view, Published, Sight};
+use crate::view::{view, Published, RestartRecord, Sight, RESTART_HISTORY_LEN};
 
 /// The group's durable state, as the supervisor uses it.
 #[derive(Clone, Debug)]
@@ -90,6 +90,9 @@ struct Parts {
     jitter: Box<dyn FnMut() -> f64>,
     /// Agent exits seen while the log could not be read: failures once it is back.
     exits_unjudged: Vec<String>,
+    /// The restarts this supervisor ordered, oldest first, at most [`RESTART_HISTORY_LEN`]
+    /// (for the status page; never read by a decision).
+    history: Vec<RestartRecord>,
 }
 
 /// The log, the clock and the token, as a round uses them.
@@ -173,6 +176,7 @@ impl SupervisorActor {
                 launcher: w.launcher,
                 jitter: w.jitter,
                 exits_unjudged: Vec::new(),
+                history: Vec::new(),
             }),
             done: Some(w.done),
             wake: None,
@@ -231,6 +235,7 @@ impl SupervisorActor {
                 beats: &seen.beats,
                 members: &seen.members,
                 redis: &seen.redis,
+                history: &parts.history,
             },
             self.io.cadence.heartbeat_timeout_ms,
             self.window_ms,
@@ -393,6 +398,7 @@ type ReadGroup = (
 async fn carry_out(parts: &mut Parts, io: &Io, effects: Vec<Effect>) -> Option<Ending> {
     let mut queue = VecDeque::from(effects);
     let epoch_of = |p: &Parts| p.machine.epoch().0;
+    let mut moved_from: Option<u64> = None;
     while let Some(effect) = queue.pop_front() {
         match effect {
             Effect::Failure(f) => {
@@ -427,6 +433,7 @@ async fn carry_out(parts: &mut Parts, io: &Io, effects: Vec<Effect>) -> Option<E
                 match io.call(io.backends.epochs.next_epoch()).await {
                     Call::Cancelled => return Some(Ending::Cancelled),
                     Call::Done(Ok(epoch)) => {
+                        moved_from = Some(parts.machine.epoch().0);
                         queue.extend(parts.machine.handle_epoch_moved(epoch, io.now_ms()));
                     }
                     Call::Done(Err(e)) => {
@@ -441,6 +448,15 @@ async fn carry_out(parts: &mut Parts, io: &Io, effects: Vec<Effect>) -> Option<E
                 reason,
             } => {
                 io.published.metrics.restarts().inc();
+                parts.history.push(RestartRecord {
+                    unix_ms: io.now_ms(),
+                    from_epoch: moved_from.unwrap_or(0),
+                    epoch: epoch.0,
+                    cause: reason.clone(),
+                    backoff_ms,
+                });
+                let extra = parts.history.len().saturating_sub(RESTART_HISTORY_LEN);
+                parts.history.drain(..extra);
                 tracing::info!(epoch = epoch.0, backoff_ms, %reason, "group restarting into a new epoch");
             }
             Effect::RelaunchAgents => {

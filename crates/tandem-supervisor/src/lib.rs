@@ -15,7 +15,9 @@
 //! - [`cadence`]: every retry, cadence and batch figure, in one place.
 //! - [`view`]: what `/status`, `/readyz` and the metrics show.
 //! - [`launcher`]: agent processes the supervisor starts itself (`tandem up`).
-//! - [`http`]: `/healthz`, `/readyz`, `/status`.
+//! - [`collector`]: reads every rank's `/status` and `/metrics` for the status page (never
+//!   for decisions), and the group figures' history.
+//! - [`http`]: `/healthz`, `/readyz`, `/status`, `/metrics`, `/`, `/ranks/{r}`.
 //!
 //! The supervisor never takes part in the group protocol: it only moves the epoch. Agents
 //! notice the new epoch in Redis and restart their actors into it. It catches no signal: it
@@ -24,6 +26,7 @@
 
 pub mod actor;
 pub mod cadence;
+pub mod collector;
 pub mod http;
 pub mod launcher;
 pub mod liveness;

@@ -196,6 +196,11 @@ impl RestartMachine {
         }
     }
 
+    /// The configuration the machine decides with.
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
     /// The state as saved: the epoch the group runs in, the restart history, and healthy,
     /// restarting or failed.
     pub fn state(&self) -> &SupervisorState {

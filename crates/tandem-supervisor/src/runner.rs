@@ -27,7 +27,9 @@ use crate::launcher::{LaunchSpec, Launcher};
 use crate::restart::{fresh_state, resume, RestartMachine, Resume};
 use crate::view::{view, Sight};
 
-pub use crate::view::{Published, RankView, SharedView, SupervisorView};
+pub use crate::view::{
+    Published, RankView, RestartRecord, SharedView, SupervisorView, RESTART_HISTORY_LEN,
+};
 
 /// Why the supervisor stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -67,6 +69,12 @@ impl Supervisor {
     pub fn new(config: TandemConfig, launch: Option<LaunchSpec>) -> Self {
         let world_size = config.group.world_size();
         let published = Published::new(&config.group.id, world_size);
+        let s = &config.supervisor;
+        published.metrics.set_limits(
+            s.max_restarts,
+            Duration::from_secs(s.restart_window_s),
+            Duration::from_millis(s.heartbeat_timeout_ms),
+        );
         Supervisor {
             config,
             world_size,
@@ -128,6 +136,7 @@ impl Supervisor {
                     beats: &[],
                     members: &[],
                     redis: "ok",
+                    history: &[],
                 },
                 cadence.heartbeat_timeout_ms,
                 machine_config.policy.window_ms,

@@ -27,6 +27,24 @@ pub struct RankView {
     pub joined: bool,
 }
 
+/// Restart records the status keeps, newest last; older ones are dropped.
+pub const RESTART_HISTORY_LEN: usize = 50;
+
+/// One group restart, for the status page's history.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RestartRecord {
+    /// When the new epoch began, wall-clock ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// The epoch that failed.
+    pub from_epoch: u64,
+    /// The new epoch.
+    pub epoch: u64,
+    /// The first failure that caused it (as logged).
+    pub cause: String,
+    /// Backoff waited before the restart, ms.
+    pub backoff_ms: u64,
+}
+
 /// What `/status` and `/readyz` report.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct SupervisorView {
@@ -50,6 +68,16 @@ pub struct SupervisorView {
     pub ranks: Vec<RankView>,
     /// `ok`, or why Redis cannot be used.
     pub redis: String,
+    /// When this snapshot was taken, wall-clock ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// `supervisor.heartbeat_timeout_ms`.
+    pub heartbeat_timeout_ms: u64,
+    /// `supervisor.max_restarts`: restarts allowed within the window.
+    pub max_restarts: u32,
+    /// `supervisor.restart_window_s`.
+    pub restart_window_s: u64,
+    /// The last [`RESTART_HISTORY_LEN`] restarts this supervisor ordered, oldest first.
+    pub restart_history: Vec<RestartRecord>,
 }
 
 impl SupervisorView {
@@ -66,6 +94,11 @@ impl SupervisorView {
             last_recovery_ms: None,
             ranks: Vec::new(),
             redis: "connecting".into(),
+            unix_ms: 0,
+            heartbeat_timeout_ms: 0,
+            max_restarts: 0,
+            restart_window_s: 0,
+            restart_history: Vec::new(),
         }
     }
 }
@@ -91,6 +124,8 @@ pub struct Sight<'a> {
     pub members: &'a [Rank],
     /// `ok`, or why Redis could not be read.
     pub redis: &'a str,
+    /// The restarts this supervisor ordered, oldest first.
+    pub history: &'a [RestartRecord],
 }
 
 /// The view of `group` (`world_size` ranks) at `now_ms`: the machine's state and what was
@@ -154,6 +189,11 @@ pub fn view(
         last_recovery_ms: machine.last_recovery_ms(),
         ranks,
         redis: seen.redis.to_string(),
+        unix_ms: now_ms,
+        heartbeat_timeout_ms,
+        max_restarts: machine.config().policy.max_restarts,
+        restart_window_s: window_ms / 1_000,
+        restart_history: seen.history.to_vec(),
     }
 }
 
@@ -200,9 +240,19 @@ impl Published {
             .count();
         m.set_ranks_alive(u32::try_from(alive).unwrap_or(u32::MAX));
         for r in &v.ranks {
-            if let Some(age) = r.heartbeat_age_ms {
-                m.set_heartbeat_age(r.rank, Duration::from_millis(age));
+            match r.heartbeat_age_ms {
+                Some(age) => m.set_heartbeat_age(r.rank, Duration::from_millis(age)),
+                // No heartbeat key (expired, or never written): no age to report, rather than
+                // the last one frozen.
+                None => {
+                    m.forget_rank(r.rank);
+                }
             }
+        }
+        m.set_redis_up(v.redis == "ok");
+        m.set_restarts_in_window(u32::try_from(v.restarts_in_window).unwrap_or(u32::MAX));
+        if let Some(ms) = v.last_recovery_ms {
+            m.set_last_recovery(Duration::from_millis(ms));
         }
         self.update(|stored| *stored = v);
     }
@@ -246,6 +296,7 @@ mod tests {
             beats: &beats,
             members,
             redis,
+            history: &[],
         };
         let v = view("g", 2, &m, see(&both, "ok"), 500, 60_000, 10_000);
         assert!(v.ready, "{v:?}");

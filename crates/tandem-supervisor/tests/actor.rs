@@ -162,6 +162,11 @@ async fn a_silent_rank_restarts_the_whole_group_into_a_new_epoch() {
     assert_eq!(rig.log.current_epoch().await.unwrap(), Epoch(2));
     assert_eq!(v.epoch, 2);
     assert_eq!(v.restarts_total, 1);
+    assert_eq!(v.restart_history.len(), 1, "{v:?}");
+    let record = &v.restart_history[0];
+    assert_eq!((record.from_epoch, record.epoch), (1, 2));
+    assert_eq!(record.unix_ms, T0 + 700);
+    assert!(record.cause.contains("rank 1 silent"), "{record:?}");
     let stored = rig.stored().await;
     assert_eq!(stored.epoch, Epoch(2));
     assert_eq!(stored.restarts_ms, vec![T0 + 700]);

@@ -207,12 +207,17 @@ impl ProtocolActor {
         use tandem_metrics::{TaskKind as K, TaskResult as R};
         let m = &self.wiring.metrics;
         m.set_epoch(self.settings.epoch.0);
-        let ready = self.failure.is_none()
-            && match &self.role {
-                Role::Leader(l) => l.ready() && l.log_error().is_none(),
-                Role::Follower(f) => f.is_linked(),
-            };
-        m.set_ready(ready);
+        let not_ready = if self.failure.is_some() {
+            Some(tandem_metrics::NotReadyReason::EpochFailed)
+        } else {
+            match &self.role {
+                Role::Leader(l) => l.not_ready_reason(),
+                Role::Follower(f) => {
+                    (!f.is_linked()).then_some(tandem_metrics::NotReadyReason::Joining)
+                }
+            }
+        };
+        m.set_not_ready(not_ready);
         match &mut self.role {
             Role::Leader(l) => {
                 let stats = l.stats().clone();
@@ -222,6 +227,11 @@ impl ProtocolActor {
                 m.set_peers_joined(stats.handshakes_admitted);
                 m.evictions().set_total(l.evictions());
                 let c = l.task_counts();
+                m.lookup_blocks(true).set_total(c.lookup_blocks[0]);
+                m.lookup_blocks(false).set_total(c.lookup_blocks[1]);
+                for (i, reason) in tandem_metrics::RefusalReason::ALL.into_iter().enumerate() {
+                    m.stores_refused(reason).set_total(c.stores_refused[i]);
+                }
                 for (i, kind) in [K::Store, K::Load].into_iter().enumerate() {
                     m.tasks_started(kind).set_total(c.started[i]);
                     for (j, result) in [R::Ok, R::Failed, R::Aborted].into_iter().enumerate() {

@@ -4,6 +4,7 @@ mod agent;
 pub(crate) mod bench;
 mod check_config;
 mod replay;
+mod status;
 mod supervisor;
 pub(crate) mod up;
 
@@ -38,6 +39,17 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay(args) => replay::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Status {
+            config,
+            supervisor,
+            watch,
+            json,
+        } => status::run(status::StatusArgs {
+            config: config.as_deref(),
+            supervisor,
+            watch,
+            json,
+        }),
         Command::Supervisor {
             config,
             launch_agents,

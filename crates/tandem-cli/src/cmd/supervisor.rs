@@ -19,11 +19,13 @@ pub(super) fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow:
         log_dir: None,
     });
     let http_addr = cfg.supervisor.http_addr.clone();
+    let collected =
+        tandem_supervisor::collector::start(tandem_supervisor::collector::agent_addrs(&cfg))?;
     let group = cfg.group.id.clone();
     let system = actix_rt::System::new();
     let exit = system.block_on(async move {
         let supervisor = Supervisor::new(cfg, launch);
-        let server = tandem_supervisor::http::start(&http_addr, supervisor.published())?;
+        let server = tandem_supervisor::http::start(&http_addr, supervisor.published(), collected)?;
         let handle = server.handle();
         let serving = actix_rt::spawn(server);
         tracing::info!(group = %group, http = %http_addr, "supervisor serving");

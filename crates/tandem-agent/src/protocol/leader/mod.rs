@@ -56,6 +56,10 @@ pub struct TaskCounts {
     pub started: [u64; 2],
     /// Finished `[kind][result]`, result 0 ok, 1 failed, 2 aborted.
     pub finished: [[u64; 3]; 2],
+    /// Stores refused by the group index: `[tier full, other]` (also counted as failed).
+    pub stores_refused: [u64; 2],
+    /// Blocks asked about by lookups: `[matched (hit), not matched (miss)]`.
+    pub lookup_blocks: [u64; 2],
 }
 
 fn kind_index(kind: TaskKind) -> usize {
@@ -487,6 +491,20 @@ impl LeaderRole {
     /// Why the completion log refuses appends, while it does.
     pub fn log_error(&self) -> Option<&str> {
         self.log_error.as_deref()
+    }
+
+    /// Why this leader is not ready, as a metric label; `None` when ready.
+    pub fn not_ready_reason(&self) -> Option<tandem_metrics::NotReadyReason> {
+        use tandem_metrics::NotReadyReason as R;
+        if self.log_error.is_some() {
+            Some(R::CompletionLog)
+        } else if !self.leader.all_joined() {
+            Some(R::Joining)
+        } else if !self.index_ready {
+            Some(R::RebuildingIndex)
+        } else {
+            None
+        }
     }
 
     fn seal_or_wait(

@@ -71,6 +71,8 @@ impl LeaderRole {
                 Err(_) => break,
             }
         }
+        self.counts.lookup_blocks[0] += pins.len() as u64;
+        self.counts.lookup_blocks[1] += (block_hashes.len() - pins.len()) as u64;
         let result = LookupResult {
             request,
             block_hashes,
@@ -100,6 +102,7 @@ impl LeaderRole {
                         self.record(tier_op(m));
                     }
                     let Some(tier) = frame_tier(plan.tier) else {
+                        self.counts.stores_refused[1] += 1;
                         return self.refuse_store(
                             request,
                             pins,
@@ -113,7 +116,11 @@ impl LeaderRole {
                 }
                 // Cached already, or being stored by another task: nothing to copy.
                 Err(IndexError::AlreadyPresent { .. }) => {}
-                Err(e) => return self.refuse_store(request, pins, e.to_string()),
+                Err(e) => {
+                    let full = matches!(e, IndexError::TierFull { .. });
+                    self.counts.stores_refused[usize::from(!full)] += 1;
+                    return self.refuse_store(request, pins, e.to_string());
+                }
             }
         }
         let task = self.leader.start_store(request, hashes, pages, tiers);
