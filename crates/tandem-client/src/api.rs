@@ -8,6 +8,29 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::frame::{Frame, LookupResult};
 use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
+/// The id of one call on one engine connection: chosen by the client (from 1, one more for
+/// every request it sends on the connection) and echoed by the agent in the reply, so that a
+/// reply is only ever taken as the answer to the request that asked for it.
+///
+/// On the wire it follows the message body as a postcard varint (see [`crate::wire`]). `0`
+/// ([`CallId::NONE`]) names no call: the agent answers with it a request whose id it could not
+/// read.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct CallId(pub u64);
+
+impl CallId {
+    /// No call: the id of an answer to a request whose id could not be read.
+    pub const NONE: CallId = CallId(0);
+}
+
+impl std::fmt::Display for CallId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
 /// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EngineRequest {
