@@ -96,3 +96,67 @@ fn a_stalled_agent_never_puts_the_client_out_of_step() {
         "the stalled call's late reply was discarded"
     );
 }
+
+/// Run `rank` with `env` until it exits (at most 60 s): its status and log.
+fn run_to_exit(g: &Group, rank: u32, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut cmd = g.agent_command(rank);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = ChildGuard(cmd.spawn().expect("spawn agent"));
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.0.try_wait().expect("poll agent") {
+            return (status, g.log(rank));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "rank {rank} still runs after 60 s:\n{}\n--- leader:\n{}",
+            g.log(rank),
+            g.log(0)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ranks_with_other_tier_capacities_are_refused_at_join() {
+    let mut spec = GroupSpec::new(1, 2);
+    spec.host_capacity_blocks = 64;
+    spec.disk_capacity_blocks = 128;
+    let mut g = Group::configure(&spec);
+    let leader = g.agent_command(0).spawn().expect("spawn leader");
+    g.agents.push(Some(ChildGuard(leader)));
+    for (key, field, ours, theirs) in [
+        (
+            "TANDEM__STORE__HOST_CAPACITY_BLOCKS",
+            "host_capacity_blocks",
+            "64",
+            "32",
+        ),
+        (
+            "TANDEM__STORE__DISK_CAPACITY_BLOCKS",
+            "disk_capacity_blocks",
+            "128",
+            "0",
+        ),
+    ] {
+        let (status, log) = run_to_exit(&g, 1, &[(key, theirs)]);
+        println!("follower with {key}={theirs}: {status}");
+        assert!(
+            !status.success(),
+            "a follower with {field} {theirs} joined:\n{log}"
+        );
+        let want = format!(
+            "configuration fingerprint differs in field {field}: leader has {ours}, rank has {theirs}"
+        );
+        assert!(
+            log.contains(&want),
+            "the refusal names {field} and both values:\n{log}"
+        );
+    }
+    // The leader is unharmed: a follower configured like it joins.
+    let follower = g.agent_command(1).spawn().expect("spawn follower");
+    g.agents.push(Some(ChildGuard(follower)));
+    g.wait_ready(Duration::from_secs(30));
+}

@@ -22,7 +22,7 @@ use std::fmt;
 use thiserror::Error;
 
 /// The protocol version this build speaks (frame semantics, message set, handshake rules).
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// 32 random bytes the leader sends in a challenge.
 pub type Nonce = [u8; 32];
@@ -229,6 +229,13 @@ mod tests {
             head_dim: 128,
             dtype_bytes: 2,
             shard_bytes: 1 << 20,
+            host_capacity_blocks: 400,
+            disk_capacity_blocks: 4096,
+            max_frame_bytes: 16 << 20,
+            window_steps: 8,
+            frame_retention_steps: 1024,
+            heartbeat_interval_ms: 100,
+            heartbeat_timeout_ms: 500,
         }
     }
 
@@ -260,7 +267,10 @@ mod tests {
         p.protocol_version = 9;
         assert_eq!(
             check(&p, 1),
-            Err(HandshakeError::ProtocolVersion { ours: 1, theirs: 9 })
+            Err(HandshakeError::ProtocolVersion {
+                ours: PROTOCOL_VERSION,
+                theirs: 9
+            })
         );
 
         let mut p = membership();
