@@ -2,8 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use tandem_client::ClientError;
-use tandem_proto::ids::{BlockHash, RequestId, Step};
+use tandem_client::{AgentError, ClientError};
+use tandem_proto::frame::{Frame, LookupResult};
+use tandem_proto::ids::{BlockHash, PageId, RequestId, Step};
+use tandem_proto::wire::codec::{encode, HEADER_LEN};
+use tandem_proto::wire::Message;
 use tandem_tests::cluster::{Group, GroupSpec};
 use tandem_tests::engines::connect_engine;
 use tandem_tests::ChildGuard;
@@ -159,4 +162,119 @@ fn ranks_with_other_tier_capacities_are_refused_at_join() {
     let follower = g.agent_command(1).spawn().expect("spawn follower");
     g.agents.push(Some(ChildGuard(follower)));
     g.wait_ready(Duration::from_secs(30));
+}
+
+/// `n` block hashes whose varints all take 10 bytes.
+fn wide_hashes(n: usize) -> Vec<BlockHash> {
+    (0..n as u64).map(|i| BlockHash(u64::MAX - i)).collect()
+}
+
+#[test]
+fn a_frame_the_leader_cannot_send_is_never_sealed() {
+    const LIMIT: u64 = 65_536;
+    let mut g = Group::configure(&GroupSpec::new(1, 2));
+    start_ranks(&mut g, &[("TANDEM__PROTOCOL__MAX_FRAME_BYTES", "65536")]);
+    g.wait_ready(Duration::from_secs(30));
+    let (mut leader, _lp) = connect_engine(&g.socket(0), &g.pool_path(0), 0, 4);
+    let (mut follower, _fp) = connect_engine(&g.socket(1), &g.pool_path(1), 1, 4);
+    let request = RequestId(7);
+    // The bound the leader admits against: the frame holding the lookup, encoded exactly, with
+    // the step number at its widest (10 bytes), since what is admitted now may be revealed in
+    // a frame of any later step.
+    let epoch = leader.epoch();
+    let widest = |n: usize| {
+        let mut f = Frame::empty(epoch, Step(u64::MAX));
+        f.lookups.push(LookupResult {
+            request,
+            block_hashes: wide_hashes(n),
+            matched_blocks: 0,
+            pinned: false,
+        });
+        (encode(&Message::Frame(f)).len() - HEADER_LEN) as u64
+    };
+    let n = (1..20_000)
+        .take_while(|&n| widest(n) <= LIMIT)
+        .last()
+        .unwrap();
+    println!(
+        "largest lookup that fits: {n} hashes, bound {} bytes; one more: {} bytes; limit {LIMIT}",
+        widest(n),
+        widest(n + 1)
+    );
+
+    // The largest lookup that fits is admitted, sealed and read by the follower.
+    let r = leader
+        .lookup(Step(0), request, wide_hashes(n))
+        .expect("the largest lookup that fits");
+    assert_eq!(r.block_hashes.len(), n);
+    let f0 = leader.end_step(Step(0), Duration::from_secs(5)).unwrap();
+    leader.ack(Step(0)).unwrap();
+    let sent = (encode(&Message::Frame(f0.clone())).len() - HEADER_LEN) as u64;
+    assert!(sent <= LIMIT, "frame 0 is {sent} bytes");
+    let got = follower
+        .frame(Step(0), Duration::from_secs(5))
+        .expect("the follower reads frame 0");
+    assert_eq!(got, f0);
+    assert_eq!(got.lookups[0].block_hashes.len(), n);
+    follower.ack(Step(0)).unwrap();
+
+    // One more hash is refused with the typed error naming the bytes and the limit.
+    match leader.lookup(Step(1), request, wide_hashes(n + 1)) {
+        Err(ClientError::Agent(AgentError::FrameTooLarge { bytes, limit })) => {
+            assert_eq!((bytes, limit), (widest(n + 1), LIMIT));
+        }
+        Ok(r) => panic!(
+            "a lookup of {} hashes was admitted ({} matched)",
+            n + 1,
+            r.matched_blocks
+        ),
+        Err(e) => panic!("a lookup of {} hashes: {e}", n + 1),
+    }
+    // So is a store that could not fit, and nothing of either reaches a frame.
+    match leader.store(
+        Step(1),
+        RequestId(8),
+        wide_hashes(5_000),
+        (0..5_000).map(PageId).collect(),
+    ) {
+        Err(ClientError::Agent(AgentError::FrameTooLarge { bytes, limit })) => {
+            assert!(bytes > limit && limit == LIMIT, "{bytes} {limit}");
+        }
+        other => panic!(
+            "a store of 5,000 blocks: {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+    let f1 = leader.end_step(Step(1), Duration::from_secs(5)).unwrap();
+    leader.ack(Step(1)).unwrap();
+    assert!(
+        f1.lookups.is_empty() && f1.stores.is_empty() && f1.finished.is_empty(),
+        "{f1:?}"
+    );
+    assert_eq!(
+        follower
+            .frame(Step(1), Duration::from_secs(5))
+            .expect("frame 1"),
+        f1
+    );
+    follower.ack(Step(1)).unwrap();
+    // The agent publishes its counters every 250 ms.
+    let started = Instant::now();
+    let refusals = loop {
+        let metrics = g
+            .http_get(0, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("tandem_frame_limit_refusals_total"))
+            .unwrap_or_default()
+            .to_string();
+        if line.ends_with(" 2") || started.elapsed() > Duration::from_secs(5) {
+            break line;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    println!("{refusals}");
+    assert!(refusals.ends_with(" 2"), "{refusals}");
 }

@@ -410,6 +410,7 @@ async fn start_epoch(
                 retention_steps: s.retention_steps,
                 heartbeat_timeout_ms: s.heartbeat_timeout_ms,
                 start_ms: clock.now_ms(),
+                max_frame_bytes: s.max_frame_bytes as u64,
             },
             reconciliation,
         )?;

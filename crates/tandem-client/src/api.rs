@@ -225,6 +225,19 @@ pub enum AgentError {
         /// What was wrong (names the page id, length or region).
         reason: String,
     },
+    /// The request could make a frame larger than the group's wire limit
+    /// (`protocol.max_frame_bytes`): refused, nothing recorded, so that no frame is ever sealed
+    /// that the leader cannot send. `bytes` is the largest frame the leader could then have to
+    /// seal (its open step, with every start and outcome not yet revealed and every task in
+    /// flight at its largest outcome). Split the request, or send it in a later step once
+    /// outcomes have been revealed.
+    #[error("frame too large: the request could make a frame of {bytes} bytes, over protocol.max_frame_bytes = {limit}; nothing was recorded (split it, or send it in a later step)")]
+    FrameTooLarge {
+        /// The largest frame the leader could then have to seal, in bytes.
+        bytes: u64,
+        /// `protocol.max_frame_bytes`, in bytes.
+        limit: u64,
+    },
     /// The request was malformed (for example block and page lists of different lengths).
     #[error("bad request: {reason}")]
     BadRequest {
@@ -331,6 +344,14 @@ mod tests {
         assert_eq!(
             AgentError::BadRequest { reason: "x".into() }.to_string(),
             "bad request: x"
+        );
+        assert_eq!(
+            AgentError::FrameTooLarge {
+                bytes: 65_537,
+                limit: 65_536
+            }
+            .to_string(),
+            "frame too large: the request could make a frame of 65537 bytes, over protocol.max_frame_bytes = 65536; nothing was recorded (split it, or send it in a later step)"
         );
     }
 }

@@ -225,6 +225,7 @@ fn agent_error() -> impl Strategy<Value = AgentError> {
         ".{0,24}".prop_map(|reason| AgentError::NotReady { reason }),
         ".{0,24}".prop_map(|reason| AgentError::BadRequest { reason }),
         ".{0,24}".prop_map(|reason| AgentError::Buffer { reason }),
+        any::<(u64, u64)>().prop_map(|(bytes, limit)| AgentError::FrameTooLarge { bytes, limit }),
     ]
 }
 

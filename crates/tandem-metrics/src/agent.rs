@@ -28,6 +28,8 @@
 //! | `tandem_engine_frames_read_total` | counter | | frames read by this rank's engine |
 //! | `tandem_wait_timeouts_total` | counter | | bounded waits that ended at their deadline |
 //! | `tandem_peers_joined` | gauge | | peers admitted in the current epoch |
+//! | `tandem_frame_limit_refusals` | counter | | engine requests refused because a frame could exceed `protocol.max_frame_bytes` (leader) |
+//! | `tandem_stream_entries_rejected` | counter | | completion-stream entries ignored as duplicates or inconsistent with their entry id (recovery and delivery) |
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -73,6 +75,8 @@ pub struct AgentMetrics {
     engine_frames_read: SyncedCounter,
     wait_timeouts: SyncedCounter,
     peers_joined: Gauge,
+    frame_limit_refusals: SyncedCounter,
+    stream_entries_rejected: SyncedCounter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -227,6 +231,20 @@ impl AgentMetrics {
             peers_joined.clone(),
         );
 
+        let frame_limit_refusals = SyncedCounter::default();
+        registry.register(
+            "frame_limit_refusals",
+            "Engine requests refused because a frame could have exceeded protocol.max_frame_bytes (leader)",
+            frame_limit_refusals.clone(),
+        );
+
+        let stream_entries_rejected = SyncedCounter::default();
+        registry.register(
+            "stream_entries_rejected",
+            "Completion-stream entries ignored: duplicates of an earlier (epoch, step), or records whose epoch differs from their entry id's",
+            stream_entries_rejected.clone(),
+        );
+
         Self {
             registry,
             steps_sealed,
@@ -247,7 +265,20 @@ impl AgentMetrics {
             engine_frames_read,
             wait_timeouts,
             peers_joined,
+            frame_limit_refusals,
+            stream_entries_rejected,
         }
+    }
+
+    /// `tandem_frame_limit_refusals_total`: requests the leader refused for the frame limit.
+    pub fn frame_limit_refusals(&self) -> &SyncedCounter {
+        &self.frame_limit_refusals
+    }
+
+    /// `tandem_stream_entries_rejected_total`: completion-stream entries ignored as
+    /// duplicates or as inconsistent with their entry id.
+    pub fn stream_entries_rejected(&self) -> &SyncedCounter {
+        &self.stream_entries_rejected
     }
 
     /// `tandem_steps_sealed_total`: frames sealed (leader) or received (follower).

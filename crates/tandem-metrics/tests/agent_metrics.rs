@@ -17,7 +17,7 @@ fn parsed(m: &AgentMetrics) -> ParsedExposition {
 }
 
 /// (OpenMetrics family name, type, the label keys every sample has besides group and rank).
-const FAMILIES: [(&str, &str, &[&str]); 18] = [
+const FAMILIES: [(&str, &str, &[&str]); 20] = [
     ("tandem_steps_sealed", "counter", &[]),
     ("tandem_frame_latency_seconds", "histogram", &[]),
     ("tandem_tasks_started", "counter", &["kind"]),
@@ -36,6 +36,8 @@ const FAMILIES: [(&str, &str, &[&str]); 18] = [
     ("tandem_peers_joined", "gauge", &[]),
     ("tandem_stream_trimmed_entries", "counter", &[]),
     ("tandem_stream_length_entries", "gauge", &[]),
+    ("tandem_frame_limit_refusals", "counter", &[]),
+    ("tandem_stream_entries_rejected", "counter", &[]),
 ];
 
 fn sample_names(family: &str, kind: &str) -> Vec<String> {

@@ -14,6 +14,7 @@ fn config(epoch: u64, world_size: u32) -> LeaderConfig {
         retention_steps: 16,
         heartbeat_timeout_ms: 1_000,
         start_ms: 0,
+        max_frame_bytes: 16 << 20,
     }
 }
 

@@ -1,13 +1,22 @@
 //! The leader's task decisions: prefix lookups (with their pins), stores and loads started
 //! or refused against the group index, and what a finished task gives back to the index.
-//! Every decision is recorded in the open step of the sans-IO `Leader`.
+//! Every decision is recorded in the open step of the sans-IO `Leader`, and every request is
+//! first checked against the frame limit (`Leader::check_request`), before the index changes:
+//! a request that could make a frame the leader cannot send is refused with
+//! `AgentError::FrameTooLarge` and leaves nothing behind.
 
-use tandem_client::api::EngineReply;
+use tandem_client::api::{AgentError, EngineReply};
 use tandem_proto::frame::{LookupResult, OutcomeResult, TaskOutcome};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, TaskKind};
+use tandem_proto::StepRequest;
 use tandem_store::index::{IndexError, Pin};
 
-use super::{kind_index, LeaderRole, TaskPins};
+use super::{kind_index, map_leader_error, LeaderRole, TaskPins};
+
+/// The most tier operations the group index records for one block of a lookup (a promotion
+/// from disk, and the demotion and drop that make host room for it) or of a store (the
+/// demotion and drop that make room, and the drop of a refused store).
+const TIER_OPS_PER_BLOCK: u64 = 3;
 use crate::tiers::{frame_tier, tier_op};
 
 impl LeaderRole {
@@ -50,14 +59,33 @@ impl LeaderRole {
         }
     }
 
+    /// Check a request against the frame limit before anything is decided for it.
+    fn check(&mut self, request: StepRequest<'_>) -> Result<(), AgentError> {
+        let epoch = self.leader.epoch();
+        self.leader
+            .check_request(request)
+            .map_err(|e| map_leader_error(e, epoch))
+    }
+
     /// The longest cached prefix, pinned for a load in this step.
     pub(super) fn lookup(
         &mut self,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
-    ) -> EngineReply {
-        self.release_lookup_pins(request);
+    ) -> Result<EngineReply, AgentError> {
         let prefix = self.index.lookup_prefix(&block_hashes);
+        let mut result = LookupResult {
+            request,
+            block_hashes,
+            matched_blocks: prefix as u32,
+            pinned: prefix > 0,
+        };
+        self.check(StepRequest::Lookup {
+            lookup: &result,
+            tier_ops: TIER_OPS_PER_BLOCK * prefix as u64,
+        })?;
+        self.release_lookup_pins(request);
+        let block_hashes = std::mem::take(&mut result.block_hashes);
         let mut pins = Vec::with_capacity(prefix);
         for hash in &block_hashes[..prefix] {
             match self.index.begin_load(*hash) {
@@ -81,7 +109,7 @@ impl LeaderRole {
             self.lookup_pins.insert(request, pins);
         }
         self.leader.record_lookup(result.clone());
-        EngineReply::Lookup(result)
+        Ok(EngineReply::Lookup(result))
     }
 
     /// Start a store of the blocks not already cached; a full tier refuses the task.
@@ -90,7 +118,14 @@ impl LeaderRole {
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
-    ) -> EngineReply {
+    ) -> Result<EngineReply, AgentError> {
+        self.check(StepRequest::Start {
+            kind: TaskKind::Store,
+            request,
+            block_hashes: &block_hashes,
+            page_ids: &page_ids,
+            tier_ops: TIER_OPS_PER_BLOCK * block_hashes.len() as u64,
+        })?;
         let (mut hashes, mut pages, mut tiers, mut pins) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (hash, page) in block_hashes.into_iter().zip(page_ids) {
@@ -100,11 +135,11 @@ impl LeaderRole {
                         self.record(tier_op(m));
                     }
                     let Some(tier) = frame_tier(plan.tier) else {
-                        return self.refuse_store(
+                        return Ok(self.refuse_store(
                             request,
                             pins,
                             format!("block {hash}: no frame tier for {}", plan.tier),
-                        );
+                        ));
                     };
                     hashes.push(hash);
                     pages.push(page);
@@ -113,7 +148,7 @@ impl LeaderRole {
                 }
                 // Cached already, or being stored by another task: nothing to copy.
                 Err(IndexError::AlreadyPresent { .. }) => {}
-                Err(e) => return self.refuse_store(request, pins, e.to_string()),
+                Err(e) => return Ok(self.refuse_store(request, pins, e.to_string())),
             }
         }
         let task = self.leader.start_store(request, hashes, pages, tiers);
@@ -125,7 +160,7 @@ impl LeaderRole {
                 pins,
             },
         );
-        EngineReply::Started { task }
+        Ok(EngineReply::Started { task })
     }
 
     pub(super) fn refuse_store(
@@ -151,7 +186,14 @@ impl LeaderRole {
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
-    ) -> EngineReply {
+    ) -> Result<EngineReply, AgentError> {
+        self.check(StepRequest::Start {
+            kind: TaskKind::Load,
+            request,
+            block_hashes: &block_hashes,
+            page_ids: &page_ids,
+            tier_ops: 0,
+        })?;
         let mut pinned = self.lookup_pins.remove(&request).unwrap_or_default();
         let covered = block_hashes.len() <= pinned.len()
             && block_hashes
@@ -166,7 +208,7 @@ impl LeaderRole {
             );
             let task = self.leader.reject_task(TaskKind::Load, request, reason);
             self.counts.finished[1][1] += 1;
-            return EngineReply::Started { task };
+            return Ok(EngineReply::Started { task });
         }
         // Pins beyond what is loaded go back now.
         let extra = pinned.split_off(block_hashes.len());
@@ -180,7 +222,7 @@ impl LeaderRole {
                 pins: pinned,
             },
         );
-        EngineReply::Started { task }
+        Ok(EngineReply::Started { task })
     }
 
     pub(super) fn give_back_load_pins(&mut self, pins: Vec<Pin>) {
