@@ -2,13 +2,14 @@
 
 use std::time::{Duration, Instant};
 
-use tandem_client::{AgentError, ClientError};
-use tandem_proto::frame::{Frame, LookupResult};
+use tandem_client::{AgentError, ClientError, EngineClient};
+use tandem_proto::frame::{Frame, LookupResult, OutcomeResult};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step};
 use tandem_proto::wire::codec::{encode, HEADER_LEN};
 use tandem_proto::wire::Message;
+use tandem_store::manifest::Manifest;
 use tandem_tests::cluster::{Group, GroupSpec};
-use tandem_tests::engines::connect_engine;
+use tandem_tests::engines::{connect_engine, fill, holds};
 use tandem_tests::ChildGuard;
 
 fn signal(pid: u32, sig: i32) {
@@ -277,4 +278,194 @@ fn a_frame_the_leader_cannot_send_is_never_sealed() {
     };
     println!("{refusals}");
     assert!(refusals.ends_with(" 2"), "{refusals}");
+}
+
+/// `rank`'s `/status` JSON.
+fn status(g: &Group, rank: u32) -> serde_json::Value {
+    g.http_get(rank, "/status")
+        .and_then(|(_, b)| serde_json::from_str(&b).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Seal `s` on the leader, read it on the follower, acknowledge on both; the frame.
+fn step_both(leader: &mut EngineClient, follower: &mut EngineClient, s: u64) -> Frame {
+    let f = leader
+        .end_step(Step(s), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("end_step {s}: {e}"));
+    leader.ack(Step(s)).unwrap();
+    let g = follower
+        .frame(Step(s), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("frame {s}: {e}"));
+    assert_eq!(g, f);
+    follower.ack(Step(s)).unwrap();
+    f
+}
+
+#[test]
+fn a_second_agent_for_a_running_rank_is_refused_and_changes_nothing() {
+    const BLOCKS: u32 = 512;
+    let mut spec = GroupSpec::new(1, 2);
+    spec.host_capacity_blocks = 1024;
+    spec.disk_capacity_blocks = 0;
+    let mut g = Group::configure(&spec);
+    let env = [("TANDEM__SUPERVISOR__HEARTBEAT_TIMEOUT_MS", "60000")];
+    start_ranks(&mut g, &env);
+    g.wait_ready(Duration::from_secs(30));
+    let pages = u64::from(2 * BLOCKS);
+    let (mut leader, mut lpool) = connect_engine(&g.socket(0), &g.pool_path(0), 0, pages);
+    let (mut follower, mut fpool) = connect_engine(&g.socket(1), &g.pool_path(1), 1, pages);
+    let hashes: Vec<BlockHash> = (0..u64::from(BLOCKS))
+        .map(|i| BlockHash(0x5107_0000 + i))
+        .collect();
+    for (i, h) in hashes.iter().enumerate() {
+        fill(lpool.page_mut(PageId(i as u32)).unwrap(), h.0, 0);
+        fill(fpool.page_mut(PageId(i as u32)).unwrap(), h.0, 1);
+    }
+    let pid = g.agents[1].as_ref().unwrap().0.id();
+    let disk = g.path().join("rank1").join("disk");
+    let manifest = disk.join("manifest.bin");
+
+    // Step 0 starts a store of 512 blocks (16 MiB per rank); the follower's agent copies its
+    // shards once its engine acknowledged the frame, and is stopped right then, mid-copy.
+    let task = leader
+        .store(
+            Step(0),
+            RequestId(1),
+            hashes.clone(),
+            (0..BLOCKS).map(PageId).collect(),
+        )
+        .unwrap();
+    let f0 = step_both(&mut leader, &mut follower, 0);
+    assert_eq!(f0.stores[0].task, task);
+    signal(pid, libc::SIGSTOP);
+    let socket = g.socket(1);
+    let inode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .ok()
+    };
+    let socket_inode = inode(&socket);
+    let manifest_before = std::fs::read(&manifest).ok();
+    let listed = Manifest::load(&manifest)
+        .ok()
+        .flatten()
+        .map_or(0, |m| m.entries.len());
+    println!("rank 1 stopped with {listed} of {BLOCKS} blocks in its manifest");
+
+    // A second agent for rank 1 (as a process supervisor could start while the first is
+    // stuck) exits at once, naming the lock file and the pid holding it.
+    let started = Instant::now();
+    let (status2, log2) = run_to_exit(&g, 1, &env);
+    println!(
+        "second agent for rank 1: {status2} after {:?}",
+        started.elapsed()
+    );
+    let lock_file = disk.join("tandem.lock");
+    let want = format!(
+        "another process holds this rank's tiers: lock file {} is held by pid {pid}",
+        lock_file.display()
+    );
+    // It touched nothing: the running agent's socket is the same file, still accepting, and
+    // the manifest is as the running agent left it.
+    assert_eq!(
+        inode(&socket),
+        socket_inode,
+        "the engine socket was replaced"
+    );
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "the engine socket refuses connections"
+    );
+    assert_eq!(
+        std::fs::read(&manifest).ok(),
+        manifest_before,
+        "the manifest changed"
+    );
+    assert!(
+        !status2.success(),
+        "the second agent was not refused:\n{log2}"
+    );
+    assert!(
+        log2.contains(&want),
+        "the refusal names the lock file and the pid:\n{log2}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    signal(pid, libc::SIGCONT);
+
+    // The group goes on: the store finishes, then every block loads back, byte for byte, on
+    // both ranks, with no checksum failure anywhere.
+    let mut s = 1;
+    let mut outcome = None;
+    let started = Instant::now();
+    while outcome.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the store did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        let f = step_both(&mut leader, &mut follower, s);
+        outcome = f
+            .finished
+            .iter()
+            .find(|o| o.task == task)
+            .map(|o| o.result.clone());
+        s += 1;
+    }
+    assert_eq!(outcome, Some(OutcomeResult::Ok));
+    let request = RequestId(2);
+    let r = leader.lookup(Step(s), request, hashes.clone()).unwrap();
+    assert_eq!(r.matched_blocks, BLOCKS);
+    let dst: Vec<PageId> = (BLOCKS..2 * BLOCKS).map(PageId).collect();
+    let load = leader
+        .load(Step(s), request, hashes.clone(), dst.clone())
+        .unwrap();
+    let mut loaded = None;
+    let started = Instant::now();
+    while loaded.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the load did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        let f = step_both(&mut leader, &mut follower, s);
+        loaded = f
+            .finished
+            .iter()
+            .find(|o| o.task == load)
+            .map(|o| o.result.clone());
+        s += 1;
+    }
+    assert_eq!(loaded, Some(OutcomeResult::Ok));
+    for (rank, pool) in [(0u32, &lpool), (1, &fpool)] {
+        for (h, p) in hashes.iter().zip(&dst) {
+            assert!(
+                holds(pool.page(*p).unwrap(), h.0, rank),
+                "rank {rank}: page {p:?} does not hold block {h:?}"
+            );
+        }
+    }
+    for rank in 0..2 {
+        let st = status(&g, rank);
+        assert_eq!(st["store"]["checksum_failures"], 0, "rank {rank}: {st}");
+        assert_eq!(st["store"]["copy_failures"], 0, "rank {rank}: {st}");
+        assert_eq!(st["store"]["blocks"], BLOCKS, "rank {rank}: {st}");
+    }
+    // The manifest on disk is the running agent's, with every block (it is written 200 ms
+    // after a change).
+    let started = Instant::now();
+    loop {
+        let m = Manifest::load(&manifest)
+            .expect("the manifest reads")
+            .expect("a manifest");
+        assert_eq!(m.rank.0, 1);
+        if hashes.iter().all(|h| m.entries.contains_key(h)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "manifest of {} entries",
+            m.entries.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -66,11 +66,12 @@ pub async fn serve(
     store_arbiter.spawn_fn(move || {
         std::mem::forget(span.entered());
     });
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
+    let store_fatal = fatal_tx.clone();
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
-        StoreActor::new(store, shard_bytes, store_metrics)
+        StoreActor::new(store, shard_bytes, store_metrics, store_fatal)
     });
     let router = Router::default();
-    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
     let mut term = signal(SignalKind::terminate()).map_err(AgentRunError::System)?;
     let mut int = signal(SignalKind::interrupt()).map_err(AgentRunError::System)?;
