@@ -1,16 +1,22 @@
 //! Issue 19, broken promises, with real processes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_client::{AgentError, ClientError, EngineClient};
+use tandem_durable::StepRecord;
 use tandem_proto::frame::{Frame, LookupResult, OutcomeResult};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step};
 use tandem_proto::wire::codec::{encode, HEADER_LEN};
 use tandem_proto::wire::Message;
+use tandem_replay::{pool_pages_needed, run_replay, ReplayParams, ReplayProgress};
 use tandem_store::manifest::Manifest;
 use tandem_tests::cluster::{Group, GroupSpec};
 use tandem_tests::engines::{connect_engine, fill, holds};
-use tandem_tests::ChildGuard;
+use tandem_tests::redis::{RedisServer, Resp};
+use tandem_tests::{tandem, ChildGuard};
+use tandem_trace::SynthWorkload;
 
 fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) on a child process this test started and still owns.
@@ -468,4 +474,239 @@ fn a_second_agent_for_a_running_rank_is_refused_and_changes_nothing() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A copied completion-stream entry (a real redis-server, a supervisor, a replay).
+
+/// The completion stream of the test group (`Group::configure`'s group id).
+const STREAM: &str = "tandem:{itest}:completions";
+
+/// `XRANGE` of the completion stream: each entry's id and its step record (barriers left out).
+fn stream_records(redis: &RedisServer, from: &str, to: &str) -> Vec<(String, StepRecord)> {
+    let Ok(Resp::Array(Some(entries))) = redis.command(&["XRANGE", STREAM, from, to]) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let Resp::Array(Some(parts)) = e else {
+            continue;
+        };
+        let (Some(id), Some(Resp::Array(Some(fields)))) =
+            (parts.first().and_then(Resp::text), parts.get(1))
+        else {
+            continue;
+        };
+        for kv in fields.chunks(2) {
+            if kv[0].text().as_deref() == Some("rec") {
+                if let Resp::Bulk(Some(bytes)) = &kv[1] {
+                    if let Ok(rec) = postcard::from_bytes::<StepRecord>(bytes) {
+                        out.push((id.clone(), rec));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn xlen(redis: &RedisServer) -> u64 {
+    redis
+        .command(&["XLEN", STREAM])
+        .ok()
+        .and_then(|r| r.text())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A metric's value summed over its series on `rank` (0 when absent).
+fn metric(g: &Group, rank: u32, name: &str) -> f64 {
+    let body = g
+        .http_get(rank, "/metrics")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    body.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_copied_stream_entry_never_delivers_a_task_twice() {
+    const MAX_LEN: u64 = 200;
+    const REQUESTS: usize = 3_000;
+    let redis = RedisServer::start();
+    let mut spec = GroupSpec::new(1, 2);
+    spec.redis_url = redis.url();
+    spec.host_capacity_blocks = 8192;
+    spec.disk_capacity_blocks = 0;
+    let mut g = Group::configure(&spec);
+    // 2 KiB shards: the replay exercises the protocol, not copy bandwidth.
+    let text = std::fs::read_to_string(&g.config).unwrap();
+    let text = text.replacen("head_dim = 16", "head_dim = 1", 1).replacen(
+        "[redis]\n",
+        &format!("[redis]\nstream_max_len = {MAX_LEN}\n"),
+        1,
+    );
+    std::fs::write(&g.config, &text).unwrap();
+    start_ranks(&mut g, &[]);
+    let sup_log = std::fs::File::create(g.path().join("supervisor.log")).unwrap();
+    let supervisor = ChildGuard(
+        tandem()
+            .arg("supervisor")
+            .arg("--config")
+            .arg(&g.config)
+            .stdout(std::process::Stdio::null())
+            .stderr(sup_log)
+            .spawn()
+            .expect("spawn supervisor"),
+    );
+    g.wait_ready(Duration::from_secs(60));
+
+    // A replay paced at 20 ms per step (about 50 entries a second, so the leader's trim every
+    // 2.5 s cuts the oldest of them and keeps the newest), long enough to outlive what follows.
+    let records: Vec<_> = SynthWorkload::new(REQUESTS, 19).collect();
+    let mut params = ReplayParams::new((0..2).map(|r| g.socket(r)).collect());
+    params.pool_pages = pool_pages_needed(&records).max(256);
+    params.pool_dir = g.path().join("pools");
+    params.min_step_interval = Duration::from_millis(20);
+    params.deadlines.stall = Duration::from_secs(60);
+    let done = Arc::new(AtomicU64::new(0));
+    let seen = done.clone();
+    let replay = std::thread::spawn(move || {
+        let progress = move |p: &ReplayProgress| seen.store(p.requests_done, Ordering::SeqCst);
+        run_replay(&params, records, Some(&progress))
+    });
+    let started = Instant::now();
+    // Wait for the stream's steady state: at its limit, trimmed at least once.
+    while xlen(&redis) < MAX_LEN || metric(&g, 0, "tandem_stream_trimmed_entries_total") < 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the stream never reached its limit (replay at {} requests)",
+            done.load(Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The oldest entry that started tasks whose outcomes are in later entries.
+    let records = stream_records(&redis, "-", "+");
+    let (original, task) = records
+        .iter()
+        .find_map(|(id, rec)| {
+            let t = rec.started.first()?.start.task;
+            records
+                .iter()
+                .any(|(_, later)| later.finished.iter().any(|o| o.task == t))
+                .then(|| (id.clone(), t))
+        })
+        .expect("an entry with a start whose outcome is logged later");
+    let epoch = redis.get("tandem:{itest}:epoch").expect("the epoch");
+    let script = "local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) \
+                  return redis.call('XADD', KEYS[1], ARGV[2], unpack(e[1][2]))";
+    let copy = redis
+        .command(&[
+            "EVAL",
+            script,
+            "1",
+            STREAM,
+            &original,
+            &format!("{epoch}-*"),
+        ])
+        .ok()
+        .and_then(|r| r.text())
+        .expect("the copy is appended");
+    println!(
+        "entry {original} (starts task {task}) copied as {copy} while {} entries are retained",
+        records.len()
+    );
+
+    // Trimming goes on past the copy: the original goes, then the copy, and the stream
+    // comes back to its limit.
+    let started = Instant::now();
+    let mut lengths = Vec::new();
+    while !stream_records(&redis, &original, &original).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the original {original} was never trimmed (stream of {} entries)",
+            xlen(&redis)
+        );
+        lengths.push(xlen(&redis));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("original trimmed after {:?}", started.elapsed());
+    // A restart while the copy is in the stream and the original and its outcome are gone:
+    // recovery must not bring the copy's tasks back.
+    assert!(
+        !stream_records(&redis, &copy, &copy).is_empty(),
+        "the copy is still in the stream"
+    );
+    let old = redis.get("tandem:{itest}:epoch").unwrap_or_default();
+    drop(g.agents[1].take());
+    let child = g.agent_command(1).spawn().expect("respawn rank 1");
+    g.agents[1] = Some(ChildGuard(child));
+    let started = Instant::now();
+    while redis.get("tandem:{itest}:epoch").unwrap_or_default() == old {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no new epoch after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Three more trims: the copy holds nothing back.
+    for _ in 0..75 {
+        lengths.push(xlen(&redis));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "stream lengths every 100 ms (limit {MAX_LEN}): {:?}",
+        &lengths[lengths.len().saturating_sub(75)..]
+    );
+
+    let summary = replay
+        .join()
+        .expect("the replay thread")
+        .unwrap_or_else(|e| panic!("the replay failed: {e}\n{}", g.log(0)));
+    println!("{}", summary.to_json());
+    assert_eq!(
+        summary.duplicate_completions,
+        0,
+        "a task was delivered twice: {}",
+        summary.to_json()
+    );
+    assert_eq!(summary.lost_completions, 0, "{}", summary.to_json());
+    assert_eq!(summary.verify_failures, 0, "{}", summary.to_json());
+    assert_eq!(summary.requests, REQUESTS as u64);
+    assert!(summary.epochs >= 2, "{}", summary.to_json());
+
+    // The copy was trimmed too, the stream is back within its limit (plus what a trim interval
+    // appends), and the copy was counted and reported.
+    let started = Instant::now();
+    while !stream_records(&redis, &copy, &copy).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the copy {copy} was never trimmed: stream of {} entries",
+            xlen(&redis)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let len = xlen(&redis);
+    println!("stream length after the run: {len} (limit {MAX_LEN})");
+    assert!(len <= 2 * MAX_LEN, "stream of {len} entries");
+    // Every rank counted it: the leader when it read it and at recovery, the restarted rank 1
+    // at recovery.
+    let rejected: Vec<f64> = (0..2)
+        .map(|r| metric(&g, r, "tandem_stream_entries_rejected_total"))
+        .collect();
+    println!("tandem_stream_entries_rejected_total by rank: {rejected:?}");
+    assert!(rejected[0] >= 2.0 && rejected[1] >= 1.0, "{rejected:?}");
+    assert!(
+        g.log(1)
+            .contains("recovery ignored completion stream entries"),
+        "rank 1 reports the copy at recovery"
+    );
+    assert!(
+        g.log(0).contains("completion stream entry ignored"),
+        "the leader reports the copy"
+    );
+    drop(supervisor);
 }

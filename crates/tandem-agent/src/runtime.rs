@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::{Actor, Addr, Arbiter};
 use tandem_durable::liveness::{FailureReport, Heartbeat};
+use tandem_durable::recovery::EntryCheck;
 use tandem_durable::{AckTracker, CompletionLog, DurableConfig, StreamEntryId};
 use tandem_proto::ids::{Epoch, TaskId};
 use tandem_proto::wire::handshake::HandshakeError;
@@ -201,6 +202,19 @@ pub async fn serve(
     let interval = Duration::from_millis(settings.heartbeat_interval_ms);
     let ttl_ms = settings.heartbeat_timeout_ms.saturating_mul(10);
     let mut tracker = AckTracker::new();
+    // Entries this rank reads are held to what the fenced append writes: a copy is counted
+    // and reported here as it arrives (it is still acknowledged: it carries nothing), and
+    // recovery ignores it.
+    let mut entry_check = EntryCheck::new();
+    let mut read_entries = |entries: &[tandem_durable::LoggedStep], tracker: &mut AckTracker| {
+        for e in entries {
+            if let Err(r) = entry_check.check_step(e) {
+                tracing::warn!(rejection = %r, "completion stream entry ignored: a copy, or inconsistent with its id");
+                metrics.stream_entries_rejected().inc();
+            }
+        }
+        tracker.on_read(entries);
+    };
     let outcome = 'epochs: loop {
         // Every log line of this epoch on this thread (the protocol actor's too) carries it.
         let _epoch_span = tracing::info_span!("epoch", epoch = epoch.0).entered();
@@ -235,7 +249,7 @@ pub async fn serve(
                             // Read what was appended since the last tick, so that the ack
                             // covers every entry the engine has now applied.
                             if let Ok(entries) = log.read_new(rank, 512).await {
-                                tracker.on_read(&entries);
+                                read_entries(&entries, &mut tracker);
                             }
                             let ids = tracker.on_engine_ack(e, step);
                             if let Err(err) = log.ack(rank, &ids).await {
@@ -269,7 +283,7 @@ pub async fn serve(
                         }
                     }
                     match log.read_new(rank, 512).await {
-                        Ok(entries) => tracker.on_read(&entries),
+                        Ok(entries) => read_entries(&entries, &mut tracker),
                         Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
                     }
                     // The leader bounds the stream: entries every rank acknowledged go, beyond
@@ -368,6 +382,14 @@ async fn start_epoch(
         Some(log) => Some(recover(log).await?),
         None => None,
     };
+    if let Some(r) = recovery.as_ref().filter(|r| r.entries_rejected > 0) {
+        tracing::warn!(
+            rejected = r.entries_rejected,
+            scanned = r.entries_scanned,
+            "recovery ignored completion stream entries that are copies of earlier ones or inconsistent with their ids"
+        );
+        metrics.stream_entries_rejected().add(r.entries_rejected);
+    }
     let acknowledged: std::collections::BTreeSet<TaskId> = recovery
         .as_ref()
         .and_then(|r| r.acknowledged_by_rank.get(s.rank.0 as usize).cloned())
