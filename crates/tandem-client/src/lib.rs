@@ -51,6 +51,11 @@
 //!   failed) and pins that were released. Every task's outcome reaches the engine exactly once:
 //!   the agent leaves out redeliveries its engine acknowledged, and [`EngineClient`] removes any
 //!   it already received (an acknowledgement can be lost in a crash).
+//! - **Requests too large for a frame.** A `lookup`, `store` or `load` that could make a frame
+//!   larger than the group's `protocol.max_frame_bytes` is refused with
+//!   [`AgentError::FrameTooLarge`] naming the bytes and the limit, and nothing of it is
+//!   recorded: split it, or send it in a later step. So every frame the leader seals reaches
+//!   every rank.
 //! - **Tasks that never started.** `store` and `load` return a task id at once, but the task
 //!   starts only when a frame lists it in `stores` or `loads` (its start is logged first). A task
 //!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come

@@ -166,7 +166,8 @@ mod tests {
 
     #[test]
     fn every_setting_the_leader_decides_with_is_compared() {
-        let cases: [(&str, fn(&mut ConfigFingerprint)); 7] = [
+        type Change = fn(&mut ConfigFingerprint);
+        let cases: [(&str, Change); 7] = [
             ("host_capacity_blocks", |f| f.host_capacity_blocks = 200),
             ("disk_capacity_blocks", |f| f.disk_capacity_blocks = 0),
             ("max_frame_bytes", |f| f.max_frame_bytes = 4096),
