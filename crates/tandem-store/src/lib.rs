@@ -19,6 +19,10 @@
 //! - [`disk`]: the disk tier, one preallocated file with positional I/O.
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
 //! - [`manifest`]: a rank's record of its shards, persisted atomically.
+//! - [`lock`]: [`lock::TierLock`], one process per rank's tiers (an exclusive lock taken before
+//!   anything is opened, held for the process's life).
+//! - [`fence`]: [`fence::Fence`], the incarnation and epoch every write to a slot or the
+//!   manifest is checked against, so a process that lost the lock changes nothing.
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
 //! - `recover`: [`store::Store::open`], which verifies every manifest entry on (re)start.
 //! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
@@ -37,8 +41,10 @@ pub mod checksum;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod disk;
+pub mod fence;
 pub mod host;
 pub mod index;
+pub mod lock;
 pub mod manifest;
 pub mod rebuild;
 mod recover;
