@@ -1,7 +1,8 @@
 //! The engine client library: what an inference engine links to use its rank's Tandem agent.
 //!
 //! # Layout
-//! - [`api`]: the requests, replies and typed refusals of the engine endpoint.
+//! - [`api`]: the requests, replies and typed refusals of the engine endpoint (defined in
+//!   `tandem_proto::engine`, where the rank cores take them; re-exported here unchanged).
 //! - [`wire`]: length-delimited framing of those messages over the Unix socket.
 //! - [`client`]: [`EngineClient`], the blocking client, one per engine.
 //! - [`pages`]: [`PagePool`], an engine page pool in a shared-memory file the agent maps.
@@ -61,7 +62,11 @@
 //!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come
 //!   for it; its pages are the engine's again.
 
-pub mod api;
+/// The engine endpoint's requests, replies and typed refusals: `tandem_proto::engine`,
+/// re-exported so that engine code names them `tandem_client::api::*` as before.
+pub mod api {
+    pub use tandem_proto::engine::*;
+}
 pub mod client;
 pub mod pages;
 pub mod wire;

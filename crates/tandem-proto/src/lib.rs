@@ -32,6 +32,9 @@
 //! - [`mod@reconcile`]: pure builder of the step-0 `Reconciliation` and the per-rank filter that
 //!   makes each outcome reach an engine once.
 //! - [`error`]: `QuorumError`, `LeaderError`, `FollowerError`.
+//! - [`engine`]: the engine endpoint's `EngineRequest`, `EngineReply`, `AgentError` and
+//!   `CallId` (what an engine asks its agent and what it answers; `tandem-client` re-exports
+//!   them as `tandem_client::api`).
 //!
 //! # Driving a leader (one step)
 //!
@@ -84,6 +87,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod engine;
 pub mod error;
 pub mod fingerprint;
 pub mod follower;

@@ -1,18 +1,20 @@
 //! The engine endpoint's messages: what an engine asks its local agent and what it answers.
 //!
-//! Owns the request and reply types and the agent's typed refusals. It never does IO; the
-//! [`crate::EngineClient`] (engine side) and the agent's endpoint (agent side) carry these over a
-//! Unix domain socket with [`crate::wire`] framing.
+//! Owns the request and reply types and the agent's typed refusals. They live in the sans-IO
+//! layer because the rank cores (`tandem-core`) take requests and give replies as plain data;
+//! `tandem-client` re-exports them as `tandem_client::api`. It never does IO: the engine client
+//! (engine side) and the agent's endpoint (agent side) carry these over a Unix domain socket
+//! with `tandem_client::wire` framing.
 
 use serde::{Deserialize, Serialize};
-use tandem_proto::frame::{Frame, LookupResult};
-use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
+use crate::frame::{Frame, LookupResult};
+use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
 /// The id of one call on one engine connection: chosen by the client (from 1, one more for
 /// every request it sends on the connection) and echoed by the agent in the reply, so that a
 /// reply is only ever taken as the answer to the request that asked for it.
 ///
-/// On the wire it follows the message body as a postcard varint (see [`crate::wire`]). `0`
+/// On the wire it follows the message body as a postcard varint (see `tandem_client::wire`). `0`
 /// ([`CallId::NONE`]) names no call: the agent answers with it a request whose id it could not
 /// read.
 #[derive(
