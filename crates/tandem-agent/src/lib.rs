@@ -7,7 +7,6 @@
 //! - [`peer`]: the TCP transport between leader and followers, with the handshake's IO.
 //! - [`engine`]: the Unix-socket endpoint the local engine talks to.
 //! - [`http`]: `/healthz`, `/readyz`, `/status`.
-//! - [`tiers`]: protocol ↔ store names for tiers and tier operations.
 //! - [`router`]: which epoch's protocol actor requests go to.
 //! - [`runtime`]: the epoch loop: Redis heartbeats, failure reports, delivery tracking, and
 //!   the restart of the protocol actor when the supervisor moves the epoch.
@@ -26,7 +25,6 @@ pub mod router;
 pub mod runtime;
 pub mod settings;
 pub mod store_actor;
-pub mod tiers;
 
 use std::path::PathBuf;
 

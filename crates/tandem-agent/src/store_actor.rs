@@ -19,7 +19,6 @@ use tandem_store::rebuild::RankBlocks;
 use tandem_store::store::{Store, StoreError};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::tiers::{store_move, store_tier};
 use crate::AgentRunError;
 
 /// The name under which the engine's page pool is registered.
@@ -243,13 +242,10 @@ impl StoreActor {
             return Err("no engine buffer registered on this rank".into());
         }
         for ((hash, page), tier) in t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers) {
-            match self.store.store_pages(
-                *hash,
-                store_tier(*tier),
-                &self.buffers,
-                ENGINE_REGION,
-                &[*page],
-            ) {
+            match self
+                .store
+                .store_pages(*hash, *tier, &self.buffers, ENGINE_REGION, &[*page])
+            {
                 Ok(loc) => {
                     self.manifest_changed = true;
                     self.stats.bytes_stored += self.shard_bytes;
@@ -301,35 +297,23 @@ impl StoreActor {
         Ok(())
     }
 
-    fn moved(&self, tier: tandem_store::tier::TierKind, direction: tandem_metrics::Direction) {
-        let tier = match tier {
-            tandem_store::tier::TierKind::Disk => tandem_metrics::Tier::Disk,
-            _ => tandem_metrics::Tier::Host,
-        };
-        self.metrics
-            .moved_bytes(tier, direction)
-            .add(self.shard_bytes);
+    fn moved(&self, tier: tandem_proto::Tier, direction: tandem_metrics::Direction) {
+        if let Some(bytes) = self.metrics.moved_bytes(tier, direction) {
+            bytes.add(self.shard_bytes);
+        }
     }
 
     /// Occupancy gauges, from the store's free slots.
     fn publish_occupancy(&self) {
-        use tandem_store::tier::TierKind;
+        use tandem_proto::Tier;
         let cfg = self.store.config();
-        for (kind, tier, capacity) in [
-            (
-                TierKind::Host,
-                tandem_metrics::Tier::Host,
-                cfg.host_capacity_blocks,
-            ),
-            (
-                TierKind::Disk,
-                tandem_metrics::Tier::Disk,
-                cfg.disk_capacity_blocks,
-            ),
+        for (tier, capacity) in [
+            (Tier::Host, cfg.host_capacity_blocks),
+            (Tier::Disk, cfg.disk_capacity_blocks),
         ] {
             self.metrics.set_tier_capacity(tier, capacity);
             self.metrics
-                .set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(kind)));
+                .set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(tier)));
         }
     }
 
@@ -459,7 +443,7 @@ impl Handler<ApplyTierOps> for StoreActor {
         }
         self.manifest_changed = true;
         for op in msg.1 {
-            if let Err(e) = self.store.apply(store_move(op)) {
+            if let Err(e) = self.store.apply(op) {
                 if self.fenced(&e) {
                     return;
                 }
@@ -522,8 +506,8 @@ impl Handler<GetStoreStats> for StoreActor {
     fn handle(&mut self, _: GetStoreStats, _: &mut Self::Context) -> Self::Result {
         let mut s = self.stats.clone();
         s.blocks = self.store.len() as u64;
-        s.host_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Host);
-        s.disk_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Disk);
+        s.host_free_blocks = self.store.free_slots(tandem_proto::Tier::Host);
+        s.disk_free_blocks = self.store.free_slots(tandem_proto::Tier::Disk);
         s.host_capacity_blocks = self.store.config().host_capacity_blocks;
         s.disk_capacity_blocks = self.store.config().disk_capacity_blocks;
         s.shard_bytes = self.shard_bytes;

@@ -6,9 +6,9 @@
 //! (engine side) and the agent's endpoint (agent side) carry these over a Unix domain socket
 //! with `tandem_client::wire` framing.
 
-use serde::{Deserialize, Serialize};
 use crate::frame::{Frame, LookupResult};
 use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
+use serde::{Deserialize, Serialize};
 
 /// The id of one call on one engine connection: chosen by the client (from 1, one more for
 /// every request it sends on the connection) and echoed by the agent in the reply, so that a

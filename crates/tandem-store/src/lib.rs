@@ -9,8 +9,9 @@
 //! ProtocolActor a [`index::GroupIndex`].
 //!
 //! # Layout
-//! - [`tier`]: tier names ([`TierKind`], defined once, with latency and capacity) and the
-//!   [`tier::Tier`] trait: fixed-size slots written from and read into byte slices.
+//! - [`tier`]: the [`tier::TierSlots`] trait (fixed-size slots written from and read into
+//!   byte slices) and the tier names ([`Tier`], defined once in the protocol core, with
+//!   latency and capacity).
 //! - [`checksum`]: the per-shard checksum (three CRC-32C lanes), computed in the same pass as
 //!   the copy.
 //! - [`shm`]: file-backed shared memory (create, open, map).
@@ -53,4 +54,4 @@ pub mod store;
 pub mod tier;
 
 pub use block::{BlockHash, Location};
-pub use tier::TierKind;
+pub use tier::Tier;

@@ -12,7 +12,7 @@ use tandem_store::host::HOST_SLAB_FILE;
 use tandem_store::index::{GroupIndex, IndexConfig};
 use tandem_store::shm::ShmFile;
 use tandem_store::store::{Store, StoreConfig, StoreError};
-use tandem_store::{BlockHash, TierKind};
+use tandem_store::{BlockHash, Tier};
 
 /// Odd on purpose: not a multiple of the checksum group or of the disk alignment.
 const SHARD: usize = 64 * 1024 + 40;
@@ -74,21 +74,14 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         assert_eq!(report.verified, 0);
         let mut shards = Vec::new();
         for n in 0..8u64 {
-            let tier = if n % 2 == 0 {
-                TierKind::Host
-            } else {
-                TierKind::Disk
-            };
+            let tier = if n % 2 == 0 { Tier::Host } else { Tier::Disk };
             let data = random(&mut rng, SHARD);
             let loc = store.store_shard(BlockHash::from(n), tier, &data).unwrap();
             assert_eq!(loc.tier, tier);
             shards.push(data);
         }
         assert_eq!(
-            (
-                store.free_slots(TierKind::Host),
-                store.free_slots(TierKind::Disk)
-            ),
+            (store.free_slots(Tier::Host), store.free_slots(Tier::Disk)),
             (0, 0)
         );
         for (n, data) in shards.iter().enumerate() {
@@ -103,8 +96,8 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         store.demote(BlockHash(0)).unwrap();
         store.evict(BlockHash(2));
         store.promote(BlockHash(3)).unwrap();
-        assert_eq!(store.location(BlockHash(0)).unwrap().tier, TierKind::Disk);
-        assert_eq!(store.location(BlockHash(3)).unwrap().tier, TierKind::Host);
+        assert_eq!(store.location(BlockHash(0)).unwrap().tier, Tier::Disk);
+        assert_eq!(store.location(BlockHash(3)).unwrap().tier, Tier::Host);
         for n in [0usize, 3] {
             let mut out = vec![0u8; SHARD];
             store
@@ -136,10 +129,7 @@ fn pages_in_and_out_of_an_engine_region() {
     bufs.map("eng", &region_path).unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), shard)).unwrap();
     let src_pages = [PageId(5), PageId(1), PageId(9), PageId(2)];
-    for (tier, hash) in [
-        (TierKind::Host, BlockHash(10)),
-        (TierKind::Disk, BlockHash(11)),
-    ] {
+    for (tier, hash) in [(Tier::Host, BlockHash(10)), (Tier::Disk, BlockHash(11))] {
         store
             .store_pages(hash, tier, &bufs, "eng", &src_pages)
             .unwrap();
@@ -172,7 +162,7 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
     .unwrap();
     let a = BlockHash(0xa);
     let b = BlockHash(0xb);
-    for (hash, tier) in [(a, TierKind::Host), (b, TierKind::Disk)] {
+    for (hash, tier) in [(a, Tier::Host), (b, Tier::Disk)] {
         let plan = index.begin_store(hash).unwrap();
         store
             .store_shard(hash, tier, &random(&mut rng, SHARD))
@@ -190,7 +180,7 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
         &disk.path().join(DISK_SLAB_FILE),
         disk_slot * stride + SHARD as u64 - 1,
     );
-    for (hash, tier) in [(a, TierKind::Host), (b, TierKind::Disk)] {
+    for (hash, tier) in [(a, Tier::Host), (b, Tier::Disk)] {
         let load = index.begin_load(hash).unwrap();
         let mut out = vec![0u8; SHARD];
         match store.load_shard(hash, &mut out) {
@@ -210,7 +200,7 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
         assert_eq!(index.lookup_prefix(&[hash]), 0);
     }
     assert_eq!(
-        store.free_slots(TierKind::Host),
+        store.free_slots(Tier::Host),
         4,
         "the corrupt slot is free again"
     );
@@ -253,7 +243,7 @@ fn engine_buffer_refusals_write_nothing() {
     let (mut store, _) = Store::open(config(host.path(), disk.path(), 2 * page)).unwrap();
     let kept = BlockHash(1);
     store
-        .store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(0), PageId(1)])
+        .store_pages(kept, Tier::Host, &bufs, "eng", &[PageId(0), PageId(1)])
         .unwrap();
     let before = snapshot(&store, host.path(), &engine);
     let fresh = BlockHash(2);
@@ -284,7 +274,7 @@ fn engine_buffer_refusals_write_nothing() {
     ];
     for (region, pages, is_expected) in &cases {
         let e = store
-            .store_pages(fresh, TierKind::Host, &bufs, region, pages)
+            .store_pages(fresh, Tier::Host, &bufs, region, pages)
             .unwrap_err();
         assert!(is_expected(&e), "store {region} {pages:?}: {e}");
         let e = store
@@ -314,11 +304,11 @@ fn engine_buffer_refusals_write_nothing() {
         .unwrap_err();
     assert!(matches!(e, StoreError::UnknownBlock { .. }), "{e}");
     let e = store
-        .store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(3), PageId(4)])
+        .store_pages(kept, Tier::Host, &bufs, "eng", &[PageId(3), PageId(4)])
         .unwrap_err();
     assert!(matches!(e, StoreError::AlreadyStored { .. }), "{e}");
     let e = store
-        .store_shard(fresh, TierKind::Host, &[0u8; 10])
+        .store_shard(fresh, Tier::Host, &[0u8; 10])
         .unwrap_err();
     assert!(matches!(e, StoreError::WrongLength { got: 10, .. }), "{e}");
     let mut short = [0u8; 10];
@@ -341,41 +331,31 @@ fn full_and_disabled_tiers_are_typed_refusals() {
     cfg.disk_capacity_blocks = 0;
     let (mut store, _) = Store::open(cfg).unwrap();
     store
-        .store_shard(BlockHash(1), TierKind::Host, &[1u8; 64])
+        .store_shard(BlockHash(1), Tier::Host, &[1u8; 64])
         .unwrap();
     let e = store
-        .store_shard(BlockHash(2), TierKind::Host, &[2u8; 64])
+        .store_shard(BlockHash(2), Tier::Host, &[2u8; 64])
         .unwrap_err();
     assert!(
         matches!(
             e,
             StoreError::NoFreeSlot {
-                tier: TierKind::Host,
+                tier: Tier::Host,
                 capacity_blocks: 1
             }
         ),
         "{e}"
     );
     let e = store
-        .store_shard(BlockHash(2), TierKind::Disk, &[2u8; 64])
+        .store_shard(BlockHash(2), Tier::Disk, &[2u8; 64])
         .unwrap_err();
     assert!(
-        matches!(
-            e,
-            StoreError::TierDisabled {
-                tier: TierKind::Disk
-            }
-        ),
+        matches!(e, StoreError::TierDisabled { tier: Tier::Disk }),
         "{e}"
     );
     let e = store.demote(BlockHash(1)).unwrap_err();
     assert!(
-        matches!(
-            e,
-            StoreError::TierDisabled {
-                tier: TierKind::Disk
-            }
-        ),
+        matches!(e, StoreError::TierDisabled { tier: Tier::Disk }),
         "{e}"
     );
     assert_eq!(store.len(), 1);
@@ -390,8 +370,8 @@ fn reopening_keeps_verified_shards_and_discards_another_geometry() {
     let (mut store, _) = Store::open(cfg.clone()).unwrap();
     let a = random(&mut rng, SHARD);
     let b = random(&mut rng, SHARD);
-    store.store_shard(BlockHash(1), TierKind::Host, &a).unwrap();
-    store.store_shard(BlockHash(2), TierKind::Disk, &b).unwrap();
+    store.store_shard(BlockHash(1), Tier::Host, &a).unwrap();
+    store.store_shard(BlockHash(2), Tier::Disk, &b).unwrap();
     assert!(store.flush_manifest().unwrap());
     assert!(!store.flush_manifest().unwrap(), "nothing changed since");
     drop(store);

@@ -24,7 +24,6 @@ use super::{AdmitPeer, FromPeer, PeerLost};
 use crate::peer::link::PeerLink;
 use crate::settings::AgentSettings;
 use crate::store_actor::{ApplyTierOps, CopyLoads, CopyStores, ShardDone, StoreActor};
-use crate::tiers::tier_op;
 
 mod tasks;
 
@@ -162,7 +161,7 @@ impl LeaderRole {
         );
         self.index = rebuild.index;
         for m in rebuild.moves {
-            self.record(tier_op(m));
+            self.record(m);
         }
         self.index_ready = true;
     }
@@ -483,8 +482,8 @@ impl LeaderRole {
     /// Blocks in the group index by tier: (host, disk).
     pub fn index_occupancy(&self) -> (u64, u64) {
         (
-            self.index.occupancy(tandem_store::tier::TierKind::Host),
-            self.index.occupancy(tandem_store::tier::TierKind::Disk),
+            self.index.occupancy(tandem_proto::Tier::Host),
+            self.index.occupancy(tandem_proto::Tier::Disk),
         )
     }
 
@@ -695,8 +694,8 @@ impl LeaderRole {
             stale_epoch_rejected: stats.stale_epoch_rejected,
             tasks_ok: stats.tasks_ok,
             tasks_failed: stats.tasks_failed,
-            index_blocks: self.index.occupancy(tandem_store::tier::TierKind::Host)
-                + self.index.occupancy(tandem_store::tier::TierKind::Disk),
+            index_blocks: self.index.occupancy(tandem_proto::Tier::Host)
+                + self.index.occupancy(tandem_proto::Tier::Disk),
         }
     }
 }

@@ -17,7 +17,6 @@ use super::{kind_index, map_leader_error, LeaderRole, TaskPins};
 /// from disk, and the demotion and drop that make host room for it) or of a store (the
 /// demotion and drop that make room, and the drop of a refused store).
 const TIER_OPS_PER_BLOCK: u64 = 3;
-use crate::tiers::{frame_tier, tier_op};
 
 impl LeaderRole {
     /// A task reached quorum: return its pins to the index (and evict what failed).
@@ -38,7 +37,7 @@ impl LeaderRole {
                 (TaskKind::Store, true) => self.index.finish_store(pin),
                 (TaskKind::Store, false) => self.index.abort_store(pin).map(|moves| {
                     for m in moves {
-                        self.record(tier_op(m));
+                        self.record(m);
                     }
                 }),
                 (TaskKind::Load, ok) => {
@@ -47,7 +46,7 @@ impl LeaderRole {
                     // block is no longer complete everywhere, so it leaves the group.
                     if !ok {
                         if let Some(m) = self.index.drop_block(hash) {
-                            self.record(tier_op(m));
+                            self.record(m);
                         }
                     }
                     r
@@ -91,7 +90,7 @@ impl LeaderRole {
             match self.index.begin_load(*hash) {
                 Ok(plan) => {
                     for m in plan.moves {
-                        self.record(tier_op(m));
+                        self.record(m);
                     }
                     pins.push(plan.pin);
                 }
@@ -134,19 +133,11 @@ impl LeaderRole {
             match self.index.begin_store(hash) {
                 Ok(plan) => {
                     for m in plan.moves {
-                        self.record(tier_op(m));
+                        self.record(m);
                     }
-                    let Some(tier) = frame_tier(plan.tier) else {
-                        self.counts.stores_refused[1] += 1;
-                        return Ok(self.refuse_store(
-                            request,
-                            pins,
-                            format!("block {hash}: no frame tier for {}", plan.tier),
-                        ));
-                    };
                     hashes.push(hash);
                     pages.push(page);
-                    tiers.push(tier);
+                    tiers.push(plan.tier);
                     pins.push(plan.pin);
                 }
                 // Cached already, or being stored by another task: nothing to copy.
@@ -178,7 +169,7 @@ impl LeaderRole {
     ) -> EngineReply {
         for pin in pins {
             match self.index.abort_store(pin) {
-                Ok(moves) => moves.into_iter().for_each(|m| self.record(tier_op(m))),
+                Ok(moves) => moves.into_iter().for_each(|m| self.record(m)),
                 Err(e) => tracing::warn!(error = %e, "group index refused a pin"),
             }
         }
