@@ -475,10 +475,8 @@ async fn start_epoch(
     let protocol = if s.is_leader() {
         let (reconciliation, aborted) = match &recovery {
             Some(r) => {
-                let rec = reconcile(&r.redelivered, &r.in_flight, &[]);
-                let empty = rec.redelivered.is_empty()
-                    && rec.aborted.is_empty()
-                    && rec.released_pins.is_empty();
+                let rec = reconcile(&r.redelivered, &r.in_flight);
+                let empty = rec.redelivered.is_empty() && rec.aborted.is_empty();
                 tracing::info!(
                     redelivered = rec.redelivered.len(),
                     aborted = rec.aborted.len(),

@@ -48,8 +48,8 @@
 //! - **New epoch.** A request answered [`AgentError::StaleEpoch`] means the group restarted.
 //!   Call [`EngineClient::hello`], then read the new epoch's frames from step 0. Frame 0 carries
 //!   the reconciliation: outcomes that were durable but not yet acknowledged (delivered once
-//!   more, never twice once acknowledged), tasks that were in flight (reported aborted: treat as
-//!   failed) and pins that were released. Every task's outcome reaches the engine exactly once:
+//!   more, never twice once acknowledged) and tasks that were in flight (reported aborted: treat
+//!   as failed); no pin survives an epoch. Every task's outcome reaches the engine exactly once:
 //!   the agent leaves out redeliveries its engine acknowledged, and [`EngineClient`] removes any
 //!   it already received (an acknowledgement can be lost in a crash).
 //! - **Requests too large for a frame.** A `lookup`, `store` or `load` that could make a frame

@@ -642,50 +642,11 @@ fn silent_ranks_become_events_once() {
 }
 
 #[test]
-fn pins_are_held_until_the_load_finishes() {
-    let mut g = Group::new(1, 2, None);
-    let hashes = vec![BlockHash(1), BlockHash(2), BlockHash(3)];
-    g.leader.record_lookup(LookupResult {
-        request: RequestId(9),
-        block_hashes: hashes.clone(),
-        matched_blocks: 2,
-        pinned: true,
-    });
-    g.leader.record_lookup(LookupResult {
-        request: RequestId(8),
-        block_hashes: vec![BlockHash(5)],
-        matched_blocks: 1,
-        pinned: true,
-    });
-    assert_eq!(
-        g.leader.pins_held(),
-        vec![BlockHash(1), BlockHash(2), BlockHash(5)]
-    );
-    let load = g.leader.start_load(
-        RequestId(9),
-        hashes[..2].to_vec(),
-        vec![PageId(0), PageId(1)],
-    );
-    let f = g.seal();
-    assert_eq!(f.lookups.len(), 2);
-    g.report_all(load);
-    assert_eq!(g.leader.pins_held(), vec![BlockHash(5)]);
-    assert_eq!(g.leader.release_pins(RequestId(8)), vec![BlockHash(5)]);
-    assert!(g.leader.pins_held().is_empty());
-}
-
-#[test]
 fn a_new_epoch_reconciles_exactly_once_per_engine() {
     // Epoch 1: four stores; one revealed and acknowledged, one durable but unrevealed, one
     // finished but not durable, one never finished.
     let mut g = Group::new(1, 3, None);
     let ids: Vec<TaskId> = (0..4).map(|i| store(&mut g, i)).collect();
-    g.leader.record_lookup(LookupResult {
-        request: RequestId(7),
-        block_hashes: vec![BlockHash(70)],
-        matched_blocks: 1,
-        pinned: true,
-    });
     g.seal();
     g.report_all(ids[0]);
     g.persist();
@@ -703,7 +664,7 @@ fn a_new_epoch_reconciles_exactly_once_per_engine() {
     // The group restarts. The driver gathers what Redis and the old leader know.
     let durable_unacked = g.leader.durable_unrevealed().to_vec();
     let in_flight = g.leader.in_flight();
-    let rec = reconcile(&durable_unacked, &in_flight, &g.leader.pins_held());
+    let rec = reconcile(&durable_unacked, &in_flight);
     assert_eq!(
         rec.redelivered.iter().map(|o| o.task).collect::<Vec<_>>(),
         vec![ids[1]]
@@ -712,7 +673,6 @@ fn a_new_epoch_reconciles_exactly_once_per_engine() {
         rec.aborted.iter().map(|o| o.task).collect::<Vec<_>>(),
         vec![ids[2], ids[3]]
     );
-    assert_eq!(rec.released_pins, vec![BlockHash(70)]);
 
     let mut g2 = Group::new(2, 3, Some(rec.clone()));
     let t_new = store(&mut g2, 10);

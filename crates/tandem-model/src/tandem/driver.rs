@@ -271,7 +271,7 @@ impl TandemModel {
             .filter(|t| !s.durable.outcomes.iter().any(|o| o.task == t.task))
             .copied()
             .collect();
-        let reconciliation = reconcile(&durable_unacked, &in_flight, &[]);
+        let reconciliation = reconcile(&durable_unacked, &in_flight);
         s.durable
             .outcomes
             .extend(reconciliation.aborted.iter().cloned());

@@ -235,6 +235,5 @@ impl LeaderRole {
         if let Some(pins) = self.lookup_pins.remove(&request) {
             self.give_back_load_pins(pins);
         }
-        self.leader.release_pins(request);
     }
 }
