@@ -49,7 +49,7 @@ pub enum AgentRunError {
     Fenced(String),
     /// The group index configuration was refused.
     #[error("invalid group index: {0}")]
-    Index(#[from] tandem_store::index::IndexError),
+    Index(#[from] tandem_core::index::IndexError),
     /// The leader configuration was refused.
     #[error("invalid leader configuration: {0}")]
     Leader(#[from] tandem_proto::LeaderError),

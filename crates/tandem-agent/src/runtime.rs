@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::{Actor, Addr, Arbiter};
+use tandem_core::index::{GroupIndex, IndexConfig};
 use tandem_durable::liveness::{FailureReport, Heartbeat};
 use tandem_durable::recovery::EntryCheck;
 use tandem_durable::{
@@ -26,7 +27,6 @@ use tandem_durable::{
 use tandem_proto::ids::{Epoch, TaskId};
 use tandem_proto::wire::handshake::HandshakeError;
 use tandem_proto::{reconcile, Leader, LeaderConfig};
-use tandem_store::index::{GroupIndex, IndexConfig};
 use tandem_store::store::Store;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

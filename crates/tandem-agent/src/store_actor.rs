@@ -13,9 +13,9 @@ use actix::{Actor, AsyncContext, Context, Handler, Message, Recipient};
 use tandem_client::api::AgentError;
 use tandem_proto::frame::{TaskStart, TierOp};
 use tandem_proto::ids::{Epoch, TaskId};
+use tandem_proto::RankBlocks;
 use tandem_store::buffer::{EngineBuffers, RegionSpec};
 use tandem_store::fence::Fence;
-use tandem_store::rebuild::RankBlocks;
 use tandem_store::store::{Store, StoreError};
 use tokio::sync::mpsc::UnboundedSender;
 

@@ -9,7 +9,6 @@ use tandem_proto::ids::Rank;
 use tandem_store::buffer::{BufferError, EngineBuffers, PageId, RegionSpec};
 use tandem_store::disk::{IoMode, DISK_SLAB_FILE};
 use tandem_store::host::HOST_SLAB_FILE;
-use tandem_store::index::{GroupIndex, IndexConfig};
 use tandem_store::shm::ShmFile;
 use tandem_store::store::{Store, StoreConfig, StoreError};
 use tandem_store::{BlockHash, Tier};
@@ -154,20 +153,12 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
     let host = shm_dir();
     let disk = tempfile::tempdir().unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), SHARD)).unwrap();
-    let mut index = GroupIndex::new(IndexConfig {
-        world_size: 1,
-        host_capacity_blocks: 4,
-        disk_capacity_blocks: 4,
-    })
-    .unwrap();
     let a = BlockHash(0xa);
     let b = BlockHash(0xb);
     for (hash, tier) in [(a, Tier::Host), (b, Tier::Disk)] {
-        let plan = index.begin_store(hash).unwrap();
         store
             .store_shard(hash, tier, &random(&mut rng, SHARD))
             .unwrap();
-        index.finish_store(plan.pin).unwrap();
     }
     let host_slot = store.location(a).unwrap().slot;
     flip_byte(
@@ -181,7 +172,6 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
         disk_slot * stride + SHARD as u64 - 1,
     );
     for (hash, tier) in [(a, Tier::Host), (b, Tier::Disk)] {
-        let load = index.begin_load(hash).unwrap();
         let mut out = vec![0u8; SHARD];
         match store.load_shard(hash, &mut out) {
             Err(StoreError::ChecksumMismatch {
@@ -189,15 +179,13 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
             }) => assert_eq!((h, t), (hash, tier)),
             other => panic!("expected a checksum mismatch for {hash}, got {other:?}"),
         }
-        // The agent reports the failed load; the leader drops the block for the whole group.
-        assert!(index.drop_block(hash).is_some());
-        index.finish_load(load.pin).unwrap();
+        // The agent reports the failed load; the leader's group index (tandem-core) then
+        // drops the block for the whole group.
         assert!(!store.contains(hash));
         assert!(matches!(
             store.load_shard(hash, &mut out),
             Err(StoreError::UnknownBlock { .. })
         ));
-        assert_eq!(index.lookup_prefix(&[hash]), 0);
     }
     assert_eq!(
         store.free_slots(Tier::Host),

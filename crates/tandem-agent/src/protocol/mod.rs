@@ -151,7 +151,7 @@ impl ProtocolActor {
         let (epoch, config) = (self.settings.epoch, l.index_config());
         let fut = async move { fetch_manifests(&log, epoch, config.world_size).await };
         ctx.spawn(fut.into_actor(self).map(move |ranks, actor, ctx| {
-            let rebuilt = tandem_store::index::GroupIndex::rebuild(config, &ranks);
+            let rebuilt = tandem_core::index::GroupIndex::rebuild(config, &ranks);
             match rebuilt {
                 Ok(r) => {
                     if let Role::Leader(l) = &mut actor.role {
@@ -442,7 +442,7 @@ async fn fetch_manifests(
     log: &tandem_durable::RedisLog,
     epoch: Epoch,
     world_size: u32,
-) -> Vec<tandem_store::rebuild::RankBlocks> {
+) -> Vec<tandem_proto::RankBlocks> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let got = log.manifests(epoch).await.unwrap_or_default();
@@ -451,16 +451,15 @@ async fn fetch_manifests(
             return (0..world_size)
                 .map(|r| {
                     let bytes = got.get(r as usize).cloned().flatten();
-                    let decoded = bytes.and_then(|b| {
-                        postcard::from_bytes::<tandem_store::rebuild::RankBlocks>(&b).ok()
-                    });
+                    let decoded = bytes
+                        .and_then(|b| postcard::from_bytes::<tandem_proto::RankBlocks>(&b).ok());
                     if decoded.is_none() {
                         tracing::warn!(
                             rank = r,
                             "no manifest from this rank: the rebuild treats it as empty"
                         );
                     }
-                    decoded.unwrap_or(tandem_store::rebuild::RankBlocks {
+                    decoded.unwrap_or(tandem_proto::RankBlocks {
                         rank: Rank(r),
                         blocks: Vec::new(),
                     })

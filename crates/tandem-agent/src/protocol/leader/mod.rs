@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use actix::Addr;
 use tandem_client::api::{AgentError, EngineReply, EngineRequest};
+use tandem_core::index::{GroupIndex, Pin};
 use tandem_proto::frame::TaskOutcome;
 use tandem_proto::ids::{BlockHash, PageId, Rank, RequestId, Step, TaskId, TaskKind};
 use tandem_proto::wire::codec::encode_checked;
 use tandem_proto::wire::handshake::{HandshakeError, Membership};
 use tandem_proto::wire::{Ack, Message as WireMessage, ShardReport};
 use tandem_proto::{Frame, Leader, LeaderError, LeaderEvent, ReportOutcome};
-use tandem_store::index::{GroupIndex, Pin};
 use tokio::sync::oneshot;
 
 use super::status::AgentStatus;
@@ -147,13 +147,13 @@ impl LeaderRole {
     }
 
     /// The group index's configuration.
-    pub fn index_config(&self) -> tandem_store::index::IndexConfig {
+    pub fn index_config(&self) -> tandem_core::index::IndexConfig {
         self.index.config()
     }
 
     /// Install the index rebuilt from the ranks' manifests; its moves (drops of blocks some
     /// rank lacks, demotions) go into the open step, before any engine request of the epoch.
-    pub fn install_index(&mut self, rebuild: tandem_store::rebuild::Rebuild) {
+    pub fn install_index(&mut self, rebuild: tandem_core::rebuild::Rebuild) {
         tracing::info!(
             kept = rebuild.kept,
             dropped = rebuild.dropped.len(),

@@ -6,10 +6,10 @@
 //! `AgentError::FrameTooLarge` and leaves nothing behind.
 
 use tandem_client::api::{AgentError, EngineReply};
+use tandem_core::index::{IndexError, Pin};
 use tandem_proto::frame::{LookupResult, OutcomeResult, TaskOutcome};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, TaskKind};
 use tandem_proto::StepRequest;
-use tandem_store::index::{IndexError, Pin};
 
 use super::{kind_index, map_leader_error, LeaderRole, TaskPins};
 

@@ -1,19 +1,15 @@
 //! Rebuilding the group index after a restart, from every rank's manifest.
 //!
-//! Owns [`RankBlocks`] (what one rank reports after verifying its manifest against its tiers)
-//! and [`GroupIndex::rebuild`]. A block survives only if every rank holds its shard; all others
+//! Owns [`GroupIndex::rebuild`], from one [`RankBlocks`] per rank (what each reports after
+//! verifying its manifest against its tiers, `tandem_proto::manifest`). A block survives only if every rank holds its shard; all others
 //! are dropped on every rank. It must never trust a rank's list blindly: each rank verifies its
 //! checksums before reporting (see `Store::open`), and the leader only intersects.
 
 use std::collections::BTreeMap;
 
-use tandem_proto::ids::Rank;
-pub use tandem_proto::RankBlocks;
-use tandem_proto::TierOp;
+use tandem_proto::{BlockHash, Rank, RankBlocks, Tier, TierOp};
 
-use crate::block::BlockHash;
 use crate::index::{GroupIndex, IndexConfig, IndexError};
-use crate::tier::Tier;
 
 /// The outcome of a rebuild.
 #[derive(Debug)]

@@ -5,11 +5,11 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use tandem_core::index::{GroupIndex, IndexConfig, IndexError};
 use tandem_proto::ids::Rank;
 use tandem_proto::TierOp;
 use tandem_store::disk::IoMode;
 use tandem_store::host::HOST_SLAB_FILE;
-use tandem_store::index::{GroupIndex, IndexConfig, IndexError};
 use tandem_store::store::{Store, StoreConfig};
 use tandem_store::{BlockHash, Tier};
 

@@ -23,11 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tandem_proto::ids::Rank;
-
-use crate::block::BlockHash;
-use crate::tier::Tier;
-use tandem_proto::TierOp;
+use tandem_proto::{BlockHash, Rank, Tier, TierOp};
 
 /// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
 /// number of ranks.
