@@ -27,7 +27,7 @@ use tandem_proto::{BlockHash, Rank, Tier, TierOp};
 
 /// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
 /// number of ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IndexConfig {
     /// Ranks in the group (`pp_size × tp_size`).
     pub world_size: u32,
@@ -38,7 +38,7 @@ pub struct IndexConfig {
 }
 
 /// What a pin protects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PinPurpose {
     /// A store in flight: the block is pending until the pin is handed back.
     Store,
@@ -58,7 +58,7 @@ impl std::fmt::Display for PinPurpose {
 /// A pin on one block; while it is held the block cannot be evicted. Not `Clone`: it goes back
 /// to the index exactly once.
 #[must_use = "a pin must be handed back with finish_store, abort_store or finish_load"]
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Pin {
     hash: BlockHash,
     generation: u64,
@@ -77,6 +77,13 @@ impl Pin {
     /// Store or load.
     pub fn purpose(&self) -> PinPurpose {
         self.purpose
+    }
+
+    /// The same pin again, for a copy of the whole state that holds it (a core cloned by the
+    /// model checker or the simulator, index included). Crate-private so that outside this
+    /// crate a pin stays move-only.
+    pub(crate) fn duplicate(&self) -> Pin {
+        Pin { ..*self }
     }
 }
 
@@ -185,7 +192,7 @@ pub enum IndexError {
 }
 
 /// One block in the index.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Entry {
     tier: Tier,
     complete: bool,
@@ -196,8 +203,9 @@ struct Entry {
     id: u64,
 }
 
-/// The leader's group index (see the module docs).
-#[derive(Debug)]
+/// The leader's group index (see the module docs). Equal and hashed by content, so that a core
+/// holding it can be a model checker's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupIndex {
     config: IndexConfig,
     entries: HashMap<BlockHash, Entry>,
@@ -205,6 +213,19 @@ pub struct GroupIndex {
     lru: BTreeMap<Tier, BTreeMap<u64, BlockHash>>,
     clock: u64,
     generation: u64,
+}
+
+impl std::hash::Hash for GroupIndex {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.config.hash(state);
+        self.clock.hash(state);
+        self.generation.hash(state);
+        // The LRU maps hold every block once, in a deterministic order; the entries follow it.
+        self.lru.hash(state);
+        for hash in self.lru.values().flat_map(|m| m.values()) {
+            self.entries.get(hash).hash(state);
+        }
+    }
 }
 
 impl GroupIndex {

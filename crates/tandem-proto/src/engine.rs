@@ -34,7 +34,7 @@ impl std::fmt::Display for CallId {
 }
 
 /// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineRequest {
     /// Introduce the engine; answered with [`EngineReply::Welcome`].
     Hello {
@@ -118,7 +118,7 @@ pub enum EngineRequest {
 }
 
 /// The agent's answer to one [`EngineRequest`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineReply {
     /// Answer to `Hello`: where the group stands.
     Welcome {
@@ -155,7 +155,7 @@ pub enum EngineReply {
 }
 
 /// Why an agent refused an engine's request. Positions are step numbers within an epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 pub enum AgentError {
     /// A leader-only request reached a follower.
     #[error(

@@ -751,14 +751,14 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
         panic!("a hello decodes as a hello");
     };
     assert_eq!(
-        leader.admit(&ours, &nonce, &hello),
+        leader.admit(&ours, &nonce, &hello, 0),
         Ok(Message::Welcome {
             epoch: Epoch(3),
             sealed_step: None
         })
     );
     assert_eq!(
-        leader.admit(&ours, &nonce, &hello),
+        leader.admit(&ours, &nonce, &hello, 0),
         Err(HandshakeError::DuplicateRank {
             rank: Rank(1),
             epoch: Epoch(3)
@@ -768,7 +768,7 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
 
     let mut old_version = membership(3);
     old_version.protocol_version = PROTOCOL_VERSION + 1;
-    let refused = leader.admit(&ours, &nonce, &old_version.hello(&nonce, Rank(2)));
+    let refused = leader.admit(&ours, &nonce, &old_version.hello(&nonce, Rank(2)), 0);
     assert_eq!(
         refused.unwrap_err().to_string(),
         format!(
@@ -779,12 +779,12 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
     let mut wrong_secret = membership(3);
     wrong_secret.secret = GroupSecret::new(b"guess".to_vec());
     assert_eq!(
-        leader.admit(&ours, &nonce, &wrong_secret.hello(&nonce, Rank(2))),
+        leader.admit(&ours, &nonce, &wrong_secret.hello(&nonce, Rank(2)), 0),
         Err(HandshakeError::BadSecret)
     );
     let stale = membership(2);
     assert_eq!(
-        leader.admit(&ours, &nonce, &stale.hello(&nonce, Rank(2))),
+        leader.admit(&ours, &nonce, &stale.hello(&nonce, Rank(2)), 0),
         Err(HandshakeError::StaleEpoch {
             ours: Epoch(3),
             theirs: Epoch(2)
@@ -792,7 +792,7 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
     );
     // The leader's own epoch counts, whatever the membership passed in says.
     assert!(leader
-        .admit(&stale, &nonce, &ours.hello(&nonce, Rank(2)))
+        .admit(&stale, &nonce, &ours.hello(&nonce, Rank(2)), 0)
         .is_ok());
     assert!(leader.all_joined());
     assert_eq!(
@@ -819,7 +819,7 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
     );
     assert_eq!(leader.poll_event(), None);
     assert!(matches!(
-        leader.admit(&ours, &[2u8; 32], &ours.hello(&[2u8; 32], Rank(2))),
+        leader.admit(&ours, &[2u8; 32], &ours.hello(&[2u8; 32], Rank(2)), 0),
         Err(HandshakeError::DuplicateRank { .. })
     ));
     assert_eq!(leader.stats().ranks_lost, 1);

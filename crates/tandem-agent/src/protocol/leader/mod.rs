@@ -183,7 +183,10 @@ impl LeaderRole {
         _now: u64,
         _settings: &Arc<AgentSettings>,
     ) -> Result<Rank, HandshakeError> {
-        match self.leader.admit(&self.membership, &msg.nonce, &msg.hello) {
+        match self
+            .leader
+            .admit(&self.membership, &msg.nonce, &msg.hello, _now)
+        {
             Ok(welcome) => {
                 let rank = msg.hello.rank;
                 let _ = msg.link.send(&welcome);
