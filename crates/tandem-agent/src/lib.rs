@@ -47,12 +47,9 @@ pub enum AgentRunError {
     /// without changing them.
     #[error("this agent no longer owns the rank's tiers and stops: {0}")]
     Fenced(String),
-    /// The group index configuration was refused.
-    #[error("invalid group index: {0}")]
-    Index(#[from] tandem_core::index::IndexError),
-    /// The leader configuration was refused.
-    #[error("invalid leader configuration: {0}")]
-    Leader(#[from] tandem_proto::LeaderError),
+    /// The core's configuration was refused (the leader's or the group index's).
+    #[error(transparent)]
+    Core(#[from] tandem_core::CoreError),
     /// A listener could not bind.
     #[error("cannot listen on {what} {addr}: {source}")]
     Bind {

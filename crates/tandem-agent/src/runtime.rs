@@ -18,23 +18,22 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::{Actor, Addr, Arbiter};
-use tandem_core::index::{GroupIndex, IndexConfig};
+use tandem_core::{CoreConfig, EpochStart, Event, RankCore};
 use tandem_durable::liveness::{FailureReport, Heartbeat};
 use tandem_durable::recovery::EntryCheck;
 use tandem_durable::{
     AckTracker, CompletionStream, DurableConfig, EpochStore, LivenessStore, RedisLog, StreamEntryId,
 };
 use tandem_proto::ids::{Epoch, TaskId};
+use tandem_proto::reconcile;
 use tandem_proto::wire::handshake::HandshakeError;
-use tandem_proto::{reconcile, Leader, LeaderConfig};
 use tandem_store::store::Store;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::peer::connect::JoinError;
-use crate::protocol::leader::LeaderRole;
-use crate::protocol::{AgentEvent, ProtocolActor, StopEpoch, Wiring};
+use crate::protocol::{Log, ProtocolActor, StopEpoch, Wiring};
 use crate::router::Router;
 use crate::settings::AgentSettings;
 use crate::store_actor::StoreActor;
@@ -120,7 +119,7 @@ pub async fn serve(
         StoreActor::new(store, shard_bytes, store_metrics, store_fatal)
     });
     let router = Router::default();
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<Event>();
 
     if settings.is_leader() {
         let listener = tokio::net::TcpListener::bind(&settings.leader_addr)
@@ -296,9 +295,9 @@ pub async fn serve(
                 _ = shutdown.cancelled() => { tracing::info!("shutdown requested: stopping"); break 'epochs Ok(()); }
                 Some(e) = fatal_rx.recv() => break 'epochs Err(e),
                 Some(ev) = events_rx.recv() => match ev {
-                    AgentEvent::Ready { epoch: e } if e == epoch => join_pending = true,
-                    AgentEvent::Failed { epoch: e, reason } if e == epoch => pending_reports.push(FailureReport { epoch: e, rank, reason }),
-                    AgentEvent::EngineAcked { epoch: e, step } if e == epoch => {
+                    Event::Ready { epoch: e } if e == epoch => join_pending = true,
+                    Event::Failed { epoch: e, reason } if e == epoch => pending_reports.push(FailureReport { epoch: e, rank, reason }),
+                    Event::EngineAcked { epoch: e, step } if e == epoch => {
                         if let Some(log) = &log {
                             // Read what was appended since the last tick, so that the ack
                             // covers every entry the engine has now applied.
@@ -436,7 +435,7 @@ async fn start_epoch(
     log: Option<&RedisLog>,
     store: &Addr<StoreActor>,
     router: &Router,
-    events: &mpsc::UnboundedSender<AgentEvent>,
+    events: &mpsc::UnboundedSender<Event>,
     fatal: &mpsc::UnboundedSender<AgentRunError>,
     clock: Clock,
     metrics: &Arc<tandem_metrics::AgentMetrics>,
@@ -466,55 +465,64 @@ async fn start_epoch(
     if let Some(log) = log {
         publish_manifest(log, &s, store, shutdown).await;
     }
-    let wiring = Wiring {
-        events: Some(events.clone()),
-        log: log.cloned(),
+    let (reconciliation, aborted) = match (&recovery, s.is_leader()) {
+        (Some(r), true) => {
+            let rec = reconcile(&r.redelivered, &r.in_flight);
+            let empty = rec.redelivered.is_empty() && rec.aborted.is_empty();
+            tracing::info!(
+                redelivered = rec.redelivered.len(),
+                aborted = rec.aborted.len(),
+                "reconciliation for the new epoch"
+            );
+            ((!empty).then_some(rec), r.aborted())
+        }
+        _ => (None, Vec::new()),
+    };
+    let start = EpochStart {
+        reconciliation,
+        aborted,
         acknowledged,
+    };
+    let core = RankCore::new(core_config(&s, log.is_some()), start, clock.now_ms())?;
+    let wiring = Wiring {
+        events: events.clone(),
+        store: store.clone().recipient(),
+        log: log.map(|l| Log {
+            stream: Arc::new(l.clone()),
+            liveness: Arc::new(l.clone()),
+        }),
         metrics: metrics.clone(),
+        max_frame_bytes: s.max_frame_bytes,
     };
-    let protocol = if s.is_leader() {
-        let (reconciliation, aborted) = match &recovery {
-            Some(r) => {
-                let rec = reconcile(&r.redelivered, &r.in_flight);
-                let empty = rec.redelivered.is_empty() && rec.aborted.is_empty();
-                tracing::info!(
-                    redelivered = rec.redelivered.len(),
-                    aborted = rec.aborted.len(),
-                    "reconciliation for the new epoch"
-                );
-                ((!empty).then_some(rec), r.aborted())
-            }
-            None => (None, Vec::new()),
-        };
-        let index = GroupIndex::new(IndexConfig {
-            world_size: s.world_size,
-            host_capacity_blocks: s.config.store.host_capacity_blocks,
-            disk_capacity_blocks: s.config.store.disk_capacity_blocks,
-        })?;
-        let leader = Leader::new(
-            LeaderConfig {
-                epoch,
-                world_size: s.world_size,
-                window_steps: s.window_steps,
-                retention_steps: s.retention_steps,
-                heartbeat_timeout_ms: s.heartbeat_timeout_ms,
-                start_ms: clock.now_ms(),
-                max_frame_bytes: s.max_frame_bytes as u64,
-            },
-            reconciliation,
-        )?;
-        let role = LeaderRole::new(leader, index, &s, log.is_some(), aborted);
-        ProtocolActor::new(s.clone(), clock, store.clone(), Some(role), wiring).start()
-    } else {
-        let addr = ProtocolActor::new(s.clone(), clock, store.clone(), None, wiring).start();
-        actix_rt::spawn(join_leader(s.clone(), addr.clone(), fatal.clone()));
-        addr
-    };
+    let protocol = ProtocolActor::new(core, clock, wiring).start();
+    if !s.is_leader() {
+        actix_rt::spawn(join_leader(s.clone(), protocol.clone(), fatal.clone()));
+    }
     router.set(Some(protocol.clone()));
     Ok(Some(EpochRun {
         protocol,
         ack_through,
     }))
+}
+
+/// What the core of `s`'s epoch runs with.
+fn core_config(s: &AgentSettings, durable: bool) -> CoreConfig {
+    CoreConfig {
+        epoch: s.epoch,
+        rank: s.rank,
+        world_size: s.world_size,
+        shard_bytes: s.shard_bytes,
+        window_steps: s.window_steps,
+        retention_steps: s.retention_steps,
+        max_frame_bytes: s.max_frame_bytes as u64,
+        heartbeat_interval_ms: s.heartbeat_interval_ms,
+        heartbeat_timeout_ms: s.heartbeat_timeout_ms,
+        host_capacity_blocks: s.config.store.host_capacity_blocks,
+        disk_capacity_blocks: s.config.store.disk_capacity_blocks,
+        durable,
+        membership: s.membership.clone(),
+        leader_addr: s.leader_addr.clone(),
+    }
 }
 
 /// Publish this rank's shards for the leader's rebuild of the group index.
@@ -531,13 +539,7 @@ async fn publish_manifest(
             return;
         }
     };
-    let bytes = match postcard::to_allocvec(&blocks) {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot encode this rank's manifest");
-            return;
-        }
-    };
+    let bytes = blocks.encode();
     for _ in 0..cadence::MANIFEST_ATTEMPTS {
         match log
             .put_manifest(s.epoch, s.rank, &bytes, cadence::MANIFEST_TTL_MS)
