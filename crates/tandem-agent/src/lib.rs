@@ -8,8 +8,10 @@
 //! - [`engine`]: the Unix-socket endpoint the local engine talks to.
 //! - [`http`]: `/healthz`, `/readyz`, `/status`.
 //! - [`router`]: which epoch's protocol actor requests go to.
-//! - [`runtime`]: the epoch loop: Redis heartbeats, failure reports, delivery tracking, and
-//!   the restart of the protocol actor when the supervisor moves the epoch.
+//! - [`runtime`]: everything that outlives an epoch, and the driver of the epoch loop
+//!   (`tandem_core::EpochLoop`).
+//! - [`epochs`]: the calls the epoch loop asks for, made (the log's traits, the protocol
+//!   actor of each epoch, metrics).
 //! - [`clock`]: the monotonic `now_ms` fed to the state machines.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
@@ -18,6 +20,7 @@
 
 pub mod clock;
 pub mod engine;
+pub mod epochs;
 pub mod http;
 pub mod peer;
 pub mod protocol;
@@ -73,6 +76,9 @@ pub enum AgentRunError {
     /// The completion log refused the group (bad URL or group name).
     #[error("completion log: {0}")]
     Durable(#[from] tandem_durable::DurableError),
+    /// The epoch loop gave up (a recovery that kept failing, a core that cannot start).
+    #[error("completion log: {0}")]
+    Epochs(String),
 }
 
 /// Substitute `{group}` and `{rank}` in a configured directory.

@@ -119,6 +119,7 @@
 
 pub mod cadence;
 pub mod config;
+pub mod epoch_loop;
 pub mod follower;
 pub mod index;
 pub mod leader;
@@ -129,6 +130,7 @@ pub mod shared;
 pub mod status;
 
 pub use config::{CoreConfig, EpochStart};
+pub use epoch_loop::{Effect, EpochLoop, LoopConfig, Note, Outcome};
 pub use follower::FollowerCore;
 pub use index::{GroupIndex, IndexConfig, IndexError, LoadPlan, Pin, PinPurpose, StorePlan};
 pub use leader::{CoreError, LeaderCore};

@@ -264,7 +264,7 @@ impl LeaderCore {
         let complete = got.len() == world as usize && got.iter().all(Option::is_some);
         if !complete && now_ms <= until_ms {
             self.rebuild = Rebuild::Retry {
-                at_ms: now_ms.saturating_add(cadence::MANIFEST_RETRY_MS),
+                at_ms: now_ms.saturating_add(cadence::MANIFEST_READ_RETRY_MS),
                 until_ms,
             };
             return None;
