@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use tandem_proto::wire::handshake::Membership;
-use tandem_proto::{Epoch, Rank, Reconciliation, TaskId, TaskOutcome};
+use tandem_proto::{reconcile, Epoch, InFlightTask, Rank, Reconciliation, TaskId, TaskOutcome};
 
 /// The settings of one rank's core for one epoch. Sizes in bytes and blocks, times in ms on
 /// the driver's monotonic clock (the `now_ms` every input carries).
@@ -65,4 +65,30 @@ pub struct EpochStart {
     /// Every rank: the redelivered outcomes this rank's engine already acknowledged; frame 0
     /// reaches the engine without them.
     pub acknowledged: BTreeSet<TaskId>,
+}
+
+impl EpochStart {
+    /// What the leader of a new epoch starts with, given the durable outcomes some engine has
+    /// not acknowledged and the tasks started without a durable outcome (in stream order):
+    /// frame 0's reconciliation when it settles anything, and the in-flight tasks as aborted
+    /// outcomes to append with the epoch's first record.
+    pub fn leader(
+        durable_unacked: &[TaskOutcome],
+        in_flight: &[InFlightTask],
+        acknowledged: BTreeSet<TaskId>,
+    ) -> EpochStart {
+        let rec = reconcile(durable_unacked, in_flight);
+        tracing::info!(
+            redelivered = rec.redelivered.len(),
+            aborted = rec.aborted.len(),
+            "reconciliation for the new epoch"
+        );
+        let aborted = rec.aborted.clone();
+        let empty = rec.redelivered.is_empty() && rec.aborted.is_empty();
+        EpochStart {
+            reconciliation: (!empty).then_some(rec),
+            aborted,
+            acknowledged,
+        }
+    }
 }

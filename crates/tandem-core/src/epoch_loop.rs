@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use tandem_durable::recovery::EntryCheck;
 use tandem_durable::{AckTracker, FailureReport, LoggedStep, Recovery, StreamEntryId};
-use tandem_proto::{reconcile, Epoch, Rank, RankBlocks, Step};
+use tandem_proto::{Epoch, Rank, RankBlocks, Step};
 
 use crate::cadence;
 use crate::config::EpochStart;
@@ -592,25 +592,17 @@ impl EpochLoop {
             .get(rank.0 as usize)
             .cloned()
             .unwrap_or_default();
-        let (reconciliation, aborted) = if rank == Rank(0) {
-            let rec = reconcile(&recovery.redelivered, &recovery.in_flight);
-            tracing::info!(
-                redelivered = rec.redelivered.len(),
-                aborted = rec.aborted.len(),
-                "reconciliation for the new epoch"
-            );
-            let empty = rec.redelivered.is_empty() && rec.aborted.is_empty();
-            ((!empty).then_some(rec), recovery.aborted())
+        let start = if rank == Rank(0) {
+            EpochStart::leader(&recovery.redelivered, &recovery.in_flight, acknowledged)
         } else {
-            (None, Vec::new())
+            EpochStart {
+                acknowledged,
+                ..EpochStart::default()
+            }
         };
         self.phase = Phase::Publishing {
             epoch,
-            start: EpochStart {
-                reconciliation,
-                aborted,
-                acknowledged,
-            },
+            start,
             ack_through: recovery.last_entry_id,
             attempts: 0,
         };

@@ -107,21 +107,16 @@ impl FollowerCore {
         now_ms: u64,
     ) {
         let rank = sh.config.rank.0;
-        let epoch = sh.epoch();
         let answer = match req {
             EngineRequest::Frame {
                 step, deadline_ms, ..
             } => {
                 self.frames_read += 1;
-                match self.follower.read(step) {
-                    Ok(Some(f)) => EngineReply::Frame(Box::new(f.clone())),
-                    Ok(None) => {
-                        let wait = self.follower.wait(step, now_ms.saturating_add(deadline_ms));
-                        self.waits.insert(wait, call);
-                        return;
-                    }
-                    Err(e) => EngineReply::Error(follower_refusal(e, rank, epoch)),
-                }
+                // One path for every read: a frame already here (or expired) ends the wait at
+                // once, otherwise it ends when the frame arrives or at its deadline.
+                let wait = self.follower.wait(step, now_ms.saturating_add(deadline_ms));
+                self.waits.insert(wait, call);
+                return self.drain_events(sh);
             }
             EngineRequest::Ack { step, .. } => match self.follower.ack(step) {
                 Ok(msg) => {

@@ -5,6 +5,7 @@
 //! ([`leader_refusal`], [`follower_refusal`]). It never decides for the group.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use tandem_proto::engine::{AgentError, EngineReply};
 use tandem_proto::{Epoch, FollowerError, LeaderError, Message, Step, TaskId};
@@ -15,7 +16,8 @@ use crate::output::{CallRef, Event, Output, Peer, StoreCommand};
 /// The settings and the output queue of one core.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Shared {
-    pub(crate) config: CoreConfig,
+    /// Shared, so that copies of a core (the model checker's states) copy no setting.
+    pub(crate) config: Arc<CoreConfig>,
     out: VecDeque<Output>,
     /// Redelivered outcomes this rank's engine already acknowledged (left out of frame 0).
     acknowledged: BTreeSet<TaskId>,
@@ -24,7 +26,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(config: CoreConfig, acknowledged: BTreeSet<TaskId>) -> Shared {
         Shared {
-            config,
+            config: Arc::new(config),
             out: VecDeque::new(),
             acknowledged,
         }

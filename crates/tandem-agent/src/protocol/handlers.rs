@@ -20,9 +20,7 @@ impl Handler<EngineCall> for ProtocolActor {
     fn handle(&mut self, msg: EngineCall, ctx: &mut Context<Self>) {
         let end_step = matches!(msg.req, EngineRequest::EndStep { .. });
         let call = self.call(msg.reply, end_step);
-        let now = self.clock.now_ms();
-        self.core.handle_engine(call, msg.req, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| core.handle_engine(call, msg.req, now));
     }
 }
 
@@ -30,10 +28,9 @@ impl Handler<EngineDisconnected> for ProtocolActor {
     type Result = ();
     /// The engine's connection closed.
     fn handle(&mut self, msg: EngineDisconnected, ctx: &mut Context<Self>) {
-        let now = self.clock.now_ms();
-        self.core
-            .handle_engine_disconnect(msg.attached, &msg.reason, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| {
+            core.handle_engine_disconnect(msg.attached, &msg.reason, now)
+        });
     }
 }
 
@@ -43,10 +40,9 @@ impl Handler<AdmitPeer> for ProtocolActor {
     fn handle(&mut self, msg: AdmitPeer, ctx: &mut Context<Self>) -> Self::Result {
         let conn = ConnId(msg.conn);
         self.links.insert(conn, msg.link);
-        let now = self.clock.now_ms();
-        let admitted = self.core.handle_admit(conn, &msg.nonce, &msg.hello, now);
-        self.flush(ctx);
-        admitted
+        self.input(ctx, |core, now| {
+            core.handle_admit(conn, &msg.nonce, &msg.hello, now)
+        })
     }
 }
 
@@ -54,10 +50,9 @@ impl Handler<FromPeer> for ProtocolActor {
     type Result = ();
     /// A follower's report, ack or heartbeat.
     fn handle(&mut self, msg: FromPeer, ctx: &mut Context<Self>) {
-        let now = self.clock.now_ms();
-        self.core
-            .handle_peer_message(ConnId(msg.conn), msg.rank, &msg.msg, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| {
+            core.handle_peer_message(ConnId(msg.conn), msg.rank, &msg.msg, now)
+        });
     }
 }
 
@@ -65,10 +60,9 @@ impl Handler<PeerLost> for ProtocolActor {
     type Result = ();
     /// A follower's connection ended.
     fn handle(&mut self, msg: PeerLost, ctx: &mut Context<Self>) {
-        let now = self.clock.now_ms();
-        self.core
-            .handle_peer_lost(ConnId(msg.conn), msg.rank, &msg.reason, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| {
+            core.handle_peer_lost(ConnId(msg.conn), msg.rank, &msg.reason, now)
+        });
     }
 }
 
@@ -77,9 +71,7 @@ impl Handler<LeaderLinked> for ProtocolActor {
     /// Admitted by the leader: its link.
     fn handle(&mut self, msg: LeaderLinked, ctx: &mut Context<Self>) {
         self.leader_link = Some(msg.link);
-        let now = self.clock.now_ms();
-        self.core.handle_leader_linked(now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| core.handle_leader_linked(now));
     }
 }
 
@@ -87,9 +79,7 @@ impl Handler<FromLeader> for ProtocolActor {
     type Result = ();
     /// A frame (or another message) from the leader.
     fn handle(&mut self, msg: FromLeader, ctx: &mut Context<Self>) {
-        let now = self.clock.now_ms();
-        self.core.handle_leader_message(msg.msg, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| core.handle_leader_message(msg.msg, now));
     }
 }
 
@@ -97,9 +87,7 @@ impl Handler<LeaderLost> for ProtocolActor {
     type Result = ();
     /// The leader's connection ended.
     fn handle(&mut self, msg: LeaderLost, ctx: &mut Context<Self>) {
-        let now = self.clock.now_ms();
-        self.core.handle_leader_lost(&msg.reason, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| core.handle_leader_lost(&msg.reason, now));
     }
 }
 
@@ -107,9 +95,9 @@ impl Handler<ShardDone> for ProtocolActor {
     type Result = ();
     /// This rank's shard of a task is done.
     fn handle(&mut self, msg: ShardDone, ctx: &mut Context<Self>) {
-        let now = self.clock.now_ms();
-        self.core.handle_shard_done(msg.task, msg.result, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| {
+            core.handle_shard_done(msg.task, msg.result, now)
+        });
     }
 }
 
@@ -130,9 +118,7 @@ impl Handler<Drain> for ProtocolActor {
     fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         let call = self.call(tx, false);
-        let now = self.clock.now_ms();
-        self.core.handle_drain(call, now);
-        self.flush(ctx);
+        self.input(ctx, |core, now| core.handle_drain(call, now));
         Box::pin(async move {
             match rx.await {
                 Ok(EngineReply::Frame(f)) => tracing::info!(
@@ -154,8 +140,7 @@ impl Handler<StopEpoch> for ProtocolActor {
     /// End this epoch's protocol.
     fn handle(&mut self, msg: StopEpoch, ctx: &mut Context<Self>) {
         self.sync_metrics();
-        self.core.handle_stop(&msg.reason);
-        self.flush(ctx);
+        self.input(ctx, |core, _| core.handle_stop(&msg.reason));
         tracing::info!(reason = %msg.reason, "protocol actor stopping");
         ctx.stop();
     }

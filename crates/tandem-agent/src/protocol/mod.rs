@@ -106,6 +106,14 @@ impl ProtocolActor {
         call
     }
 
+    /// Feed the core one input at the clock's `now_ms`, then carry out its outputs.
+    fn input<T>(&mut self, ctx: &mut Context<Self>, f: impl FnOnce(&mut RankCore, u64) -> T) -> T {
+        let now = self.clock.now_ms();
+        let result = f(&mut self.core, now);
+        self.flush(ctx);
+        result
+    }
+
     /// Carry out every output of the core, in order, then arm the timer for its deadline.
     fn flush(&mut self, ctx: &mut Context<Self>) {
         while let Some(out) = self.core.poll_output() {
@@ -169,9 +177,7 @@ impl ProtocolActor {
             r.map(drop).map_err(|e| e.to_string())
         };
         ctx.spawn(fut.into_actor(self).map(|result, actor, ctx| {
-            let now = actor.clock.now_ms();
-            actor.core.handle_appended(result, now);
-            actor.flush(ctx);
+            actor.input(ctx, |core, now| core.handle_appended(result, now))
         }));
     }
 
@@ -182,11 +188,11 @@ impl ProtocolActor {
             return self.core.handle_manifests(&[], now);
         };
         let fut = async move { log.liveness.manifests(epoch).await.unwrap_or_default() };
-        ctx.spawn(fut.into_actor(self).map(|got, actor, ctx| {
-            let now = actor.clock.now_ms();
-            actor.core.handle_manifests(&got, now);
-            actor.flush(ctx);
-        }));
+        ctx.spawn(
+            fut.into_actor(self).map(|got, actor, ctx| {
+                actor.input(ctx, |core, now| core.handle_manifests(&got, now))
+            }),
+        );
     }
 
     /// One timer, at the core's next deadline.
@@ -204,9 +210,7 @@ impl ProtocolActor {
         let wait = Duration::from_millis(at.saturating_sub(self.clock.now_ms()) + 1);
         let handle = ctx.run_later(wait, |actor, ctx| {
             actor.timer = None;
-            let now = actor.clock.now_ms();
-            actor.core.handle_timeout(now);
-            actor.flush(ctx);
+            actor.input(ctx, |core, now| core.handle_timeout(now));
         });
         self.timer = Some((at, handle));
     }

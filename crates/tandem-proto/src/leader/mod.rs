@@ -85,6 +85,8 @@ pub struct Leader {
     transmit: VecDeque<(Rank, Message)>,
     events: VecDeque<LeaderEvent>,
     stats: LeaderStats,
+    /// The last step whose seal the window refused (counted once in `stats.window_full`).
+    window_refused: Option<Step>,
     budget: FrameBudget,
 }
 
@@ -144,6 +146,7 @@ impl Leader {
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             stats: LeaderStats::default(),
+            window_refused: None,
             budget,
             config,
         })
@@ -433,7 +436,10 @@ impl Leader {
         if self.config.world_size > 1 {
             let base = slowest_ack.map_or(0, |a| a.0.saturating_add(1));
             if step.0 >= base.saturating_add(self.config.window_steps) {
-                self.stats.window_full += 1;
+                if self.window_refused != Some(step) {
+                    self.window_refused = Some(step);
+                    self.stats.window_full += 1;
+                }
                 return Err(LeaderError::WindowFull {
                     step,
                     slowest_ack,
