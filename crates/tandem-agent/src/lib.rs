@@ -1,9 +1,16 @@
 //! The Tandem rank agent: one process per rank of a group.
 //!
+//! Drivers only: every rule the agent follows is in `tandem-core` (the rank's `RankCore` for
+//! each epoch, and the `EpochLoop` across epochs) or in `tandem-proto`. The actors feed those
+//! cores their inputs with the agent's `now_ms` and carry out their outputs: sockets, files,
+//! Redis calls, timers. No decision is made here.
+//!
 //! # Layout
 //! - [`settings`]: what one agent needs, derived from the configuration and command line.
-//! - [`protocol`]: the `ProtocolActor` (the sans-IO leader or follower, wired to the world).
-//! - [`store_actor`]: the `StoreActor` (tiers, engine page buffers, shard copies).
+//! - [`protocol`]: the `ProtocolActor`, the driver of one epoch's `RankCore` (inputs in,
+//!   outputs carried out, one timer).
+//! - [`store_actor`]: the `StoreActor` (tiers, engine page buffers, shard copies; carries out
+//!   the core's store commands and reports each shard to whoever asked).
 //! - [`peer`]: the TCP transport between leader and followers, with the handshake's IO.
 //! - [`engine`]: the Unix-socket endpoint the local engine talks to.
 //! - [`http`]: `/healthz`, `/readyz`, `/status`.
@@ -12,7 +19,7 @@
 //!   (`tandem_core::EpochLoop`).
 //! - [`epochs`]: the calls the epoch loop asks for, made (the log's traits, the protocol
 //!   actor of each epoch, metrics).
-//! - [`clock`]: the monotonic `now_ms` fed to the state machines.
+//! - [`clock`]: the monotonic `now_ms` fed to the cores.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers

@@ -1,9 +1,10 @@
 //! The StoreActor: this rank's tiers, its engine's page buffers, and every shard copy.
 //!
 //! Owns the per-rank `Store` (host and disk tiers, checksums, manifest) and the engine's
-//! registered page region. It applies the leader's tier operations in frame order, copies
+//! registered page region. It carries out the commands of the rank's core
+//! (`tandem_core::StoreCommand`): it applies the leader's tier operations in frame order, copies
 //! shards between engine pages and tiers for the tasks it is given, and reports each task's
-//! shard result to the `ProtocolActor`. It never decides placement, eviction or whether a task
+//! shard result to whoever asked (the `ProtocolActor` of that epoch). It never decides placement, eviction or whether a task
 //! finished: those are the leader's, and it only carries them out. It runs on its own arbiter
 //! (thread) so that copies never delay the protocol. Every write it makes is fenced by this
 //! process's incarnation and the current epoch (`tandem_store::fence`): once another process
