@@ -631,3 +631,36 @@ fn a_bad_hello_is_refused_naming_the_field_and_its_connection_closed() {
     assert!(outs.contains(&Output::Close { conn: ConnId(7) }));
     assert!(!outs.iter().any(|o| matches!(o, Output::Event(_))));
 }
+
+#[test]
+fn a_core_is_a_value_copies_driven_alike_stay_equal() {
+    use std::hash::{Hash, Hasher};
+    let mut g = Group::start(Spec::new(2));
+    started(g.store(1, &[1, 2]));
+    let mut a = g.nodes[0].core.clone();
+    let mut b = a.clone();
+    let end = EngineRequest::EndStep {
+        epoch: Epoch(1),
+        step: Step(0),
+        deadline_ms: 100,
+    };
+    let mut outputs = Vec::new();
+    for core in [&mut a, &mut b] {
+        core.handle_engine(CallRef(9), end.clone(), 5);
+        core.handle_shard_done(TaskId { epoch: 1, seq: 0 }, Ok(()), 6);
+        core.handle_timeout(200);
+        outputs.push(std::iter::from_fn(|| core.poll_output()).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        outputs[0], outputs[1],
+        "the same inputs give the same outputs"
+    );
+    assert!(!outputs[0].is_empty());
+    assert_eq!(a, b);
+    let hash = |c: &RankCore| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        c.hash(&mut h);
+        h.finish()
+    };
+    assert_eq!(hash(&a), hash(&b));
+}
