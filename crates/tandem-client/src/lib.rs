@@ -1,7 +1,8 @@
 //! The engine client library: what an inference engine links to use its rank's Tandem agent.
 //!
 //! # Layout
-//! - [`api`]: the requests, replies and typed refusals of the engine endpoint.
+//! - [`api`]: the requests, replies and typed refusals of the engine endpoint (defined in
+//!   `tandem_proto::engine`, where the rank cores take them; re-exported here unchanged).
 //! - [`wire`]: length-delimited framing of those messages over the Unix socket.
 //! - [`client`]: [`EngineClient`], the blocking client, one per engine.
 //! - [`pages`]: [`PagePool`], an engine page pool in a shared-memory file the agent maps.
@@ -47,8 +48,8 @@
 //! - **New epoch.** A request answered [`AgentError::StaleEpoch`] means the group restarted.
 //!   Call [`EngineClient::hello`], then read the new epoch's frames from step 0. Frame 0 carries
 //!   the reconciliation: outcomes that were durable but not yet acknowledged (delivered once
-//!   more, never twice once acknowledged), tasks that were in flight (reported aborted: treat as
-//!   failed) and pins that were released. Every task's outcome reaches the engine exactly once:
+//!   more, never twice once acknowledged) and tasks that were in flight (reported aborted: treat
+//!   as failed); no pin survives an epoch. Every task's outcome reaches the engine exactly once:
 //!   the agent leaves out redeliveries its engine acknowledged, and [`EngineClient`] removes any
 //!   it already received (an acknowledgement can be lost in a crash).
 //! - **Requests too large for a frame.** A `lookup`, `store` or `load` that could make a frame
@@ -61,7 +62,11 @@
 //!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come
 //!   for it; its pages are the engine's again.
 
-pub mod api;
+/// The engine endpoint's requests, replies and typed refusals: `tandem_proto::engine`,
+/// re-exported so that engine code names them `tandem_client::api::*` as before.
+pub mod api {
+    pub use tandem_proto::engine::*;
+}
 pub mod client;
 pub mod pages;
 pub mod wire;

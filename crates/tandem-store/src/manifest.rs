@@ -231,7 +231,7 @@ impl Manifest {
 mod tests {
     use super::*;
     use crate::checksum::Checksum;
-    use crate::tier::TierKind;
+    use crate::tier::Tier;
 
     fn sample() -> Manifest {
         let geometry = Geometry {
@@ -243,7 +243,7 @@ mod tests {
         m.entries.insert(
             BlockHash(7),
             Location {
-                tier: TierKind::Host,
+                tier: Tier::Host,
                 slot: 1,
                 checksum: Checksum([1, 2, 3]),
             },
@@ -251,7 +251,7 @@ mod tests {
         m.entries.insert(
             BlockHash(9),
             Location {
-                tier: TierKind::Disk,
+                tier: Tier::Disk,
                 slot: 5,
                 checksum: Checksum([4, 5, 6]),
             },

@@ -14,7 +14,7 @@ use crate::lock::TierLock;
 use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
 use crate::shm::FileOrigin;
 use crate::store::{OpenReport, Store, StoreConfig, StoreError};
-use crate::tier::TierKind;
+use crate::tier::Tier;
 
 impl Store {
     /// Locks this rank's tiers ([`TierLock`], held by the store until it is dropped), opens
@@ -148,8 +148,8 @@ impl Store {
         let mut used_disk = vec![false; self.config.disk_capacity_blocks as usize];
         for (hash, loc) in old.entries {
             let (used, origin) = match loc.tier {
-                TierKind::Host => (&mut used_host, host_origin),
-                TierKind::Disk => (&mut used_disk, disk_origin),
+                Tier::Host => (&mut used_host, host_origin),
+                Tier::Disk => (&mut used_disk, disk_origin),
                 #[allow(unreachable_patterns)]
                 _ => {
                     report.invalid += 1;

@@ -496,6 +496,5 @@ fn restart(s: &mut State) {
     s.open.reconciliation = Some(Reconciliation {
         redelivered: Vec::new(),
         aborted,
-        released_pins: Vec::new(),
     });
 }

@@ -1,18 +1,20 @@
 //! The engine endpoint's messages: what an engine asks its local agent and what it answers.
 //!
-//! Owns the request and reply types and the agent's typed refusals. It never does IO; the
-//! [`crate::EngineClient`] (engine side) and the agent's endpoint (agent side) carry these over a
-//! Unix domain socket with [`crate::wire`] framing.
+//! Owns the request and reply types and the agent's typed refusals. They live in the sans-IO
+//! layer because the rank cores (`tandem-core`) take requests and give replies as plain data;
+//! `tandem-client` re-exports them as `tandem_client::api`. It never does IO: the engine client
+//! (engine side) and the agent's endpoint (agent side) carry these over a Unix domain socket
+//! with `tandem_client::wire` framing.
 
+use crate::frame::{Frame, LookupResult};
+use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 use serde::{Deserialize, Serialize};
-use tandem_proto::frame::{Frame, LookupResult};
-use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
 /// The id of one call on one engine connection: chosen by the client (from 1, one more for
 /// every request it sends on the connection) and echoed by the agent in the reply, so that a
 /// reply is only ever taken as the answer to the request that asked for it.
 ///
-/// On the wire it follows the message body as a postcard varint (see [`crate::wire`]). `0`
+/// On the wire it follows the message body as a postcard varint (see `tandem_client::wire`). `0`
 /// ([`CallId::NONE`]) names no call: the agent answers with it a request whose id it could not
 /// read.
 #[derive(
@@ -32,7 +34,7 @@ impl std::fmt::Display for CallId {
 }
 
 /// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineRequest {
     /// Introduce the engine; answered with [`EngineReply::Welcome`].
     Hello {
@@ -116,7 +118,7 @@ pub enum EngineRequest {
 }
 
 /// The agent's answer to one [`EngineRequest`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineReply {
     /// Answer to `Hello`: where the group stands.
     Welcome {
@@ -153,7 +155,7 @@ pub enum EngineReply {
 }
 
 /// Why an agent refused an engine's request. Positions are step numbers within an epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 pub enum AgentError {
     /// A leader-only request reached a follower.
     #[error(

@@ -1,27 +1,15 @@
 //! Rebuilding the group index after a restart, from every rank's manifest.
 //!
-//! Owns [`RankBlocks`] (what one rank reports after verifying its manifest against its tiers)
-//! and [`GroupIndex::rebuild`]. A block survives only if every rank holds its shard; all others
+//! Owns [`GroupIndex::rebuild`], from one [`RankBlocks`] per rank (what each reports after
+//! verifying its manifest against its tiers, `tandem_proto::manifest`). A block survives only if every rank holds its shard; all others
 //! are dropped on every rank. It must never trust a rank's list blindly: each rank verifies its
 //! checksums before reporting (see `Store::open`), and the leader only intersects.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use tandem_proto::ids::Rank;
+use tandem_proto::{BlockHash, Rank, RankBlocks, Tier, TierOp};
 
-use crate::block::BlockHash;
-use crate::index::{GroupIndex, IndexConfig, IndexError, Move};
-use crate::tier::TierKind;
-
-/// The verified shards of one rank: block hash and the tier holding it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankBlocks {
-    /// The reporting rank.
-    pub rank: Rank,
-    /// Its shards whose checksums verified.
-    pub blocks: Vec<(BlockHash, TierKind)>,
-}
+use crate::index::{GroupIndex, IndexConfig, IndexError};
 
 /// The outcome of a rebuild.
 #[derive(Debug)]
@@ -30,7 +18,7 @@ pub struct Rebuild {
     pub index: GroupIndex,
     /// Moves every rank applies (drops of blocks missing somewhere or over capacity, demotions
     /// of blocks that some rank holds on disk), in order.
-    pub moves: Vec<Move>,
+    pub moves: Vec<TierOp>,
     /// Blocks kept, in blocks.
     pub kept: usize,
     /// Blocks dropped because some rank lacked them or there was no room, sorted.
@@ -70,27 +58,27 @@ impl GroupIndex {
             for &(hash, tier) in &r.blocks {
                 let h = holders.entry(hash).or_insert((0, false));
                 h.0 += 1;
-                h.1 |= tier != TierKind::Host;
+                h.1 |= tier != Tier::Host;
             }
         }
         let mut moves = Vec::new();
         let mut dropped = Vec::new();
         let mut kept = 0;
         for (hash, (count, on_disk)) in holders {
-            let host_room = index.occupancy(TierKind::Host) < config.host_capacity_blocks;
-            let disk_room = index.occupancy(TierKind::Disk) < config.disk_capacity_blocks;
+            let host_room = index.occupancy(Tier::Host) < config.host_capacity_blocks;
+            let disk_room = index.occupancy(Tier::Disk) < config.disk_capacity_blocks;
             if count < config.world_size {
-                moves.push(Move::Drop(hash));
+                moves.push(TierOp::Evict(hash));
                 dropped.push(hash);
             } else if !on_disk && host_room {
-                index.insert_complete(hash, TierKind::Host);
+                index.insert_complete(hash, Tier::Host);
                 kept += 1;
             } else if disk_room {
-                moves.push(Move::Demote(hash));
-                index.insert_complete(hash, TierKind::Disk);
+                moves.push(TierOp::Demote(hash));
+                index.insert_complete(hash, Tier::Disk);
                 kept += 1;
             } else {
-                moves.push(Move::Drop(hash));
+                moves.push(TierOp::Evict(hash));
                 dropped.push(hash);
             }
         }
@@ -115,7 +103,7 @@ mod tests {
         }
     }
 
-    fn rank(r: u32, blocks: &[(u64, TierKind)]) -> RankBlocks {
+    fn rank(r: u32, blocks: &[(u64, Tier)]) -> RankBlocks {
         RankBlocks {
             rank: Rank(r),
             blocks: blocks
@@ -127,7 +115,7 @@ mod tests {
 
     #[test]
     fn keeps_the_intersection_and_reconciles_tiers() {
-        use TierKind::{Disk, Host};
+        use Tier::{Disk, Host};
         let ranks = [
             rank(0, &[(1, Host), (2, Host), (3, Disk), (4, Host)]),
             rank(1, &[(1, Host), (2, Disk), (3, Disk)]),
@@ -138,9 +126,9 @@ mod tests {
         assert_eq!(
             r.moves,
             vec![
-                Move::Demote(BlockHash(2)),
-                Move::Demote(BlockHash(3)),
-                Move::Drop(BlockHash(4))
+                TierOp::Demote(BlockHash(2)),
+                TierOp::Demote(BlockHash(3)),
+                TierOp::Evict(BlockHash(4))
             ]
         );
         assert_eq!(r.index.tier_of(BlockHash(1)), Some(Host));
@@ -155,12 +143,12 @@ mod tests {
 
     #[test]
     fn over_capacity_spills_to_disk_then_drops() {
-        use TierKind::Host;
+        use Tier::Host;
         let ranks = [rank(0, &[(1, Host), (2, Host), (3, Host)])];
         let r = GroupIndex::rebuild(cfg(1, 1, 1), &ranks).unwrap();
         assert_eq!(
             r.moves,
-            vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(3))]
+            vec![TierOp::Demote(BlockHash(2)), TierOp::Evict(BlockHash(3))]
         );
         assert_eq!(r.dropped, vec![BlockHash(3)]);
     }

@@ -1,7 +1,7 @@
 //! The group index: the leader's view of which blocks are complete on every rank.
 //!
 //! Owns [`GroupIndex`]: block membership per tier, LRU order per tier, capacity in blocks,
-//! pins, and the [`Move`]s (demote, promote, drop) that every rank applies to stay in step.
+//! pins, and the [`TierOp`]s (demote, promote, evict) that every rank applies to stay in step.
 //! It is sans-IO: inputs are method calls, outputs are plans; it never touches bytes, files or
 //! clocks (LRU age is a counter of index operations), and only the leader runs it. Ranks
 //! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md invariant 2).
@@ -23,15 +23,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
-use tandem_proto::ids::Rank;
-
-use crate::block::BlockHash;
-use crate::tier::TierKind;
+use tandem_proto::{BlockHash, Rank, Tier, TierOp};
 
 /// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
 /// number of ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IndexConfig {
     /// Ranks in the group (`pp_size × tp_size`).
     pub world_size: u32,
@@ -41,19 +37,8 @@ pub struct IndexConfig {
     pub disk_capacity_blocks: u64,
 }
 
-/// One change every rank applies to its own shard of a block, in plan order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Move {
-    /// Move the shard from the host tier to the disk tier.
-    Demote(BlockHash),
-    /// Move the shard from the disk tier to the host tier.
-    Promote(BlockHash),
-    /// Forget the shard and free its slot.
-    Drop(BlockHash),
-}
-
 /// What a pin protects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PinPurpose {
     /// A store in flight: the block is pending until the pin is handed back.
     Store,
@@ -73,7 +58,7 @@ impl std::fmt::Display for PinPurpose {
 /// A pin on one block; while it is held the block cannot be evicted. Not `Clone`: it goes back
 /// to the index exactly once.
 #[must_use = "a pin must be handed back with finish_store, abort_store or finish_load"]
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Pin {
     hash: BlockHash,
     generation: u64,
@@ -93,15 +78,22 @@ impl Pin {
     pub fn purpose(&self) -> PinPurpose {
         self.purpose
     }
+
+    /// The same pin again, for a copy of the whole state that holds it (a core cloned by the
+    /// model checker or the simulator, index included). Crate-private so that outside this
+    /// crate a pin stays move-only.
+    pub(crate) fn duplicate(&self) -> Pin {
+        Pin { ..*self }
+    }
 }
 
 /// The leader's decision for one store.
 #[derive(Debug)]
 pub struct StorePlan {
     /// The tier every rank writes its shard to.
-    pub tier: TierKind,
+    pub tier: Tier,
     /// Moves every rank applies, in order, before writing.
-    pub moves: Vec<Move>,
+    pub moves: Vec<TierOp>,
     /// The store pin, handed back with [`GroupIndex::finish_store`] or [`GroupIndex::abort_store`].
     pub pin: Pin,
 }
@@ -110,9 +102,9 @@ pub struct StorePlan {
 #[derive(Debug)]
 pub struct LoadPlan {
     /// The tier the shard is read from once the moves are applied.
-    pub tier: TierKind,
+    pub tier: Tier,
     /// Moves every rank applies, in order, before reading (room on host, then the promotion).
-    pub moves: Vec<Move>,
+    pub moves: Vec<TierOp>,
     /// The load pin, handed back with [`GroupIndex::finish_load`].
     pub pin: Pin,
 }
@@ -124,7 +116,7 @@ pub enum IndexError {
     #[error("{tier} tier full: {capacity_blocks} blocks, {pinned} pinned, nothing can be evicted")]
     TierFull {
         /// The full tier.
-        tier: TierKind,
+        tier: Tier,
         /// Its capacity, in blocks.
         capacity_blocks: u64,
         /// Blocks pinned in it.
@@ -200,9 +192,9 @@ pub enum IndexError {
 }
 
 /// One block in the index.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Entry {
-    tier: TierKind,
+    tier: Tier,
     complete: bool,
     pins: u32,
     /// LRU age: the index tick of its last use; key in the tier's LRU map.
@@ -211,15 +203,29 @@ struct Entry {
     id: u64,
 }
 
-/// The leader's group index (see the module docs).
-#[derive(Debug)]
+/// The leader's group index (see the module docs). Equal and hashed by content, so that a core
+/// holding it can be a model checker's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupIndex {
     config: IndexConfig,
     entries: HashMap<BlockHash, Entry>,
     /// Per tier, tick → block, oldest first.
-    lru: BTreeMap<TierKind, BTreeMap<u64, BlockHash>>,
+    lru: BTreeMap<Tier, BTreeMap<u64, BlockHash>>,
     clock: u64,
     generation: u64,
+}
+
+impl std::hash::Hash for GroupIndex {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.config.hash(state);
+        self.clock.hash(state);
+        self.generation.hash(state);
+        // The LRU maps hold every block once, in a deterministic order; the entries follow it.
+        self.lru.hash(state);
+        for hash in self.lru.values().flat_map(|m| m.values()) {
+            self.entries.get(hash).hash(state);
+        }
+    }
 }
 
 impl GroupIndex {
@@ -250,29 +256,29 @@ impl GroupIndex {
     }
 
     /// Capacity of a tier, in blocks (0 for tiers the index does not manage).
-    pub fn capacity(&self, tier: TierKind) -> u64 {
+    pub fn capacity(&self, tier: Tier) -> u64 {
         match tier {
-            TierKind::Host => self.config.host_capacity_blocks,
-            TierKind::Disk => self.config.disk_capacity_blocks,
+            Tier::Host => self.config.host_capacity_blocks,
+            Tier::Disk => self.config.disk_capacity_blocks,
             #[allow(unreachable_patterns)]
             _ => 0,
         }
     }
 
     /// Blocks (complete or pending) in a tier.
-    pub fn occupancy(&self, tier: TierKind) -> u64 {
+    pub fn occupancy(&self, tier: Tier) -> u64 {
         self.lru.get(&tier).map_or(0, |m| m.len() as u64)
     }
 
     /// Pinned blocks in a tier.
-    pub fn pinned(&self, tier: TierKind) -> u64 {
+    pub fn pinned(&self, tier: Tier) -> u64 {
         self.lru_iter(tier)
             .filter(|h| self.entries.get(h).is_some_and(|e| e.pins > 0))
             .count() as u64
     }
 
     /// Blocks of a tier from least to most recently used.
-    pub fn lru_order(&self, tier: TierKind) -> Vec<BlockHash> {
+    pub fn lru_order(&self, tier: Tier) -> Vec<BlockHash> {
         self.lru_iter(tier).collect()
     }
 
@@ -282,7 +288,7 @@ impl GroupIndex {
     }
 
     /// The tier of a complete block.
-    pub fn tier_of(&self, hash: BlockHash) -> Option<TierKind> {
+    pub fn tier_of(&self, hash: BlockHash) -> Option<Tier> {
         self.entries
             .get(&hash)
             .filter(|e| e.complete)
@@ -309,9 +315,9 @@ impl GroupIndex {
             return Err(IndexError::AlreadyPresent { hash });
         }
         let tier = if self.config.host_capacity_blocks > 0 {
-            TierKind::Host
+            Tier::Host
         } else {
-            TierKind::Disk
+            Tier::Disk
         };
         let moves = self.make_room(tier)?;
         let tick = self.tick();
@@ -357,7 +363,7 @@ impl GroupIndex {
     /// forget whatever it wrote.
     ///
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
-    pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<Move>, IndexError> {
+    pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<TierOp>, IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
         if self
             .entries
@@ -366,7 +372,7 @@ impl GroupIndex {
         {
             self.remove(pin.hash);
         }
-        Ok(vec![Move::Drop(pin.hash)])
+        Ok(vec![TierOp::Evict(pin.hash)])
     }
 
     /// Pins a complete block for a load, marks it used, and plans its promotion to host when
@@ -390,13 +396,13 @@ impl GroupIndex {
         self.relink(hash, entry.tier, entry.tick, entry.tier, tick);
         let mut moves = Vec::new();
         let mut tier = entry.tier;
-        if tier == TierKind::Disk && self.config.host_capacity_blocks > 0 {
-            if let Ok(mut room) = self.make_room(TierKind::Host) {
+        if tier == Tier::Disk && self.config.host_capacity_blocks > 0 {
+            if let Ok(mut room) = self.make_room(Tier::Host) {
                 moves.append(&mut room);
-                self.relink(hash, TierKind::Disk, tick, TierKind::Host, tick);
-                self.set(hash, |e| e.tier = TierKind::Host);
-                moves.push(Move::Promote(hash));
-                tier = TierKind::Host;
+                self.relink(hash, Tier::Disk, tick, Tier::Host, tick);
+                self.set(hash, |e| e.tier = Tier::Host);
+                moves.push(TierOp::Promote(hash));
+                tier = Tier::Host;
             }
         }
         Ok(LoadPlan {
@@ -422,10 +428,10 @@ impl GroupIndex {
     /// Removes a block whatever its state (a rank found its shard corrupt, or a store failed
     /// on some rank); returns the move every rank applies, or `None` if it was not indexed.
     /// Outstanding pins on it become harmless.
-    pub fn drop_block(&mut self, hash: BlockHash) -> Option<Move> {
+    pub fn drop_block(&mut self, hash: BlockHash) -> Option<TierOp> {
         self.entries.contains_key(&hash).then(|| {
             self.remove(hash);
-            Move::Drop(hash)
+            TierOp::Evict(hash)
         })
     }
 
@@ -452,7 +458,7 @@ impl GroupIndex {
 
     /// Inserts a complete, unpinned block as the most recently used of `tier` (rebuild only;
     /// the caller keeps occupancy within capacity).
-    pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: TierKind) {
+    pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: Tier) {
         let tick = self.tick();
         self.entries.insert(
             hash,
@@ -470,7 +476,7 @@ impl GroupIndex {
     /// Makes one free place in `tier`, evicting its least recently used unpinned block:
     /// demoted to disk when the host tier evicts and disk room can be made, dropped otherwise.
     /// On error nothing has changed.
-    fn make_room(&mut self, tier: TierKind) -> Result<Vec<Move>, IndexError> {
+    fn make_room(&mut self, tier: Tier) -> Result<Vec<TierOp>, IndexError> {
         if self.occupancy(tier) < self.capacity(tier) {
             return Ok(Vec::new());
         }
@@ -482,24 +488,24 @@ impl GroupIndex {
                 capacity_blocks: self.capacity(tier),
                 pinned: self.pinned(tier),
             })?;
-        if tier == TierKind::Host && self.config.disk_capacity_blocks > 0 {
-            if let Ok(mut moves) = self.make_room(TierKind::Disk) {
+        if tier == Tier::Host && self.config.disk_capacity_blocks > 0 {
+            if let Ok(mut moves) = self.make_room(Tier::Disk) {
                 let tick = self.tick();
                 let old = self.entries.get(&victim).map_or(0, |e| e.tick);
-                self.relink(victim, TierKind::Host, old, TierKind::Disk, tick);
+                self.relink(victim, Tier::Host, old, Tier::Disk, tick);
                 self.set(victim, |e| {
-                    e.tier = TierKind::Disk;
+                    e.tier = Tier::Disk;
                     e.tick = tick;
                 });
-                moves.push(Move::Demote(victim));
+                moves.push(TierOp::Demote(victim));
                 return Ok(moves);
             }
         }
         self.remove(victim);
-        Ok(vec![Move::Drop(victim)])
+        Ok(vec![TierOp::Evict(victim)])
     }
 
-    fn lru_iter(&self, tier: TierKind) -> impl Iterator<Item = BlockHash> + '_ {
+    fn lru_iter(&self, tier: Tier) -> impl Iterator<Item = BlockHash> + '_ {
         self.lru
             .get(&tier)
             .into_iter()
@@ -544,14 +550,7 @@ impl GroupIndex {
         }
     }
 
-    fn relink(
-        &mut self,
-        hash: BlockHash,
-        from: TierKind,
-        old_tick: u64,
-        to: TierKind,
-        new_tick: u64,
-    ) {
+    fn relink(&mut self, hash: BlockHash, from: Tier, old_tick: u64, to: Tier, new_tick: u64) {
         if let Some(m) = self.lru.get_mut(&from) {
             m.remove(&old_tick);
         }
