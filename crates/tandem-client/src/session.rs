@@ -93,7 +93,7 @@ pub enum SessionError {
     /// The group moved from epoch `from` to `to` during `call`: the session rejoined (hello,
     /// pool registered again) and its step counter is at 0. The open step's work is void; read
     /// frame 0 next (see the module docs).
-    #[error("new epoch: the group moved from epoch {from} to epoch {to} during {call}; the session rejoined at step 0, read frame 0 next")]
+    #[error("new epoch: the group moved from epoch {from} to epoch {to} during {call} ({waited_ms} ms after it first failed); the session rejoined at step 0, read frame 0 next")]
     NewEpoch {
         /// The call that found out.
         call: &'static str,
@@ -101,6 +101,9 @@ pub enum SessionError {
         from: Epoch,
         /// The epoch now.
         to: Epoch,
+        /// How long the call spent from its first failure to the rejoin, milliseconds (0 when
+        /// a hello found the new epoch at once).
+        waited_ms: u64,
     },
     /// The group did not come back (or stayed not ready) within [`SessionConfig::recovery`].
     #[error("rank {rank}: could not rejoin the group within {waited_ms} ms after {call} failed at step {step} of epoch {epoch}; last error: {last}")]
@@ -471,6 +474,7 @@ impl EngineSession {
                 call: "hello",
                 from,
                 to: welcome.epoch,
+                waited_ms: 0,
             });
         }
         Ok(welcome)
@@ -638,12 +642,13 @@ impl EngineSession {
         call: Call,
         mut f: impl FnMut(&mut EngineClient, Option<&Registration>) -> Result<T, ClientError>,
     ) -> Result<T, SessionError> {
-        let since = Instant::now();
+        let mut since = None;
         loop {
             let err = match f(&mut self.client, self.registration.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
+            let since = *since.get_or_insert_with(Instant::now);
             let fault = match classify(err) {
                 Failure::Fault(fault) => fault,
                 Failure::Agent(a) => return Err(SessionError::Agent(a)),
@@ -657,6 +662,7 @@ impl EngineSession {
                     call: call.name,
                     from,
                     to: self.epoch(),
+                    waited_ms: ms(since),
                 });
             }
         }

@@ -215,7 +215,8 @@ fn a_stale_epoch_rejoins_and_frame_0_settles_every_task_once() {
             SessionError::NewEpoch {
                 call: "end_step",
                 from: Epoch(1),
-                to: Epoch(2)
+                to: Epoch(2),
+                ..
             }
         ),
         "{e}"
