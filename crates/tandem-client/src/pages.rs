@@ -79,7 +79,8 @@ impl PagePool {
         pages: u64,
         page_size_bytes: u64,
     ) -> Result<Self, PagePoolError> {
-        let path = path.as_ref().to_path_buf();
+        // The agent runs elsewhere: it must be told where the file is, not where it is from here.
+        let path = absolute(path.as_ref())?;
         let label = path.display().to_string();
         let size = size_of(&label, pages, page_size_bytes)?;
         let io = |source| PagePoolError::Io {
@@ -134,7 +135,7 @@ impl PagePool {
     /// # Errors
     /// [`PagePoolError::Io`] (for example, no such file), [`PagePoolError::Geometry`].
     pub fn attach(path: impl AsRef<Path>, page_size_bytes: u64) -> Result<Self, PagePoolError> {
-        let path = path.as_ref().to_path_buf();
+        let path = absolute(path.as_ref())?;
         let label = path.display().to_string();
         let file = OpenOptions::new()
             .read(true)
@@ -189,8 +190,8 @@ impl PagePool {
         })
     }
 
-    /// The region's file path, as the agent is told in `RegisterBuffer`; `None` for a region
-    /// without one (registered by descriptor).
+    /// The region's file path (absolute), as the agent is told in `RegisterBuffer`; `None` for
+    /// a region without one (registered by descriptor).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
@@ -257,6 +258,14 @@ impl Drop for PagePool {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// `path` made absolute (against the current directory), as the agent must be told it.
+fn absolute(path: &Path) -> Result<PathBuf, PagePoolError> {
+    std::path::absolute(path).map_err(|source| PagePoolError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// `pages × page_size_bytes`, refusing empty pools and overflow.

@@ -152,7 +152,7 @@ pub enum SessionError {
         detail: String,
     },
     /// A client error that is neither a refusal nor a fault to rejoin from (a descriptor that
-    /// cannot be passed: nothing was sent).
+    /// cannot be passed, a page past the registered pool: nothing was sent).
     #[error(transparent)]
     Client(ClientError),
     /// The session's cancel flag was raised while it waited ([`EngineSession::set_cancel`]).
@@ -254,7 +254,9 @@ fn classify(err: ClientError) -> Failure {
         e @ (ClientError::Wire(_) | ClientError::UnexpectedReply { .. }) => {
             Failure::Protocol(e.to_string())
         }
-        e @ ClientError::Descriptor { .. } => Failure::Client(e),
+        e @ (ClientError::Descriptor { .. } | ClientError::PageOutOfRange { .. }) => {
+            Failure::Client(e)
+        }
     }
 }
 

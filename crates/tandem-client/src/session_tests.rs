@@ -401,3 +401,28 @@ fn a_closed_descriptor_is_refused_and_the_connection_stays_usable() {
     );
     assert_eq!(agent.seen(), ["hello (0 fds)", "ack (0 fds)"]);
 }
+
+#[test]
+fn a_page_past_the_registered_pool_is_refused_before_anything_is_sent() {
+    let agent = Agent::start(vec![vec![
+        welcome(1, 0, 0),
+        reply(EngineReply::Registered { pages: 4 }),
+        started(1, 0),
+    ]]);
+    let mut s = EngineSession::connect(agent.socket(), 0, quick()).unwrap();
+    let pool = PagePool::create_memfd("range", 4, 64).unwrap();
+    s.register_pool(&pool).unwrap();
+    let e = s
+        .store(RequestId(0), &[BlockHash::from(1u64)], &[PageId(4)])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "page 4 is out of range: the registered pool has 4 pages; nothing was sent"
+    );
+    s.store(RequestId(0), &[BlockHash::from(1u64)], &[PageId(3)])
+        .unwrap();
+    assert_eq!(
+        agent.seen(),
+        ["hello (0 fds)", "register (1 fds)", "store (0 fds)"]
+    );
+}
