@@ -1,32 +1,30 @@
-//! The Rust side of `python -m tandem.bench`: the benchmark loops written against
-//! [`EngineClient`] directly, so that the same run on the same cluster measures the Rust client
-//! as the baseline of the Python one. `tandem/bench.py` holds the Python twins of these loops,
-//! call for call; the comparison is only fair while the two stay alike.
-//!
-//! Each function runs with the GIL released and returns plain numbers (nanoseconds, bytes).
-//! The end of a phase is a frame with a lookup of request [`DONE_REQUEST`]: followers stop
-//! after applying it.
+//! The Rust side of `python -m tandem.bench`: one step, one frame read and one store+load
+//! round written against [`EngineClient`] directly, on the connection (and page pool) of a
+//! Python `Client`. The benchmark alternates these with their Python twins in `tandem/bench.py`
+//! (step by step, round by round) on the same connection, so that both sides of every
+//! comparison meet the same cluster, the same load on the machine, the same moment. The two
+//! stay alike call for call; each Rust timing covers only the Rust calls (the GIL is released
+//! around them and Python is not in the timed region).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use tandem_client::{AgentError, ClientError, EngineClient, PagePool};
-use tandem_proto::frame::{Frame, OutcomeResult};
+use tandem_client::{AgentError, ClientError, EngineClient};
+use tandem_proto::frame::{Frame as RustFrame, OutcomeResult};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step, TaskId};
 
-use crate::secs;
-
-/// The request id of the lookup that ends a benchmark phase.
-const DONE_REQUEST: u64 = 1 << 62;
+use crate::client::Client;
+use crate::frames::Frame;
+use crate::pool::NativePool;
+use crate::{lock, secs};
 
 fn failed(what: &str, e: impl std::fmt::Display) -> PyErr {
     PyRuntimeError::new_err(format!("bench: {what}: {e}"))
 }
 
 /// `end_step(s)`, retried while the window is full.
-fn seal(c: &mut EngineClient, s: u64, deadline: Duration) -> Result<Frame, ClientError> {
+fn seal(c: &mut EngineClient, s: u64, deadline: Duration) -> Result<RustFrame, ClientError> {
     loop {
         match c.end_step(Step(s), deadline) {
             Err(ClientError::Agent(AgentError::WindowFull { .. })) => continue,
@@ -35,98 +33,118 @@ fn seal(c: &mut EngineClient, s: u64, deadline: Duration) -> Result<Frame, Clien
     }
 }
 
-/// Seal the phase's last step: a frame with the lookup of [`DONE_REQUEST`].
-fn seal_done(c: &mut EngineClient, s: u64, deadline: Duration) -> Result<(), ClientError> {
-    c.lookup(Step(s), RequestId(DONE_REQUEST), vec![BlockHash(u128::MAX)])?;
-    seal(c, s, deadline)?;
-    c.ack(Step(s))
+/// Run `f` on `client`'s connection without the GIL.
+fn on<T: Send>(
+    py: Python<'_>,
+    client: &Client,
+    f: impl FnOnce(&mut EngineClient) -> Result<T, String> + Send,
+) -> PyResult<T> {
+    py.detach(|| match lock(client.cell()).as_mut() {
+        Some(c) => f(c),
+        None => Err("the client is closed".into()),
+    })
+    .map_err(|e| failed("rust", e))
 }
 
-/// Leader, per-step overhead: seal `steps` empty steps from the agent's next step, reading
-/// each sealed frame back with `frame` and acknowledging it; returns the `end_step` and the
-/// `frame` latencies (ns) and the phase's last step.
+/// Leader: seal step `step`, read its frame back, acknowledge it; returns the `end_step`, the
+/// `frame` and the `ack` latency, ns.
 #[pyfunction]
-#[pyo3(signature = (socket, steps, deadline_s = 5.0))]
-pub(crate) fn bench_steps(
+#[pyo3(signature = (client, step, deadline_s = 5.0))]
+pub(crate) fn bench_step(
     py: Python<'_>,
-    socket: PathBuf,
-    steps: u64,
+    client: &Client,
+    step: u64,
     deadline_s: f64,
-) -> PyResult<(Vec<u64>, Vec<u64>, u64)> {
+) -> PyResult<(u64, u64, u64)> {
     let deadline = secs(deadline_s, "deadline_s")?;
-    py.detach(|| {
-        let mut c = EngineClient::connect(&socket, 0, Duration::from_secs(30))
-            .map_err(|e| failed("connect", e))?;
-        let first = c.welcome().next_step.0;
-        let (mut end, mut read) = (Vec::new(), Vec::new());
-        for s in first..first + steps {
-            let t0 = Instant::now();
-            seal(&mut c, s, deadline).map_err(|e| failed("end_step", e))?;
-            let t1 = Instant::now();
-            c.frame(Step(s), deadline).map_err(|e| failed("frame", e))?;
-            let t2 = Instant::now();
-            c.ack(Step(s)).map_err(|e| failed("ack", e))?;
-            end.push((t1 - t0).as_nanos() as u64);
-            read.push((t2 - t1).as_nanos() as u64);
-        }
-        let last = first + steps;
-        seal_done(&mut c, last, deadline).map_err(|e| failed("end", e))?;
-        Ok((end, read, last))
+    on(py, client, |c| {
+        let t0 = Instant::now();
+        seal(c, step, deadline).map_err(|e| e.to_string())?;
+        let t1 = Instant::now();
+        c.frame(Step(step), deadline).map_err(|e| e.to_string())?;
+        let t2 = Instant::now();
+        c.ack(Step(step)).map_err(|e| e.to_string())?;
+        Ok((ns(t1 - t0), ns(t2 - t1), ns(t2.elapsed())))
     })
 }
 
-/// Follower: from step `start`, read every frame, compute the pages of its stores (fill them),
-/// acknowledge it, until the frame that ends the phase; returns the `frame` latencies (ns) and
-/// the last step. Its pool (`pages` pages of the shard size, a memfd) is registered first.
+/// Follower: read the frame of `step` (waiting at most `deadline_s` for its seal) and read it
+/// again; returns both latencies (ns) and the frame, or `None` while the step is not sealed.
 #[pyfunction]
-#[pyo3(signature = (socket, rank, start, pages, deadline_s = 5.0))]
-pub(crate) fn bench_follow(
+#[pyo3(signature = (client, step, deadline_s = 5.0))]
+pub(crate) fn bench_read(
     py: Python<'_>,
-    socket: PathBuf,
-    rank: u32,
-    start: u64,
-    pages: u64,
+    client: &Client,
+    step: u64,
     deadline_s: f64,
-) -> PyResult<(Vec<u64>, u64)> {
+) -> PyResult<Option<(u64, u64, Frame)>> {
     let deadline = secs(deadline_s, "deadline_s")?;
-    py.detach(|| {
-        let mut c = EngineClient::connect(&socket, rank, Duration::from_secs(30))
-            .map_err(|e| failed("connect", e))?;
-        let mut pool = PagePool::create_memfd("bench", pages, c.welcome().shard_bytes)
-            .map_err(|e| failed("pool", e))?;
-        c.register_buffer(&pool)
-            .map_err(|e| failed("register_buffer", e))?;
-        let mut latencies = Vec::new();
-        let mut s = start;
-        loop {
-            let t0 = Instant::now();
-            let frame = match c.frame(Step(s), deadline) {
-                Ok(f) => f,
-                Err(ClientError::Agent(AgentError::LeaderBehind { .. })) => continue,
-                Err(e) => return Err(failed("frame", e)),
-            };
-            latencies.push(t0.elapsed().as_nanos() as u64);
-            for t in &frame.stores {
-                for (i, p) in t.page_ids.iter().enumerate() {
-                    let page = pool.page_mut(*p).map_err(|e| failed("page", e))?;
-                    page.fill(fill_byte(t.request.0, i, rank));
-                }
-            }
-            c.ack(Step(s)).map_err(|e| failed("ack", e))?;
-            if frame.lookups.iter().any(|l| l.request.0 == DONE_REQUEST) {
-                return Ok((latencies, s));
-            }
-            s += 1;
-        }
+    on(py, client, |c| {
+        let t0 = Instant::now();
+        let frame = match c.frame(Step(step), deadline) {
+            Ok(f) => f,
+            Err(ClientError::Agent(AgentError::LeaderBehind { .. })) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let t1 = Instant::now();
+        c.frame(Step(step), deadline).map_err(|e| e.to_string())?;
+        Ok(Some((ns(t1 - t0), ns(t1.elapsed()), Frame(frame))))
     })
 }
 
-/// The byte a bench page of block `i` of `request` holds on `rank` (any deterministic value).
-fn fill_byte(request: u64, i: usize, rank: u32) -> u8 {
+/// Leader, one throughput round from step `step`: compute `blocks` pages (fill pages
+/// `0..blocks` of `pool`), store them, seal until the store is reported; look them up, load
+/// them into pages `blocks..2 × blocks`, seal until the load is reported. Returns the store
+/// and load times (ns) and the next step. Block hashes are `request << 32 | i`.
+#[pyfunction]
+#[pyo3(signature = (client, pool, request, blocks, step, deadline_s = 5.0))]
+pub(crate) fn bench_round(
+    py: Python<'_>,
+    client: &Client,
+    pool: &NativePool,
+    request: u64,
+    blocks: u32,
+    step: u64,
+    deadline_s: f64,
+) -> PyResult<(u64, u64, u64)> {
+    let deadline = secs(deadline_s, "deadline_s")?;
+    let cell = pool.cell();
+    on(py, client, |c| {
+        let mut guard = lock(cell);
+        let pool = guard.as_mut().ok_or("the page pool is closed")?;
+        let hashes: Vec<BlockHash> = (0..blocks)
+            .map(|i| BlockHash(u128::from(request) << 32 | u128::from(i)))
+            .collect();
+        let t0 = Instant::now();
+        for i in 0..blocks {
+            let page = pool.page_mut(PageId(i)).map_err(|e| e.to_string())?;
+            page.fill(fill_byte(request, i, 0));
+        }
+        let src = (0..blocks).map(PageId).collect();
+        let task = c
+            .store(Step(step), RequestId(request), hashes.clone(), src)
+            .map_err(|e| e.to_string())?;
+        let s = until_done(c, step, task, deadline)?;
+        let t1 = Instant::now();
+        c.lookup(Step(s), RequestId(request), hashes.clone())
+            .map_err(|e| e.to_string())?;
+        let dst = (blocks..2 * blocks).map(PageId).collect();
+        let task = c
+            .load(Step(s), RequestId(request), hashes, dst)
+            .map_err(|e| e.to_string())?;
+        let s = until_done(c, s, task, deadline)?;
+        Ok((ns(t1 - t0), ns(t1.elapsed()), s))
+    })
+}
+
+/// The byte a bench page of block `i` of `request` holds on `rank` (any deterministic value;
+/// `fill_byte` in tandem/bench.py is the same).
+fn fill_byte(request: u64, i: u32, rank: u32) -> u8 {
     (request as u8) ^ (i as u8).wrapping_mul(7) ^ (rank as u8).wrapping_mul(31)
 }
 
-/// Seal steps from `s` until a frame reports `task`; returns the next step.
+/// Seal steps from `s`, at most one per [`STEP_INTERVAL`], until a frame reports `task` ok;
+/// returns the next step.
 fn until_done(
     c: &mut EngineClient,
     mut s: u64,
@@ -134,6 +152,7 @@ fn until_done(
     deadline: Duration,
 ) -> Result<u64, String> {
     loop {
+        let sealed = Instant::now();
         let f = seal(c, s, deadline).map_err(|e| e.to_string())?;
         c.ack(Step(s)).map_err(|e| e.to_string())?;
         s += 1;
@@ -143,63 +162,17 @@ fn until_done(
                 r => Err(format!("task {task} ended {r:?}")),
             };
         }
+        if let Some(rest) = STEP_INTERVAL.checked_sub(sealed.elapsed()) {
+            std::thread::sleep(rest);
+        }
     }
 }
 
-/// Leader, throughput: `rounds` times, compute `blocks` pages (fill them), store them, seal
-/// steps until the store is reported; then look them up and load them into `blocks` other
-/// pages, seal until the load is reported. Returns per round the store and load times (ns),
-/// the bytes one rank moved per task, and the phase's last step.
-#[pyfunction]
-#[pyo3(signature = (socket, blocks, rounds, deadline_s = 5.0))]
-pub(crate) fn bench_transfer(
-    py: Python<'_>,
-    socket: PathBuf,
-    blocks: u64,
-    rounds: u64,
-    deadline_s: f64,
-) -> PyResult<(Vec<u64>, Vec<u64>, u64, u64)> {
-    let deadline = secs(deadline_s, "deadline_s")?;
-    py.detach(|| {
-        let mut c = EngineClient::connect(&socket, 0, Duration::from_secs(30))
-            .map_err(|e| failed("connect", e))?;
-        let shard = c.welcome().shard_bytes;
-        let mut pool =
-            PagePool::create_memfd("bench", 2 * blocks, shard).map_err(|e| failed("pool", e))?;
-        c.register_buffer(&pool)
-            .map_err(|e| failed("register_buffer", e))?;
-        let mut s = c.welcome().next_step.0;
-        let (mut stores, mut loads) = (Vec::new(), Vec::new());
-        let k = blocks as usize;
-        for r in 0..rounds {
-            let request = 1_000_000 + r;
-            let hashes: Vec<BlockHash> = (0..blocks)
-                .map(|i| BlockHash((u128::from(request) << 32) | u128::from(i)))
-                .collect();
-            let t0 = Instant::now();
-            for i in 0..k {
-                let page = pool
-                    .page_mut(PageId(i as u32))
-                    .map_err(|e| failed("page", e))?;
-                page.fill(fill_byte(request, i, 0));
-            }
-            let src: Vec<PageId> = (0..blocks as u32).map(PageId).collect();
-            let task = c
-                .store(Step(s), RequestId(request), hashes.clone(), src)
-                .map_err(|e| failed("store", e))?;
-            s = until_done(&mut c, s, task, deadline).map_err(|e| failed("store", e))?;
-            stores.push(t0.elapsed().as_nanos() as u64);
-            let t1 = Instant::now();
-            c.lookup(Step(s), RequestId(request), hashes.clone())
-                .map_err(|e| failed("lookup", e))?;
-            let dst: Vec<PageId> = (blocks as u32..2 * blocks as u32).map(PageId).collect();
-            let task = c
-                .load(Step(s), RequestId(request), hashes, dst)
-                .map_err(|e| failed("load", e))?;
-            s = until_done(&mut c, s, task, deadline).map_err(|e| failed("load", e))?;
-            loads.push(t1.elapsed().as_nanos() as u64);
-        }
-        seal_done(&mut c, s, deadline).map_err(|e| failed("end", e))?;
-        Ok((stores, loads, blocks * shard, s))
-    })
+/// The shortest time between two steps while a round waits for an outcome, as an engine
+/// whose steps take time: without it the leader would seal empty steps as fast as it can and
+/// the faster loop would flood the follower (`STEP_INTERVAL_S` in tandem/bench.py).
+const STEP_INTERVAL: Duration = Duration::from_micros(500);
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
 }

@@ -24,6 +24,11 @@ pub(crate) struct Client {
 }
 
 impl Client {
+    /// The client's mutex, for the benchmark's Rust loops (`bench`).
+    pub(crate) fn cell(&self) -> &Mutex<Option<EngineClient>> {
+        &self.inner
+    }
+
     /// Run `f` on the client without the GIL.
     fn call<T: Send>(
         &self,

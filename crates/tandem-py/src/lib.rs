@@ -19,8 +19,8 @@
 //! - [`pool`]: `_NativePool`, the page pool the pure-Python `tandem.PagePool` maps.
 //! - [`client`]: `Client`, the engine client.
 //! - [`session`]: `Session`, the engine session.
-//! - [`bench`]: the Rust side of `python -m tandem.bench`: the same loops on the Rust client,
-//!   as the baseline measured in the same run.
+//! - [`bench`]: the Rust side of `python -m tandem.bench`: a step, a frame read and a store+load
+//!   round on the Rust client, alternated with their Python twins on the same connection.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
@@ -54,9 +54,9 @@ fn _tandem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<frames::RequestedTask>()?;
     m.add_class::<frames::Applied>()?;
     m.add_function(wrap_pyfunction!(keys::block_hash, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::bench_steps, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::bench_follow, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::bench_transfer, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_step, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_read, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_round, m)?)?;
     Ok(())
 }
 

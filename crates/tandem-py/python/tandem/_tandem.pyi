@@ -294,10 +294,14 @@ class _NativePool:
     def offset(self, page: int) -> int: ...
     def close(self) -> None: ...
 
-def bench_steps(socket: PathLike, steps: int, deadline_s: float = 5.0) -> Tuple[list[int], list[int], int]: ...
-def bench_follow(
-    socket: PathLike, rank: int, start: int, pages: int, deadline_s: float = 5.0
-) -> Tuple[list[int], int]: ...
-def bench_transfer(
-    socket: PathLike, blocks: int, rounds: int, deadline_s: float = 5.0
-) -> Tuple[list[int], list[int], int, int]: ...
+def bench_step(client: Client, step: int, deadline_s: float = 5.0) -> Tuple[int, int, int]:
+    """Benchmark: seal ``step``, read it back, ack it, in Rust on ``client``'s connection;
+    the three latencies, ns."""
+def bench_read(client: Client, step: int, deadline_s: float = 5.0) -> Optional[Tuple[int, int, Frame]]:
+    """Benchmark: read the frame of ``step`` (waiting for its seal) and again, in Rust; both
+    latencies (ns) and the frame, or ``None`` while not sealed."""
+def bench_round(
+    client: Client, pool: _NativePool, request: int, blocks: int, step: int, deadline_s: float = 5.0
+) -> Tuple[int, int, int]:
+    """Benchmark: one store+load round in Rust (fill, store, seal until reported; lookup, load,
+    seal until reported); store and load times (ns) and the next step."""
