@@ -231,3 +231,28 @@ def test_bad_input_raises_the_documented_exception_and_the_agents_stay_ready(
     with pytest.raises(tandem.Closed, match="the page pool is closed"):
         tandem.Session(tp2.sockets[0], 0).register_buffer(pool)
     ready(tp2)
+
+
+def test_the_benchmark_runs_and_reports_every_figure() -> None:
+    """``python -m tandem.bench`` on a tiny run (figures, not timings: nothing is asserted
+    about speed)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import tandem_bin
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tandem.bench", "--tandem", str(tandem_bin()), "--steps", "40",
+         "--rounds", "4", "--blocks", "2", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["calls"]) == {"end_step", "frame (leader, again)", "frame (follower, first)",
+                                    "frame (follower, again)", "ack (leader)"}
+    for row in report["calls"].values():
+        assert row["p50"]["rust_us"] > 0 and row["p50"]["python_us"] > 0, row
+    for name in ("store", "load"):
+        t = report["throughput"][name]
+        assert t["rust_mb_s"] > 0 and t["python_mb_s"] > 0 and t["ratio"] > 0, t

@@ -3,12 +3,13 @@ the same run, on the same cluster, on the same connections.
 
 It starts a local cluster (``tandem up --pp 1 --tp 2``; the ``tandem`` binary from ``--tandem``,
 ``$TANDEM_BIN`` or the PATH) and two engine processes, a leader (rank 0) and a follower (rank
-1), each with one ``tandem.Client``. Each engine alternates, in pairs of steps (or rounds) in a
-seeded random order, between its Rust loop (``tandem._tandem.bench_*``: ``EngineClient`` called from Rust on the
-client's connection, no Python in the timed region) and its Python twin (this module: the
-``tandem.Client`` methods and numpy views of a ``PagePool``), so both meet the same cluster and
-the same load on this shared machine at the same moments. A short warm-up runs first and is
-not counted.
+1), each with one ``tandem.Client``. Each engine alternates between its Rust loop
+(``tandem._tandem.bench_*``: ``EngineClient`` called from Rust on the client's connection, no
+Python in the timed region) and its Python twin (this module: the ``tandem.Client`` methods and
+numpy views of a ``PagePool``), in pairs of steps (or rounds) whose order is drawn from a seeded
+random source, so both meet the same cluster and the same load on this shared machine at the
+same moments, and nothing periodic (heartbeats, flushes) can fall on one of them every time. A
+short warm-up runs first and is not counted.
 
 - **Per-step overhead**, ``--steps`` empty steps (half of them each way). The leader seals a
   step (``end_step``), reads its frame back (``frame``, the call alone) and acknowledges it. The
