@@ -69,17 +69,6 @@ pub enum ClientError {
         /// How long the call waited, milliseconds.
         waited_ms: u64,
     },
-    /// A `store` or `load` names a page past the end of the pool this client registered:
-    /// nothing was sent.
-    #[error(
-        "page {page} is out of range: the registered pool has {pages} pages; nothing was sent"
-    )]
-    PageOutOfRange {
-        /// The page id.
-        page: u32,
-        /// Pages in the registered pool.
-        pages: u64,
-    },
     /// A page pool's descriptor could not be passed (for example it is closed): nothing was
     /// sent and the connection stays usable.
     #[error("cannot pass descriptor {fd} to the agent: {source}")]
@@ -142,8 +131,6 @@ pub struct EngineClient {
     late_replies: u64,
     /// Why the connection cannot be used, once it cannot.
     broken: Option<String>,
-    /// Pages of the pool this client last registered (page ids are checked against it).
-    pool_pages: Option<u64>,
     reply_slack: Duration,
 }
 
@@ -176,7 +163,6 @@ impl EngineClient {
             outbox: Vec::new(),
             late_replies: 0,
             broken: None,
-            pool_pages: None,
             reply_slack: DEFAULT_REPLY_SLACK,
         };
         client.hello()?;
@@ -310,12 +296,9 @@ impl EngineClient {
         self.registered(reply)
     }
 
-    fn registered(&mut self, reply: Result<EngineReply, ClientError>) -> Result<u64, ClientError> {
+    fn registered(&self, reply: Result<EngineReply, ClientError>) -> Result<u64, ClientError> {
         match reply? {
-            EngineReply::Registered { pages } => {
-                self.pool_pages = Some(pages);
-                Ok(pages)
-            }
+            EngineReply::Registered { pages } => Ok(pages),
             other => Err(unexpected("register_buffer", other)),
         }
     }
@@ -347,8 +330,9 @@ impl EngineClient {
     /// not be reused until a frame lists the returned task as finished.
     ///
     /// # Errors
-    /// [`ClientError::PageOutOfRange`] for a page past the registered pool (nothing is sent),
-    /// [`AgentError::BadRequest`] for mismatched lists, and as [`EngineClient::lookup`].
+    /// [`AgentError::BadRequest`] for mismatched lists, and as [`EngineClient::lookup`]. A page
+    /// past the end of a rank's pool fails that rank's shard: the task's outcome is `Failed`
+    /// with a reason naming the page ([`crate::EngineSession`] refuses it before sending).
     pub fn store(
         &mut self,
         step: Step,
@@ -356,7 +340,6 @@ impl EngineClient {
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
     ) -> Result<TaskId, ClientError> {
-        self.check_pages(&page_ids)?;
         let req = EngineRequest::Store {
             epoch: self.epoch(),
             step,
@@ -379,7 +362,6 @@ impl EngineClient {
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
     ) -> Result<TaskId, ClientError> {
-        self.check_pages(&page_ids)?;
         let req = EngineRequest::Load {
             epoch: self.epoch(),
             step,
@@ -435,17 +417,6 @@ impl EngineClient {
         )? {
             EngineReply::Acked => Ok(()),
             other => Err(unexpected("ack", other)),
-        }
-    }
-
-    /// Every page id below the registered pool's page count (unchecked before a registration).
-    fn check_pages(&self, page_ids: &[PageId]) -> Result<(), ClientError> {
-        let Some(pages) = self.pool_pages else {
-            return Ok(());
-        };
-        match page_ids.iter().find(|p| u64::from(p.0) >= pages) {
-            Some(p) => Err(ClientError::PageOutOfRange { page: p.0, pages }),
-            None => Ok(()),
         }
     }
 

@@ -151,8 +151,18 @@ pub enum SessionError {
         /// What was wrong.
         detail: String,
     },
+    /// A `store` or `load` names a page past the end of the registered pool: nothing was sent.
+    #[error(
+        "page {page} is out of range: the registered pool has {pages} pages; nothing was sent"
+    )]
+    PageOutOfRange {
+        /// The page id.
+        page: u32,
+        /// Pages in the registered pool.
+        pages: u64,
+    },
     /// A client error that is neither a refusal nor a fault to rejoin from (a descriptor that
-    /// cannot be passed, a page past the registered pool: nothing was sent).
+    /// cannot be passed: nothing was sent).
     #[error(transparent)]
     Client(ClientError),
     /// The session's cancel flag was raised while it waited ([`EngineSession::set_cancel`]).
@@ -254,9 +264,7 @@ fn classify(err: ClientError) -> Failure {
         e @ (ClientError::Wire(_) | ClientError::UnexpectedReply { .. }) => {
             Failure::Protocol(e.to_string())
         }
-        e @ (ClientError::Descriptor { .. } | ClientError::PageOutOfRange { .. }) => {
-            Failure::Client(e)
-        }
+        e @ ClientError::Descriptor { .. } => Failure::Client(e),
     }
 }
 
@@ -266,6 +274,8 @@ pub struct EngineSession {
     client: EngineClient,
     config: SessionConfig,
     registration: Option<Registration>,
+    /// Pages of the registered pool, as the agent counted them.
+    pool_pages: Option<u64>,
     book: TaskBook,
     /// Leader: the step to seal next; follower: the frame to read next.
     next: Step,
@@ -344,6 +354,7 @@ impl EngineSession {
             client,
             config,
             registration: None,
+            pool_pages: None,
             book: TaskBook::new(),
             next,
             applied: None,
@@ -451,9 +462,11 @@ impl EngineSession {
     fn register(&mut self, reg: Registration) -> Result<u64, SessionError> {
         let previous = self.registration.replace(reg);
         let result = self.run(REGISTER, send_registration);
-        if let Err(SessionError::Agent(_) | SessionError::Client(_)) = &result {
+        match &result {
+            Ok(pages) => self.pool_pages = Some(*pages),
             // A refused pool is not registered: keep registering the previous one.
-            self.registration = previous;
+            Err(SessionError::Agent(_) | SessionError::Client(_)) => self.registration = previous,
+            Err(_) => {}
         }
         result
     }
@@ -502,7 +515,8 @@ impl EngineSession {
     /// The task's outcome arrives once, in a later [`Applied`].
     ///
     /// # Errors
-    /// As [`EngineSession::lookup`], and [`SessionError::Ambiguous`].
+    /// [`SessionError::PageOutOfRange`] for a page past the registered pool (nothing is sent),
+    /// as [`EngineSession::lookup`], and [`SessionError::Ambiguous`].
     pub fn store(
         &mut self,
         request: RequestId,
@@ -533,6 +547,11 @@ impl EngineSession {
         block_hashes: &[BlockHash],
         page_ids: &[PageId],
     ) -> Result<TaskId, SessionError> {
+        if let Some(pages) = self.pool_pages {
+            if let Some(p) = page_ids.iter().find(|p| u64::from(p.0) >= pages) {
+                return Err(SessionError::PageOutOfRange { page: p.0, pages });
+            }
+        }
         let step = self.next;
         let task = self.run(call, |c, _| {
             let (h, p) = (block_hashes.to_vec(), page_ids.to_vec());

@@ -138,9 +138,6 @@ pub(crate) fn client(py: Python<'_>, e: ClientError) -> PyErr {
             .field("call", call.0)
             .field("waited_ms", waited_ms),
         ClientError::Broken { reason } => Raise::new(py, "Broken", msg).field("reason", reason),
-        ClientError::PageOutOfRange { page, pages } => Raise::new(py, "PageOutOfRange", msg)
-            .field("page", page)
-            .field("pages", pages),
         ClientError::Descriptor { fd, source } => descriptor(py, fd, &source),
     }
     .build()
@@ -228,6 +225,9 @@ pub(crate) fn session(py: Python<'_>, e: SessionError) -> PyErr {
             .field("step", step.0)
             .field("detail", detail),
         SessionError::Cancelled { call } => Raise::new(py, "Cancelled", msg).field("call", call),
+        SessionError::PageOutOfRange { page, pages } => Raise::new(py, "PageOutOfRange", msg)
+            .field("page", page)
+            .field("pages", pages),
     }
     .build()
 }

@@ -222,7 +222,9 @@ fn fatal(rank: u32, call: &'static str, epoch: u64, step: u64, e: SessionError) 
             step,
             detail,
         },
-        e @ (SessionError::NewEpoch { .. } | SessionError::Client(_)) => EngineError::Protocol {
+        e @ (SessionError::NewEpoch { .. }
+        | SessionError::Client(_)
+        | SessionError::PageOutOfRange { .. }) => EngineError::Protocol {
             rank,
             call,
             epoch,

@@ -214,16 +214,6 @@ class Broken(ClientError):
     reason: str
 
 
-class PageOutOfRange(ClientError):
-    """A page past the end of the pool: a ``store``/``load`` page past the registered pool
-    (nothing was sent), or ``PagePool.page`` past the end.
-
-    ``page``: the page id; ``pages``: pages in the pool."""
-
-    page: int
-    pages: int
-
-
 class DescriptorError(ClientError):
     """A file descriptor that is not open (or cannot be passed); nothing was sent.
 
@@ -344,6 +334,18 @@ class PoolGeometry(PagePoolError):
     path: str
     size_bytes: int
     page_size_bytes: int
+
+
+class PageOutOfRange(TandemError):
+    """A page past the end of the pool: a ``Session.store``/``load`` page past the registered
+    pool (nothing was sent), or ``PagePool.page`` past the last page. (A raw ``Client`` sends
+    the request; the rank whose pool is too small fails its shard and the task's outcome is
+    ``"failed"``, naming the page.)
+
+    ``page``: the page id; ``pages``: pages in the pool."""
+
+    page: int
+    pages: int
 
 
 class Closed(TandemError):
