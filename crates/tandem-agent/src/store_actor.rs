@@ -40,12 +40,21 @@ pub struct ShardDone {
 #[derive(Message)]
 #[rtype(result = "Result<u64, AgentError>")]
 pub struct RegisterBuffer {
-    /// The region's file.
-    pub path: String,
+    /// The region: its file, or the descriptor the engine passed.
+    pub source: PoolSource,
     /// Bytes of the region.
     pub size_bytes: u64,
     /// Bytes of one page; must equal the shard size.
     pub page_size_bytes: u64,
+}
+
+/// Where an engine's page pool is.
+#[derive(Debug)]
+pub enum PoolSource {
+    /// The region's file.
+    Path(String),
+    /// The region's descriptor, received with the request (`SCM_RIGHTS`).
+    Descriptor(std::os::fd::OwnedFd),
 }
 
 /// Carry out one command of this rank's core; shard results of the copies it starts go to
@@ -337,7 +346,8 @@ impl Actor for StoreActor {
 
 impl Handler<RegisterBuffer> for StoreActor {
     type Result = Result<u64, AgentError>;
-    /// Map the engine's page pool; the page size must be the shard size.
+    /// Map the engine's page pool (by path or descriptor); the page size must be the shard size
+    /// and the size a positive whole number of pages.
     fn handle(&mut self, msg: RegisterBuffer, _: &mut Self::Context) -> Self::Result {
         if msg.page_size_bytes != self.shard_bytes {
             return Err(AgentError::Buffer {
@@ -347,29 +357,25 @@ impl Handler<RegisterBuffer> for StoreActor {
                 ),
             });
         }
-        if self.registered() {
-            let _ = self.buffers.unregister(ENGINE_REGION);
-        }
         let spec = RegionSpec {
             name: ENGINE_REGION.into(),
             size_bytes: msg.size_bytes,
             page_size_bytes: msg.page_size_bytes,
         };
         let pages = spec.pages();
-        self.buffers
-            .register(spec)
-            .map_err(|e| AgentError::Buffer {
-                reason: e.to_string(),
-            })?;
-        if let Err(e) = self
-            .buffers
-            .map(ENGINE_REGION, std::path::Path::new(&msg.path))
-        {
-            let _ = self.buffers.unregister(ENGINE_REGION);
-            return Err(AgentError::Buffer {
-                reason: e.to_string(),
-            });
+        let refused = |e: tandem_store::buffer::BufferError| AgentError::Buffer {
+            reason: e.to_string(),
+        };
+        // Map the new pool beside the old one and swap only when it maps, so that a refused
+        // registration leaves the engine's current pool in place.
+        let mut fresh = EngineBuffers::new();
+        fresh.register(spec).map_err(refused)?;
+        match msg.source {
+            PoolSource::Path(path) => fresh.map(ENGINE_REGION, std::path::Path::new(&path)),
+            PoolSource::Descriptor(fd) => fresh.map_fd(ENGINE_REGION, fd),
         }
+        .map_err(refused)?;
+        self.buffers = fresh;
         Ok(pages)
     }
 }

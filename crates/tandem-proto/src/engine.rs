@@ -42,10 +42,12 @@ pub enum EngineRequest {
         rank: u32,
     },
     /// Register the engine's KV page pool: a file-backed shared-memory region of
-    /// `size_bytes` bytes holding pages of `page_size_bytes` bytes (one block shard per page).
+    /// `size_bytes` bytes holding pages of `page_size_bytes` bytes (one block shard per page),
+    /// named by path or passed as a descriptor ([`BufferSource`]). Registering again replaces
+    /// the pool.
     RegisterBuffer {
-        /// Path of the region's file (for example under `/dev/shm`).
-        path: String,
+        /// Where the region is.
+        source: BufferSource,
         /// Bytes of the region; a multiple of `page_size_bytes`.
         size_bytes: u64,
         /// Bytes of one page; equal to the group's block-shard size.
@@ -115,6 +117,17 @@ pub enum EngineRequest {
         /// The last step applied.
         step: Step,
     },
+}
+
+/// Where the agent finds an engine's page pool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BufferSource {
+    /// The region's file (for example under `/dev/shm`), opened by the agent.
+    Path(String),
+    /// The region's descriptor (for example a memfd), passed as `SCM_RIGHTS` ancillary data
+    /// with this request's bytes ([`crate::fdpass`]). A request that arrives without exactly
+    /// one descriptor is refused with [`AgentError::Buffer`].
+    Descriptor,
 }
 
 /// The agent's answer to one [`EngineRequest`].
