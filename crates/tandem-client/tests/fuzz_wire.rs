@@ -369,10 +369,11 @@ where
     );
     // Beyond the payload buffer (the claimed length), decoding allocates in proportion to the
     // bytes actually present (compact varints widen into structs; vectors grow by doubling),
-    // never in proportion to a length the payload claims.
+    // except that serde preallocates a vector for the length the payload claims, capped at
+    // 1 MiB (serde's `size_hint::cautious`): a claimed length can never cost more than that.
     if let Some(c) = claimed {
         prop_assert!(
-            largest <= c.max(4096 + 64 * bytes.len()),
+            largest <= c.max(4096 + 64 * bytes.len()).max(SERDE_PREALLOC_CAP),
             "claimed {} bytes, {} present, allocated {} at once",
             c,
             bytes.len(),
@@ -385,6 +386,9 @@ where
     prop_assert_eq!(&back, &msg);
     Ok(Some(msg))
 }
+
+/// The most serde preallocates for one sequence from a claimed length, bytes.
+const SERDE_PREALLOC_CAP: usize = 1024 * 1024;
 
 /// A reader that hands out at most `n` bytes per call, like a socket under load.
 struct Trickle<'a> {
