@@ -16,6 +16,8 @@
 //!   [`supervisor::SupervisedGroup`], agents plus supervisor started by the test.
 //! - [`redis`]: [`redis::RedisServer`], a `redis-server` child on a free port, with a minimal
 //!   RESP client.
+//! - [`redis_cluster`]: [`redis_cluster::RedisCluster`], a Redis Cluster of `redis-server`
+//!   children joined with `redis-cli --cluster create`, and a slot migration key by key.
 //! - [`http`]: GET, JSON bodies and Prometheus samples.
 //! - [`procs`]: signals, `/proc` (state, parent, command line, memory, listening ports) and
 //!   exit waits.
@@ -40,6 +42,7 @@ pub mod netns;
 pub mod procs;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;
 pub mod replay;
 pub mod replay_process;
 pub mod supervisor;

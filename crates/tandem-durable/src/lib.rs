@@ -80,6 +80,7 @@
 
 pub mod clock;
 pub mod conn;
+pub mod endpoint;
 pub mod epochs;
 pub mod error;
 pub mod id;
@@ -97,6 +98,7 @@ pub mod trim;
 pub use async_trait::async_trait;
 pub use clock::{ManualClock, SystemClock, WallClock};
 pub use conn::ConnTimeouts;
+pub use endpoint::{RedisEndpoint, ReplicationWait};
 pub use epochs::EpochStore;
 pub use error::{mask_url, DurableError, Result};
 pub use id::StreamEntryId;

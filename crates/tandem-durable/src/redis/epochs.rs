@@ -34,8 +34,21 @@ return e
 
 #[async_trait]
 impl EpochStore for RedisLog {
-    /// One script: INCR the counter and XADD the barrier `{epoch}-0`.
+    /// One script: INCR the counter and XADD the barrier `{epoch}-0` (both keys declared, in
+    /// one hash slot, so the script is legal under Redis Cluster). With a replication wait
+    /// the script is sent as EVAL followed by `WAIT` in one round trip (an epoch change is
+    /// rare; the script's text costs nothing then): an epoch counter that a failover could
+    /// move back would let two epochs share a number.
     async fn next_epoch(&self) -> Result<Epoch> {
+        if self.wait.replicas > 0 {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(NEXT_EPOCH_SCRIPT)
+                .arg(2)
+                .arg(&self.keys.completions)
+                .arg(&self.keys.epoch)
+                .arg(crate::record::RECORD_VERSION);
+            return self.replicated("next_epoch", cmd).await.map(Epoch);
+        }
         let mut inv = self.next_epoch_script.prepare_invoke();
         inv.key(&self.keys.completions)
             .key(&self.keys.epoch)

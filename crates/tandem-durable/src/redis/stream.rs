@@ -70,7 +70,12 @@ impl CompletionStream for RedisLog {
             .arg(RECORD_VERSION)
             .arg(FIELD_RECORD)
             .arg(bytes);
-        match self.conn.query::<String>("append_step", &cmd).await {
+        let appended = if self.wait.replicas == 0 {
+            self.conn.query::<String>("append_step", &cmd).await
+        } else {
+            self.replicated("append_step", cmd).await
+        };
+        match appended {
             Ok(id) => StreamEntryId::parse(&id),
             Err(DurableError::Rejected { reason, .. }) if reason.contains(STALE_ID_REPLY) => {
                 Err(self.stale(epoch).await)
