@@ -6,8 +6,8 @@
 //! failure reports, membership of each epoch, delivery tracking of the completion stream (XACK
 //! once the engine acknowledged a frame), and a watch on the epoch counter. When the counter
 //! moves, the current `ProtocolActor` stops and a fresh one starts in the new epoch; nothing of
-//! the old epoch's protocol resumes. Without Redis (`redis.url = ""`) the agent runs one epoch,
-//! and completions are not durable.
+//! the old epoch's protocol resumes. Without Redis (`redis.url = ""`, no cluster, no
+//! sentinels) the agent runs one epoch, and completions are not durable.
 //!
 //! It stops when the [`CancellationToken`] it is given is cancelled (the binary cancels it on
 //! SIGTERM or SIGINT; this library catches no signal), also while it waits for Redis, for
@@ -160,15 +160,13 @@ pub async fn serve(
     actix_rt::spawn(server);
     tracing::info!(http = %settings.http_addr, engine_socket = %settings.engine_socket.display(), "agent serving");
 
-    let log = if settings.config.redis.url.is_empty() {
-        tracing::warn!("redis.url is empty: completions are NOT durable and the group cannot be restarted by a supervisor");
-        None
-    } else {
-        let cfg = DurableConfig::new(
-            settings.config.redis.url.clone(),
-            settings.membership.group_id.0.clone(),
-            settings.world_size,
-        );
+    let durable = DurableConfig::from_config(
+        &settings.config.redis,
+        settings.membership.group_id.0.clone(),
+        settings.world_size,
+    );
+    let log = if let Some(cfg) = durable {
+        tracing::info!(redis = %settings.config.redis.describe(), wait_replicas = cfg.wait.replicas, "completion log");
         let mut warned = false;
         loop {
             tokio::select! {
@@ -189,6 +187,9 @@ pub async fn serve(
                 _ = shutdown.cancelled() => return Ok(()),
             }
         }
+    } else {
+        tracing::warn!("no Redis configured (redis.url empty, no cluster_nodes, no sentinels): completions are NOT durable and the group cannot be restarted by a supervisor");
+        None
     };
 
     let mut epoch = match (&log, fixed_epoch) {

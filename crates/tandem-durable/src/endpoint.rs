@@ -86,6 +86,28 @@ impl RedisEndpoint {
         }
     }
 
+    /// The deployment the `[redis]` section names; `None` when it names none (`url` empty,
+    /// no cluster, no sentinels). The credentials keys apply to cluster and Sentinel mode.
+    pub fn from_config(redis: &tandem_config::RedisConfig) -> Option<RedisEndpoint> {
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        match redis.mode() {
+            tandem_config::RedisMode::None => None,
+            tandem_config::RedisMode::Standalone => Some(RedisEndpoint::standalone(&redis.url)),
+            tandem_config::RedisMode::Cluster => Some(RedisEndpoint::Cluster {
+                nodes: redis.cluster_nodes.clone(),
+                username: text(&redis.username),
+                password: text(&redis.password),
+            }),
+            tandem_config::RedisMode::Sentinel => Some(RedisEndpoint::Sentinel {
+                sentinels: redis.sentinels.clone(),
+                master: redis.sentinel_master.clone(),
+                username: text(&redis.username),
+                password: text(&redis.password),
+                db: 0,
+            }),
+        }
+    }
+
     /// Checks the description is usable.
     ///
     /// # Errors
@@ -210,6 +232,38 @@ mod tests {
             RedisEndpoint::standalone("redis://:p@h:1").to_string(),
             "redis://***@h:1"
         );
+    }
+
+    #[test]
+    fn the_redis_section_names_the_endpoint() {
+        let mut r = tandem_config::RedisConfig::default();
+        assert_eq!(
+            RedisEndpoint::from_config(&r),
+            Some(RedisEndpoint::standalone("redis://127.0.0.1:6379"))
+        );
+        r.sentinels = vec!["redis://s:26379".into()];
+        r.sentinel_master = "m".into();
+        r.password = "pw".into();
+        assert_eq!(
+            RedisEndpoint::from_config(&r),
+            Some(RedisEndpoint::Sentinel {
+                sentinels: vec!["redis://s:26379".into()],
+                master: "m".into(),
+                username: None,
+                password: Some("pw".into()),
+                db: 0
+            })
+        );
+        r.cluster_nodes = vec!["redis://n:7000".into()];
+        assert!(matches!(
+            RedisEndpoint::from_config(&r),
+            Some(RedisEndpoint::Cluster { .. })
+        ));
+        let none = tandem_config::RedisConfig {
+            url: String::new(),
+            ..Default::default()
+        };
+        assert_eq!(RedisEndpoint::from_config(&none), None);
     }
 
     #[test]

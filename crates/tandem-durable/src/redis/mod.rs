@@ -48,6 +48,22 @@ impl DurableConfig {
         Self::with_endpoint(RedisEndpoint::standalone(url), group, world_size)
     }
 
+    /// The config the `[redis]` section describes for `group` of `world_size` ranks (its
+    /// deployment and replication wait, default timeouts); `None` when it names no Redis.
+    pub fn from_config(
+        redis: &tandem_config::RedisConfig,
+        group: impl Into<String>,
+        world_size: u32,
+    ) -> Option<Self> {
+        let endpoint = RedisEndpoint::from_config(redis)?;
+        let mut config = Self::with_endpoint(endpoint, group, world_size);
+        config.wait = ReplicationWait {
+            replicas: redis.wait_replicas,
+            timeout_ms: redis.wait_timeout_ms,
+        };
+        Some(config)
+    }
+
     /// A config for `endpoint` with default timeouts and page size, waiting for no replica.
     pub fn with_endpoint(
         endpoint: RedisEndpoint,
