@@ -18,6 +18,8 @@
 //!   RESP client.
 //! - [`redis_cluster`]: [`redis_cluster::RedisCluster`], a Redis Cluster of `redis-server`
 //!   children joined with `redis-cli --cluster create`, and a slot migration key by key.
+//! - [`sentinel`]: [`sentinel::SentinelSetup`], a primary, its replica and three sentinels,
+//!   for failovers.
 //! - [`http`]: GET, JSON bodies and Prometheus samples.
 //! - [`procs`]: signals, `/proc` (state, parent, command line, memory, listening ports) and
 //!   exit waits.
@@ -45,6 +47,7 @@ pub mod redis;
 pub mod redis_cluster;
 pub mod replay;
 pub mod replay_process;
+pub mod sentinel;
 pub mod supervisor;
 pub mod tmpfs;
 pub mod traces;

@@ -226,8 +226,7 @@ fn validate_redis(r: &crate::sections::RedisConfig) -> Result<(), ConfigError> {
     if !r.sentinels.is_empty() && r.sentinel_master.is_empty() {
         return Err(ConfigError::Value {
             key: "redis.sentinel_master",
-            reason: "must name the master the sentinels monitor when redis.sentinels is set"
-                .into(),
+            reason: "must name the master the sentinels monitor when redis.sentinels is set".into(),
         });
     }
     if r.sentinels.is_empty() && !r.sentinel_master.is_empty() {
@@ -439,7 +438,10 @@ mod tests {
         let c = load_layers(None, "f", Some(env.into_iter()), &Overrides::default()).unwrap();
         assert_eq!(
             c.redis.sentinels,
-            vec!["redis://s1:26379".to_string(), "redis://s2:26379".to_string()]
+            vec![
+                "redis://s1:26379".to_string(),
+                "redis://s2:26379".to_string()
+            ]
         );
         assert_eq!(c.redis.sentinel_master, "mymaster");
     }

@@ -205,9 +205,7 @@ impl Supervisor {
                     e @ (DurableError::InvalidGroup { .. }
                     | DurableError::InvalidUrl { .. }
                     | DurableError::InvalidEndpoint { .. }),
-                ) => {
-                    return Err(e.into())
-                }
+                ) => return Err(e.into()),
                 Err(e) => {
                     if !logged {
                         tracing::warn!(error = %e, "Redis unreachable; retrying");
