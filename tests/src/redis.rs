@@ -198,6 +198,15 @@ impl RedisServer {
         );
     }
 
+    /// As [`Self::restart`], with `extra_args` instead of the ones it was started with.
+    ///
+    /// # Panics
+    /// As [`Self::restart`].
+    pub fn restart_with_args(&mut self, extra_args: Vec<String>) {
+        self.options.extra_args = extra_args;
+        self.restart();
+    }
+
     /// Spawn on `self.port` and wait until PING answers PONG (so the append-only file is
     /// loaded); false when the process exited first (port taken) or the deadline passed.
     fn spawn(&mut self) -> bool {

@@ -16,8 +16,10 @@ use crate::{free_port, tail, ChildGuard};
 
 /// The master name the sentinels monitor.
 pub const MASTER: &str = "tandem-primary";
-/// A primary that does not answer for this long is down for a sentinel, in ms.
-pub const DOWN_AFTER_MS: u64 = 1000;
+/// A primary that does not answer for this long is down for a sentinel, in ms. Two seconds,
+/// not one: on a loaded two-core machine a sentinel starved for a second fails over a
+/// healthy primary.
+pub const DOWN_AFTER_MS: u64 = 2000;
 
 /// How long the sentinels may take to find each other and the replica.
 const READY: Duration = Duration::from_secs(30);
@@ -99,8 +101,8 @@ impl SentinelSetup {
         })
     }
 
-    /// Waits until every sentinel names a primary other than `old` and that server answers
-    /// `ROLE` as a master; its port.
+    /// Waits until every sentinel names a primary other than `old`, flags no failover in
+    /// progress, and that server answers `ROLE` as a master; its port.
     ///
     /// # Panics
     /// After `timeout`, with the sentinels' log tails.
@@ -118,7 +120,14 @@ impl SentinelSetup {
                 )
                 .collect();
             if let Some(Some(new)) = named.first() {
-                if *new != old && named.iter().all(|n| *n == Some(*new)) && role(*new) == "master" {
+                let settled = self.sentinels.iter().all(|s| {
+                    sentinel_master(s.port).get("flags").map(String::as_str) == Some("master")
+                });
+                if *new != old
+                    && named.iter().all(|n| *n == Some(*new))
+                    && role(*new) == "master"
+                    && settled
+                {
                     return *new;
                 }
             }
@@ -129,6 +138,20 @@ impl SentinelSetup {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Starts the data node on `old` again as a replica of the primary on `primary` (as a
+    /// deployment without persistence must: a former primary restarted empty as a primary
+    /// would be a candidate to promote before the sentinels demote it).
+    ///
+    /// # Panics
+    /// As [`RedisServer::restart`].
+    pub fn restart_as_replica(&mut self, old: u16, primary: u16) {
+        self.node_mut(old).restart_with_args(vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.to_string(),
+        ]);
     }
 
     /// Waits until the data node on `port` is a replica whose link to its master is up.
@@ -146,7 +169,8 @@ impl SentinelSetup {
             }
             assert!(
                 start.elapsed() < timeout,
-                "port {port} not a synced replica within {timeout:?}: {info:?}"
+                "port {port} not a synced replica within {timeout:?}: {info:?}\n{}",
+                self.logs()
             );
             std::thread::sleep(Duration::from_millis(50));
         }

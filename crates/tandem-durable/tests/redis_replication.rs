@@ -2,8 +2,9 @@
 //! (`--replicaof`) and, for the failover, three sentinels, all on loopback.
 //!
 //! What it shows: with `wait.replicas = 1` an append returns only once the replica holds it,
-//! and fails with [`DurableError::NotReplicated`] (nothing to reveal) while the replica cannot
-//! take it; so every append that succeeded survives the loss of the primary. With
+//! and fails with [`DurableError::NotReplicated`] (nothing to reveal, the entry taken back)
+//! while the replica cannot take it, and the epoch does not move; so every append that
+//! succeeded survives the loss of the primary. With
 //! `wait.replicas = 0` (the default) the appends the replica had not received when the
 //! primary died are gone after the failover: the replica is stopped here (SIGSTOP, its
 //! replication connection closed by the primary) to hold that window open as long as the
@@ -125,6 +126,12 @@ async fn with_a_replica_waited_for_no_acknowledged_append_is_lost_in_a_failover(
         );
         assert!(t.elapsed() < Duration::from_secs(2), "bounded by the wait");
     }
+    // The refused appends were taken back, and the epoch did not move.
+    assert_eq!(stream_ids(&primary), {
+        let mut all = vec![StreamEntryId { ms: e.0, seq: 0 }];
+        all.extend(&acknowledged);
+        all
+    });
     assert!(matches!(
         log.next_epoch().await,
         Err(DurableError::NotReplicated {
@@ -132,6 +139,7 @@ async fn with_a_replica_waited_for_no_acknowledged_append_is_lost_in_a_failover(
             ..
         })
     ));
+    assert_eq!(log.current_epoch().await.unwrap(), e);
     fail_over(&mut primary, &replica);
     let kept = stream_ids(&replica);
     for id in &acknowledged {
@@ -209,8 +217,7 @@ async fn a_sentinel_client_follows_the_failover_to_the_promoted_replica() {
     };
     // The promoted replica has no replica of its own yet: appends reach it (the client found
     // it through the sentinels) but are refused as not replicated, until the old primary
-    // comes back as its replica (a process supervisor restarts it; the sentinels turn it
-    // into a replica of the new primary).
+    // comes back as its replica.
     let t = Instant::now();
     let refused = loop {
         match log.append_step(e, Step(10), &[], &[ok(e.0, 10)]).await {
@@ -225,7 +232,7 @@ async fn a_sentinel_client_follows_the_failover_to_the_promoted_replica() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(refused);
-    setup.node_mut(old).restart();
+    setup.restart_as_replica(old, new);
     tokio::task::block_in_place(|| setup.wait_synced(old, Duration::from_secs(30)));
     let id = loop {
         match log.append_step(e, Step(11), &[], &[ok(e.0, 11)]).await {
@@ -259,6 +266,11 @@ async fn a_sentinel_client_follows_the_failover_to_the_promoted_replica() {
             "append {a} acknowledged before the failover is there"
         );
     }
-    assert_eq!(read.last(), Some(&id));
+    assert_eq!(
+        read.last(),
+        Some(&id),
+        "the refused appends on the promoted replica were taken back"
+    );
+    assert_eq!(read.len(), acknowledged.len() + 1);
     assert_eq!(log.current_epoch().await.unwrap(), Epoch(e.0));
 }

@@ -73,7 +73,13 @@ impl CompletionStream for RedisLog {
         let appended = if self.wait.replicas == 0 {
             self.conn.query::<String>("append_step", &cmd).await
         } else {
-            self.replicated("append_step", cmd).await
+            let stream = self.keys.completions.clone();
+            self.replicated("append_step", cmd, move |id: &String| {
+                let mut undo = redis::cmd("XDEL");
+                undo.arg(&stream).arg(id);
+                Some(undo)
+            })
+            .await
         };
         match appended {
             Ok(id) => StreamEntryId::parse(&id),
