@@ -20,7 +20,8 @@
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
 //! - [`manifest`]: a rank's record of its shards, persisted atomically.
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
-//! - `recover`: [`store::Store::open`], which verifies every manifest entry on (re)start.
+//! - `recover`: [`store::Store::open`], which takes over the manifest's entries on (re)start
+//!   without reading shards (each read verifies), and [`store::Store::scrub`].
 //! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
 //! - [`rebuild`]: the index rebuilt after a restart from the intersection of verified manifests.
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].

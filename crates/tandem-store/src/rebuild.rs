@@ -1,9 +1,10 @@
 //! Rebuilding the group index after a restart, from every rank's manifest.
 //!
-//! Owns [`RankBlocks`] (what one rank reports after verifying its manifest against its tiers)
-//! and [`GroupIndex::rebuild`]. A block survives only if every rank holds its shard; all others
-//! are dropped on every rank. It must never trust a rank's list blindly: each rank verifies its
-//! checksums before reporting (see `Store::open`), and the leader only intersects.
+//! Owns [`RankBlocks`] (what one rank reports from its manifest after opening its tiers) and
+//! [`GroupIndex::rebuild`]. A block survives only if every rank holds its shard; all others
+//! are dropped on every rank. The leader only intersects; the shards' bytes are checked where
+//! they are read (every load verifies its checksum; a shard that fails leaves the rank, and
+//! the failed load makes the leader drop the block from the group).
 
 use std::collections::BTreeMap;
 
@@ -14,12 +15,12 @@ use crate::block::BlockHash;
 use crate::index::{GroupIndex, IndexConfig, IndexError, Move};
 use crate::tier::TierKind;
 
-/// The verified shards of one rank: block hash and the tier holding it.
+/// The shards of one rank: block hash and the tier holding it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankBlocks {
     /// The reporting rank.
     pub rank: Rank,
-    /// Its shards whose checksums verified.
+    /// Its shards, as its manifest lists them.
     pub blocks: Vec<(BlockHash, TierKind)>,
 }
 

@@ -1,23 +1,27 @@
-//! Opening a rank's store: tiers, manifest, and the verification of every entry.
+//! Opening a rank's store: tiers, manifest, and which entries to take over.
 //!
-//! Owns [`Store::open`]: it maps or creates the host slab and the disk file, reads the
-//! manifest, checks every entry against its slot's bytes, drops the entries that fail, and
-//! builds the free lists. This is what lets a restarted agent serve its blocks again, and what
-//! keeps a corrupt or stale slot from ever being served. It must never trust an entry it has
-//! not read back. Verification reads every held shard once: about one second per 4 GB of
-//! shards at the copy speeds in docs/BENCHMARKS.md.
+//! Owns [`Store::open`] and [`Store::scrub`]. Open maps or creates the host slab and the disk
+//! file, reads the manifest and takes over every entry whose place is plausible (its tier
+//! file was reused, its slot inside the tier and listed once), without reading any shard:
+//! the manifest carries each shard's checksum, and every read of a shard (a load, a
+//! demotion, a promotion) verifies it and drops a shard that fails, which the leader then
+//! drops from the group like any corrupt block (README invariants 2 and 6). So a restart
+//! costs the manifest's size, not the tier's: reading every shard back took about one second
+//! per 4 GB at the copy speeds in docs/BENCHMARKS.md, minutes for a large disk tier.
+//! [`Store::scrub`] still reads everything, for an operator who wants the check up front.
+//! It must never serve a shard it has not verified since it was written or opened.
 
 use crate::disk::{DiskTier, DISK_SLAB_FILE};
 use crate::host::{HostTier, HOST_SLAB_FILE};
 use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
 use crate::shm::FileOrigin;
-use crate::store::{OpenReport, Store, StoreConfig, StoreError};
+use crate::store::{OpenReport, ScrubReport, Store, StoreConfig, StoreError};
 use crate::tier::TierKind;
 
 impl Store {
-    /// Opens this rank's tiers (creating them if needed), reads the manifest and verifies
-    /// every entry against its slot's bytes; entries that fail are dropped and the manifest is
-    /// rewritten.
+    /// Opens this rank's tiers (creating them if needed), reads the manifest and takes over
+    /// every entry whose place is plausible, without reading shards (each is verified when
+    /// it is read); entries that cannot be are dropped and the manifest is rewritten.
     ///
     /// Errors: [`StoreError::ZeroShard`], [`StoreError::Tier`] (files cannot be created or
     /// mapped), [`StoreError::Manifest`] (I/O errors; an undecodable manifest is discarded and
@@ -88,33 +92,59 @@ impl Store {
             disk,
             config,
         };
-        store.adopt(old, host_origin, disk_origin, &mut report)?;
+        store.adopt(old, host_origin, disk_origin, &mut report);
         store.flush_manifest()?;
         Ok((store, report))
     }
 
-    /// Verifies and takes over the entries of a loaded manifest; builds the free lists.
+    /// Reads every shard this rank holds and checks it against the manifest's checksum;
+    /// a shard that fails is dropped (as a failed load drops it) and listed. Open does not
+    /// do this (it trusts the manifest, each load verifies); a scrub checks everything up
+    /// front, at the tier's read speed.
+    ///
+    /// Errors: [`StoreError::Tier`] when a slot cannot be read (the shards checked so far
+    /// stay checked).
+    pub fn scrub(&mut self) -> Result<ScrubReport, StoreError> {
+        let mut report = ScrubReport::default();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let entries: Vec<_> = self
+            .manifest
+            .entries
+            .iter()
+            .map(|(&h, &l)| (h, l))
+            .collect();
+        let mut result = Ok(());
+        for (hash, loc) in entries {
+            let actual = match self.tier_mut(loc.tier) {
+                Some(tier) => tier.read_slot(loc.slot, &mut [&mut scratch[..]], hash),
+                None => continue,
+            };
+            match actual {
+                Ok(actual) if actual == loc.checksum => report.verified += 1,
+                Ok(_) => {
+                    self.evict(hash);
+                    report.corrupt.push(hash);
+                }
+                Err(e) => {
+                    result = Err(e.into());
+                    break;
+                }
+            }
+        }
+        self.scratch = scratch;
+        report.corrupt.sort_unstable();
+        result.map(|()| report)
+    }
+
+    /// Takes over the entries of a loaded manifest whose places are plausible (without
+    /// reading their shards); builds the free lists.
     fn adopt(
         &mut self,
         old: Manifest,
         host_origin: Option<FileOrigin>,
         disk_origin: Option<FileOrigin>,
         report: &mut OpenReport,
-    ) -> Result<(), StoreError> {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.adopt_entries(old, host_origin, disk_origin, report, &mut scratch);
-        self.scratch = scratch;
-        result
-    }
-
-    fn adopt_entries(
-        &mut self,
-        old: Manifest,
-        host_origin: Option<FileOrigin>,
-        disk_origin: Option<FileOrigin>,
-        report: &mut OpenReport,
-        scratch: &mut [u8],
-    ) -> Result<(), StoreError> {
+    ) {
         let mut used_host = vec![false; self.config.host_capacity_blocks as usize];
         let mut used_disk = vec![false; self.config.disk_capacity_blocks as usize];
         for (hash, loc) in old.entries {
@@ -124,6 +154,7 @@ impl Store {
                 #[allow(unreachable_patterns)]
                 _ => {
                     report.invalid += 1;
+                    self.dirty = true;
                     continue;
                 }
             };
@@ -133,18 +164,9 @@ impl Store {
                 self.dirty = true;
                 continue;
             }
-            let actual = match self.tier_mut(loc.tier) {
-                Some(tier) => tier.read_slot(loc.slot, &mut [&mut *scratch], hash)?,
-                None => continue,
-            };
-            if actual != loc.checksum {
-                report.corrupt.push(hash);
-                self.dirty = true;
-                continue;
-            }
             used[loc.slot as usize] = true;
             self.manifest.entries.insert(hash, loc);
-            report.verified += 1;
+            report.adopted += 1;
         }
         // Free lists are stacks; push in reverse so that low slots are used first.
         self.free_host = (0..used_host.len() as u64)
@@ -155,6 +177,5 @@ impl Store {
             .rev()
             .filter(|&s| !used_disk[s as usize])
             .collect();
-        Ok(())
     }
 }
