@@ -6,7 +6,7 @@
 //! they are read (every load verifies its checksum; a shard that fails leaves the rank, and
 //! the failed load makes the leader drop the block from the group).
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use tandem_proto::ids::Rank;
@@ -42,7 +42,9 @@ impl GroupIndex {
     /// Rebuilds the index from one [`RankBlocks`] per rank `0..world_size`: the intersection
     /// of their blocks, on host when every rank has the shard on host and on disk otherwise.
     /// Blocks beyond a tier's capacity go to disk, then are dropped. LRU order starts in block
-    /// hash order (manifests do not record use).
+    /// hash order (manifests do not record use). A block a rank lists twice counts once.
+    /// One pass over the union of the ranks' lists in hash order (lists not in hash order
+    /// are sorted first): `O(blocks × ranks)`, no map of every block.
     ///
     /// Errors: [`IndexError::EmptyGroup`], [`IndexError::RankOutOfRange`],
     /// [`IndexError::DuplicateRank`], [`IndexError::MissingRank`].
@@ -65,19 +67,44 @@ impl GroupIndex {
                 rank: Rank(missing as u32),
             });
         }
-        // hash → (ranks holding it, any rank holding it on disk)
-        let mut holders: BTreeMap<BlockHash, (u32, bool)> = BTreeMap::new();
-        for r in ranks {
-            for &(hash, tier) in &r.blocks {
-                let h = holders.entry(hash).or_insert((0, false));
-                h.0 += 1;
-                h.1 |= tier != TierKind::Host;
-            }
-        }
+        // Every rank's list in hash order, each block once (a manifest from
+        // `Store::rank_blocks` already is; any other is sorted here, that rank only), then one
+        // pass over their union in hash order: no map of every block on every rank.
+        let lists: Vec<Cow<'_, [(BlockHash, TierKind)]>> = ranks
+            .iter()
+            .map(|r| {
+                if r.blocks.windows(2).all(|w| w[0].0 < w[1].0) {
+                    Cow::Borrowed(r.blocks.as_slice())
+                } else {
+                    let mut sorted = r.blocks.clone();
+                    sorted.sort_by_key(|&(h, _)| h);
+                    sorted.dedup_by_key(|&mut (h, _)| h);
+                    Cow::Owned(sorted)
+                }
+            })
+            .collect();
+        let mut at = vec![0usize; lists.len()];
         let mut moves = Vec::new();
         let mut dropped = Vec::new();
         let mut kept = 0;
-        for (hash, (count, on_disk)) in holders {
+        loop {
+            let next = lists
+                .iter()
+                .zip(&at)
+                .filter_map(|(l, &i)| l.get(i).map(|&(h, _)| h))
+                .min();
+            let Some(hash) = next else { break };
+            // Ranks holding it, and whether any holds it on disk.
+            let (mut count, mut on_disk) = (0u32, false);
+            for (l, i) in lists.iter().zip(at.iter_mut()) {
+                if let Some(&(h, tier)) = l.get(*i) {
+                    if h == hash {
+                        count += 1;
+                        on_disk |= tier != TierKind::Host;
+                        *i += 1;
+                    }
+                }
+            }
             let host_room = index.occupancy(TierKind::Host) < config.host_capacity_blocks;
             let disk_room = index.occupancy(TierKind::Disk) < config.disk_capacity_blocks;
             if count < config.world_size {
@@ -164,6 +191,26 @@ mod tests {
             vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(3))]
         );
         assert_eq!(r.dropped, vec![BlockHash(3)]);
+    }
+
+    #[test]
+    fn unsorted_lists_and_repeats_give_the_same_rebuild() {
+        use TierKind::{Disk, Host};
+        let sorted = [
+            rank(0, &[(1, Host), (2, Host), (3, Disk), (4, Host)]),
+            rank(1, &[(1, Host), (2, Disk), (3, Disk)]),
+        ];
+        let shuffled = [
+            rank(1, &[(3, Disk), (1, Host), (2, Disk), (3, Disk)]),
+            rank(0, &[(4, Host), (2, Host), (1, Host), (3, Disk)]),
+        ];
+        let a = GroupIndex::rebuild(cfg(2, 4, 4), &sorted).unwrap();
+        let b = GroupIndex::rebuild(cfg(2, 4, 4), &shuffled).unwrap();
+        assert_eq!((a.moves, a.kept, a.dropped), (b.moves, b.kept, b.dropped));
+        // Rank 0 listing block 4 twice does not stand in for rank 1.
+        let twice = [rank(0, &[(4, Host), (4, Host)]), rank(1, &[])];
+        let r = GroupIndex::rebuild(cfg(2, 4, 4), &twice).unwrap();
+        assert_eq!(r.dropped, vec![BlockHash(4)]);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! pins, and the [`Move`]s (demote, promote, drop) that every rank applies to stay in step.
 //! It is sans-IO: inputs are method calls, outputs are plans; it never touches bytes, files or
 //! clocks (LRU age is a counter of index operations), and only the leader runs it. Ranks
-//! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md invariant 2).
+//! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md
+//! invariant 2).
 //!
 //! # Life of a block
 //! [`GroupIndex::begin_store`] reserves a place (host first, disk when the host tier has no
@@ -15,19 +16,27 @@
 //! block (and plans its promotion to host when it is on disk and host room can be made);
 //! [`GroupIndex::finish_load`] hands the pin back.
 //!
+//! # Storage
+//! `entries` keeps each block's entry (40 bytes) in a slab, a hash table of 4-byte slot
+//! numbers, and one doubly linked LRU list per tier through the entries: about 50 bytes per
+//! block at 10^7 blocks, a lookup one table probe and one entry read, a use or an eviction a
+//! few link updates (figures: `tandem bench scale`, docs/SCALE.md).
+//!
 //! # Pins
 //! A [`Pin`] is a move-only token: it cannot be copied, so it is handed back exactly once,
 //! and pinned blocks are never chosen for eviction. When the group enters a new epoch,
 //! [`GroupIndex::release_all_pins`] clears every pin and aborts pending stores; pins from the
 //! old generation are then refused with [`IndexError::StalePin`].
 
-use std::collections::{BTreeMap, HashMap};
+mod entries;
 
 use serde::{Deserialize, Serialize};
 use tandem_proto::ids::Rank;
 
 use crate::block::BlockHash;
 use crate::tier::TierKind;
+pub use entries::MAX_ENTRIES;
+use entries::{Entries, Entry};
 
 /// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
 /// number of ranks.
@@ -191,6 +200,14 @@ pub enum IndexError {
         /// The rank.
         rank: Rank,
     },
+    /// The tiers together hold more blocks than the index can number.
+    #[error("the tiers hold {blocks} blocks together, more than the index's {max}")]
+    TooLarge {
+        /// Host plus disk capacity, in blocks.
+        blocks: u64,
+        /// The most the index holds.
+        max: u64,
+    },
     /// A rebuild is missing a rank's manifest.
     #[error("rebuild: no manifest from rank {rank}")]
     MissingRank {
@@ -199,25 +216,11 @@ pub enum IndexError {
     },
 }
 
-/// One block in the index.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    tier: TierKind,
-    complete: bool,
-    pins: u32,
-    /// LRU age: the index tick of its last use; key in the tier's LRU map.
-    tick: u64,
-    /// Unique per insertion (the tick at insertion).
-    id: u64,
-}
-
 /// The leader's group index (see the module docs).
 #[derive(Debug)]
 pub struct GroupIndex {
     config: IndexConfig,
-    entries: HashMap<BlockHash, Entry>,
-    /// Per tier, tick → block, oldest first.
-    lru: BTreeMap<TierKind, BTreeMap<u64, BlockHash>>,
+    entries: Entries,
     clock: u64,
     generation: u64,
 }
@@ -225,15 +228,25 @@ pub struct GroupIndex {
 impl GroupIndex {
     /// An empty index.
     ///
-    /// Errors: [`IndexError::EmptyGroup`] when `world_size` is 0.
+    /// Errors: [`IndexError::EmptyGroup`] when `world_size` is 0;
+    /// [`IndexError::TooLarge`] when the tiers together hold more than
+    /// [`MAX_ENTRIES`] blocks.
     pub fn new(config: IndexConfig) -> Result<Self, IndexError> {
         if config.world_size == 0 {
             return Err(IndexError::EmptyGroup);
         }
+        let blocks = config
+            .host_capacity_blocks
+            .saturating_add(config.disk_capacity_blocks);
+        if blocks > MAX_ENTRIES {
+            return Err(IndexError::TooLarge {
+                blocks,
+                max: MAX_ENTRIES,
+            });
+        }
         Ok(GroupIndex {
             config,
-            entries: HashMap::new(),
-            lru: BTreeMap::new(),
+            entries: Entries::new(),
             clock: 0,
             generation: 0,
         })
@@ -261,37 +274,48 @@ impl GroupIndex {
 
     /// Blocks (complete or pending) in a tier.
     pub fn occupancy(&self, tier: TierKind) -> u64 {
-        self.lru.get(&tier).map_or(0, |m| m.len() as u64)
+        self.entries.tier_len(tier)
     }
 
-    /// Pinned blocks in a tier.
+    /// Blocks (complete or pending) in the index.
+    pub fn len(&self) -> u64 {
+        self.entries.len()
+    }
+
+    /// Whether the index holds no block.
+    pub fn is_empty(&self) -> bool {
+        self.entries.len() == 0
+    }
+
+    /// Pinned blocks in a tier (walks the tier).
     pub fn pinned(&self, tier: TierKind) -> u64 {
-        self.lru_iter(tier)
-            .filter(|h| self.entries.get(h).is_some_and(|e| e.pins > 0))
+        self.entries
+            .iter_tier(tier)
+            .filter(|&s| self.entries.get(s).pins > 0)
             .count() as u64
     }
 
     /// Blocks of a tier from least to most recently used.
     pub fn lru_order(&self, tier: TierKind) -> Vec<BlockHash> {
-        self.lru_iter(tier).collect()
+        self.entries
+            .iter_tier(tier)
+            .map(|s| self.entries.get(s).hash())
+            .collect()
     }
 
     /// Whether the block is complete on every rank (and so may be served).
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.entries.get(&hash).is_some_and(|e| e.complete)
+        self.entry(hash).is_some_and(|e| e.complete)
     }
 
     /// The tier of a complete block.
     pub fn tier_of(&self, hash: BlockHash) -> Option<TierKind> {
-        self.entries
-            .get(&hash)
-            .filter(|e| e.complete)
-            .map(|e| e.tier)
+        self.entry(hash).filter(|e| e.complete).map(|e| e.tier)
     }
 
     /// Whether the block is pinned.
     pub fn is_pinned(&self, hash: BlockHash) -> bool {
-        self.entries.get(&hash).is_some_and(|e| e.pins > 0)
+        self.entry(hash).is_some_and(|e| e.pins > 0)
     }
 
     /// Number of leading `hashes` that are complete: the longest cached prefix, in blocks.
@@ -305,7 +329,7 @@ impl GroupIndex {
     /// Errors: [`IndexError::AlreadyPresent`]; [`IndexError::TierFull`] when the target tier is
     /// full and every block in it is pinned (or it has no capacity).
     pub fn begin_store(&mut self, hash: BlockHash) -> Result<StorePlan, IndexError> {
-        if self.entries.contains_key(&hash) {
+        if self.entries.find(hash).is_some() {
             return Err(IndexError::AlreadyPresent { hash });
         }
         let tier = if self.config.host_capacity_blocks > 0 {
@@ -314,22 +338,12 @@ impl GroupIndex {
             TierKind::Disk
         };
         let moves = self.make_room(tier)?;
-        let tick = self.tick();
-        self.entries.insert(
-            hash,
-            Entry {
-                tier,
-                complete: false,
-                pins: 1,
-                tick,
-                id: tick,
-            },
-        );
-        self.lru.entry(tier).or_default().insert(tick, hash);
+        let id = self.tick();
+        self.entries.insert(hash, tier, false, 1, id);
         Ok(StorePlan {
             tier,
             moves,
-            pin: self.pin(hash, PinPurpose::Store, tick),
+            pin: self.pin(hash, PinPurpose::Store, id),
         })
     }
 
@@ -339,17 +353,21 @@ impl GroupIndex {
     /// (the block left the index meanwhile: report the store failed).
     pub fn finish_store(&mut self, pin: Pin) -> Result<(), IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
-        let tick = self.tick();
+        self.tick();
         let hash = pin.hash;
-        let entry = self
+        let slot = self
             .entries
-            .get_mut(&hash)
-            .filter(|e| !e.complete && e.id == pin.entry)
+            .find(hash)
+            .filter(|&s| {
+                let e = self.entries.get(s);
+                !e.complete && e.id == pin.entry
+            })
             .ok_or(IndexError::Dropped { hash })?;
-        entry.complete = true;
-        entry.pins = entry.pins.saturating_sub(1);
-        let (tier, old) = (entry.tier, std::mem::replace(&mut entry.tick, tick));
-        self.relink(hash, tier, old, tier, tick);
+        let e = self.entries.get_mut(slot);
+        e.complete = true;
+        e.pins = e.pins.saturating_sub(1);
+        let tier = e.tier;
+        self.entries.move_to_tail(slot, tier);
         Ok(())
     }
 
@@ -359,12 +377,11 @@ impl GroupIndex {
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
     pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<Move>, IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
-        if self
-            .entries
-            .get(&pin.hash)
-            .is_some_and(|e| !e.complete && e.id == pin.entry)
-        {
-            self.remove(pin.hash);
+        if let Some(slot) = self.entries.find(pin.hash).filter(|&s| {
+            let e = self.entries.get(s);
+            !e.complete && e.id == pin.entry
+        }) {
+            self.entries.remove(slot);
         }
         Ok(vec![Move::Drop(pin.hash)])
     }
@@ -374,27 +391,24 @@ impl GroupIndex {
     ///
     /// Errors: [`IndexError::NotPresent`], [`IndexError::NotComplete`].
     pub fn begin_load(&mut self, hash: BlockHash) -> Result<LoadPlan, IndexError> {
-        let entry = self
+        let slot = self
             .entries
-            .get(&hash)
-            .copied()
+            .find(hash)
             .ok_or(IndexError::NotPresent { hash })?;
+        let entry = *self.entries.get(slot);
         if !entry.complete {
             return Err(IndexError::NotComplete { hash });
         }
-        let tick = self.tick();
-        self.set(hash, |e| {
-            e.pins += 1;
-            e.tick = tick;
-        });
-        self.relink(hash, entry.tier, entry.tick, entry.tier, tick);
+        self.tick();
+        self.entries.get_mut(slot).pins += 1;
+        self.entries.move_to_tail(slot, entry.tier);
         let mut moves = Vec::new();
         let mut tier = entry.tier;
         if tier == TierKind::Disk && self.config.host_capacity_blocks > 0 {
             if let Ok(mut room) = self.make_room(TierKind::Host) {
                 moves.append(&mut room);
-                self.relink(hash, TierKind::Disk, tick, TierKind::Host, tick);
-                self.set(hash, |e| e.tier = TierKind::Host);
+                // The load's own pin keeps its entry (and so its slot) through make_room.
+                self.entries.move_to_tail(slot, TierKind::Host);
                 moves.push(Move::Promote(hash));
                 tier = TierKind::Host;
             }
@@ -411,11 +425,12 @@ impl GroupIndex {
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
     pub fn finish_load(&mut self, pin: Pin) -> Result<(), IndexError> {
         self.check_pin(&pin, PinPurpose::Load)?;
-        self.set(pin.hash, |e| {
+        if let Some(slot) = self.entries.find(pin.hash) {
+            let e = self.entries.get_mut(slot);
             if e.id == pin.entry {
                 e.pins = e.pins.saturating_sub(1);
             }
-        });
+        }
         Ok(())
     }
 
@@ -423,29 +438,28 @@ impl GroupIndex {
     /// on some rank); returns the move every rank applies, or `None` if it was not indexed.
     /// Outstanding pins on it become harmless.
     pub fn drop_block(&mut self, hash: BlockHash) -> Option<Move> {
-        self.entries.contains_key(&hash).then(|| {
-            self.remove(hash);
-            Move::Drop(hash)
-        })
+        let slot = self.entries.find(hash)?;
+        self.entries.remove(slot);
+        Some(Move::Drop(hash))
     }
 
     /// New epoch: clears every pin, forgets pending stores (returned, so that ranks drop
     /// whatever they wrote) and makes every earlier pin stale.
     pub fn release_all_pins(&mut self) -> Vec<BlockHash> {
         self.generation += 1;
-        let pending: Vec<BlockHash> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| !e.complete)
-            .map(|(&h, _)| h)
-            .collect();
-        for &h in &pending {
-            self.remove(h);
-        }
-        for e in self.entries.values_mut() {
+        let live: Vec<_> = self.entries.iter_live().collect();
+        let mut pending = Vec::new();
+        for slot in live {
+            let e = self.entries.get_mut(slot);
             e.pins = 0;
+            if !e.complete {
+                pending.push((e.hash(), slot));
+            }
         }
-        let mut pending = pending;
+        for &(_, slot) in &pending {
+            self.entries.remove(slot);
+        }
+        let mut pending: Vec<BlockHash> = pending.into_iter().map(|(h, _)| h).collect();
         pending.sort_unstable();
         pending
     }
@@ -453,18 +467,8 @@ impl GroupIndex {
     /// Inserts a complete, unpinned block as the most recently used of `tier` (rebuild only;
     /// the caller keeps occupancy within capacity).
     pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: TierKind) {
-        let tick = self.tick();
-        self.entries.insert(
-            hash,
-            Entry {
-                tier,
-                complete: true,
-                pins: 0,
-                tick,
-                id: tick,
-            },
-        );
-        self.lru.entry(tier).or_default().insert(tick, hash);
+        let id = self.tick();
+        self.entries.insert(hash, tier, true, 0, id);
     }
 
     /// Makes one free place in `tier`, evicting its least recently used unpinned block:
@@ -475,35 +479,31 @@ impl GroupIndex {
             return Ok(Vec::new());
         }
         let victim = self
-            .lru_iter(tier)
-            .find(|h| self.entries.get(h).is_some_and(|e| e.pins == 0))
-            .ok_or(IndexError::TierFull {
+            .entries
+            .iter_tier(tier)
+            .find(|&s| self.entries.get(s).pins == 0)
+            // Lazily: counting the pinned blocks walks the whole tier, which must only happen
+            // when the tier really is full of pins (`ok_or` would do it on every eviction).
+            .ok_or_else(|| IndexError::TierFull {
                 tier,
                 capacity_blocks: self.capacity(tier),
                 pinned: self.pinned(tier),
             })?;
+        let hash = self.entries.get(victim).hash();
         if tier == TierKind::Host && self.config.disk_capacity_blocks > 0 {
             if let Ok(mut moves) = self.make_room(TierKind::Disk) {
-                let tick = self.tick();
-                let old = self.entries.get(&victim).map_or(0, |e| e.tick);
-                self.relink(victim, TierKind::Host, old, TierKind::Disk, tick);
-                self.set(victim, |e| {
-                    e.tier = TierKind::Disk;
-                    e.tick = tick;
-                });
-                moves.push(Move::Demote(victim));
+                self.tick();
+                self.entries.move_to_tail(victim, TierKind::Disk);
+                moves.push(Move::Demote(hash));
                 return Ok(moves);
             }
         }
-        self.remove(victim);
-        Ok(vec![Move::Drop(victim)])
+        self.entries.remove(victim);
+        Ok(vec![Move::Drop(hash)])
     }
 
-    fn lru_iter(&self, tier: TierKind) -> impl Iterator<Item = BlockHash> + '_ {
-        self.lru
-            .get(&tier)
-            .into_iter()
-            .flat_map(|m| m.values().copied())
+    fn entry(&self, hash: BlockHash) -> Option<&Entry> {
+        self.entries.find(hash).map(|s| self.entries.get(s))
     }
 
     fn tick(&mut self) -> u64 {
@@ -537,36 +537,7 @@ impl GroupIndex {
         }
         Ok(())
     }
-
-    fn set(&mut self, hash: BlockHash, f: impl FnOnce(&mut Entry)) {
-        if let Some(e) = self.entries.get_mut(&hash) {
-            f(e);
-        }
-    }
-
-    fn relink(
-        &mut self,
-        hash: BlockHash,
-        from: TierKind,
-        old_tick: u64,
-        to: TierKind,
-        new_tick: u64,
-    ) {
-        if let Some(m) = self.lru.get_mut(&from) {
-            m.remove(&old_tick);
-        }
-        self.lru.entry(to).or_default().insert(new_tick, hash);
-    }
-
-    fn remove(&mut self, hash: BlockHash) {
-        if let Some(e) = self.entries.remove(&hash) {
-            if let Some(m) = self.lru.get_mut(&e.tier) {
-                m.remove(&e.tick);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
-#[path = "index_tests.rs"]
 mod tests;
