@@ -83,6 +83,8 @@ impl GroupIndex {
                 }
             })
             .collect();
+        // At most the shortest list survives the intersection.
+        index.reserve(lists.iter().map(|l| l.len() as u64).min().unwrap_or(0));
         let mut at = vec![0usize; lists.len()];
         let mut moves = Vec::new();
         let mut dropped = Vec::new();

@@ -137,37 +137,43 @@ impl Store {
     }
 
     /// Takes over the entries of a loaded manifest whose places are plausible (without
-    /// reading their shards); builds the free lists.
+    /// reading their shards); builds the free lists. The manifest's map is kept as it is
+    /// and only the implausible entries are removed from it: a restart with a large tier
+    /// pays one pass over the entries, not a second map.
     fn adopt(
         &mut self,
-        old: Manifest,
+        mut old: Manifest,
         host_origin: Option<FileOrigin>,
         disk_origin: Option<FileOrigin>,
         report: &mut OpenReport,
     ) {
         let mut used_host = vec![false; self.config.host_capacity_blocks as usize];
         let mut used_disk = vec![false; self.config.disk_capacity_blocks as usize];
-        for (hash, loc) in old.entries {
+        let mut invalid = Vec::new();
+        for (&hash, loc) in &old.entries {
             let (used, origin) = match loc.tier {
                 TierKind::Host => (&mut used_host, host_origin),
                 TierKind::Disk => (&mut used_disk, disk_origin),
                 #[allow(unreachable_patterns)]
                 _ => {
-                    report.invalid += 1;
-                    self.dirty = true;
+                    invalid.push(hash);
                     continue;
                 }
             };
             let taken = used.get(loc.slot as usize).copied();
             if origin != Some(FileOrigin::Reused) || taken != Some(false) {
-                report.invalid += 1;
-                self.dirty = true;
+                invalid.push(hash);
                 continue;
             }
             used[loc.slot as usize] = true;
-            self.manifest.entries.insert(hash, loc);
-            report.adopted += 1;
         }
+        for hash in &invalid {
+            old.entries.remove(hash);
+        }
+        report.invalid = invalid.len();
+        report.adopted = old.entries.len();
+        self.dirty |= !invalid.is_empty();
+        self.manifest.entries = old.entries;
         // Free lists are stacks; push in reverse so that low slots are used first.
         self.free_host = (0..used_host.len() as u64)
             .rev()

@@ -42,6 +42,8 @@ pub struct IndexRow {
     /// every block), decoding included: each manifest goes through postcard as the leader
     /// reads it from Redis.
     pub rebuild_ms: f64,
+    /// The part of `rebuild_ms` spent decoding the manifests.
+    pub rebuild_decode_ms: f64,
     /// Ranks whose manifests the rebuild intersects.
     pub world_size: u32,
     /// Bytes of one rank's manifest as published (postcard `RankBlocks`).
@@ -151,10 +153,14 @@ fn one_size(n: u64, world_size: u32, batch: usize) -> IndexRow {
     drop(set);
 
     // Rebuild: every rank's manifest, encoded as published, decoded and intersected.
+    // In hash order, as `Store::rank_blocks` lists a rank's manifest.
+    let mut sorted = hashes.clone();
+    sorted.sort_unstable();
     let manifest = RankBlocks {
         rank: Rank(0),
-        blocks: hashes.iter().map(|&h| (h, TierKind::Host)).collect(),
+        blocks: sorted.iter().map(|&h| (h, TierKind::Host)).collect(),
     };
+    drop(sorted);
     let encoded: Vec<Vec<u8>> = (0..world_size)
         .map(|r| {
             let mut m = manifest.clone();
@@ -174,6 +180,7 @@ fn one_size(n: u64, world_size: u32, batch: usize) -> IndexRow {
         .iter()
         .map(|b| postcard::from_bytes(b).expect("decode"))
         .collect();
+    let rebuild_decode_ms = t.elapsed().as_secs_f64() * 1e3;
     let rebuilt = GroupIndex::rebuild(config, &ranks).expect("rebuild");
     let rebuild_ms = t.elapsed().as_secs_f64() * 1e3;
     assert_eq!(rebuilt.kept as u64, n);
@@ -187,6 +194,7 @@ fn one_size(n: u64, world_size: u32, batch: usize) -> IndexRow {
         insert_ns,
         evict_ns,
         rebuild_ms,
+        rebuild_decode_ms,
         world_size,
         manifest_bytes,
     }

@@ -112,6 +112,13 @@ impl Entries {
         }
     }
 
+    /// Makes room for `additional` more entries without growing the table meanwhile.
+    pub(super) fn reserve(&mut self, additional: usize) {
+        let (state, chunks) = (&self.state, &self.chunks);
+        self.table
+            .reserve(additional, |&s| state.hash_one(entry_in(chunks, s).hash()));
+    }
+
     /// Entries held.
     pub(super) fn len(&self) -> u64 {
         self.live

@@ -464,6 +464,14 @@ impl GroupIndex {
         pending
     }
 
+    /// Makes room for `blocks` more blocks at once (rebuild only: one table allocation
+    /// instead of one per doubling).
+    pub(crate) fn reserve(&mut self, blocks: u64) {
+        let room = blocks.min(self.config.host_capacity_blocks + self.config.disk_capacity_blocks);
+        self.entries
+            .reserve(usize::try_from(room).unwrap_or(usize::MAX));
+    }
+
     /// Inserts a complete, unpinned block as the most recently used of `tier` (rebuild only;
     /// the caller keeps occupancy within capacity).
     pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: TierKind) {

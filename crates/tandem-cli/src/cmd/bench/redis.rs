@@ -78,6 +78,13 @@ impl RedisChild {
     }
 }
 
+impl RedisChild {
+    /// The server's process id (for its CPU time).
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for RedisChild {
     fn drop(&mut self) {
         let _ = self.child.kill();
