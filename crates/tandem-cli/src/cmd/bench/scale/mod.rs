@@ -168,7 +168,7 @@ fn render(
         ]);
     }
     out += &format!(
-        "restart: one agent (--epoch 1, no Redis) with a {:.1} GiB disk tier of {} KiB shards, full ({fill:?} fill, {:.0} s to write; disk free {}) against empty, {} trials each\n{}",
+        "restart: one agent (1 rank, its own Redis; new epoch → agent start → ready) with a {:.1} GiB disk tier of {} KiB shards, full ({fill:?} fill, {:.0} s to write; disk free {}) against empty, {} trials each\n{}",
         gib(restart.full.slab_bytes),
         restart.shard_bytes >> 10,
         restart.full.seconds,

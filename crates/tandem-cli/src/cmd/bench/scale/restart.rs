@@ -3,9 +3,14 @@
 //! part of it that grows with the tier (opening the store) on its own, with what an open
 //! that read every shard back (before the manifest was trusted) costs beside it.
 //!
-//! Owns the trials and the agent's configuration: one rank (pp 1 × tp 1), no Redis
-//! (`--epoch 1`: the agent runs one epoch alone, so nothing but the agent is timed), a small
-//! host tier, the disk tier under test. Full and empty trials alternate.
+//! Owns the trials and the agent's configuration: one rank (pp 1 × tp 1) on a Redis of its
+//! own, a small host tier, the disk tier under test. Each trial moves the group to a new
+//! epoch (what the supervisor does when it restarts a group), then starts the agent and
+//! times it to `/readyz` 200: it opens its store, connects, recovers the completion stream,
+//! publishes its manifest, reads every rank's back and rebuilds the group index from them,
+//! which is the whole path of a restart that depends on the tier. The supervisor's failure
+//! detection before it (a heartbeat timeout, `tandem bench recovery`) does not. Full and
+//! empty trials alternate, on two groups of the same Redis.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +23,9 @@ use tandem_proto::ids::Rank;
 use tandem_store::disk::IoMode;
 use tandem_store::store::StoreConfig;
 
+use tandem_durable::{DurableConfig, EpochStore, RedisLog};
+
+use crate::cmd::bench::redis::RedisChild;
 use crate::cmd::bench::stats::Summary;
 use crate::local::http_get;
 
@@ -102,14 +110,22 @@ pub(super) fn run(
     eprintln!("tandem bench scale: reading every shard back once (the open before) ...");
     let (scrub_ms, scrub_verified) = time_scrub(&full_cfg)?;
 
-    let full_conf = write_config(root, "full", &full_cfg, head_dim)?;
-    let empty_conf = write_config(root, "empty", &empty_cfg, head_dim)?;
+    let redis = RedisChild::start()?;
+    let full_conf = write_config(root, "full", &full_cfg, head_dim, &redis.url)?;
+    let empty_conf = write_config(root, "empty", &empty_cfg, head_dim, &redis.url)?;
+    let runtime = actix_rt::Runtime::new().context("cannot start an async runtime")?;
     let mut agent_full = Vec::new();
     let mut agent_empty = Vec::new();
     for _ in 0..TRIALS {
-        agent_full.push(agent_to_ready(&full_conf)?);
-        agent_empty.push(agent_to_ready(&empty_conf)?);
+        for (conf, out) in [
+            (&full_conf, &mut agent_full),
+            (&empty_conf, &mut agent_empty),
+        ] {
+            runtime.block_on(next_epoch(&redis.url, &conf.2))?;
+            out.push(agent_to_ready(conf)?);
+        }
     }
+    drop(redis);
     let agent_full_ms = Summary::of(&agent_full);
     let agent_empty_ms = Summary::of(&agent_empty);
     Ok(RestartReport {
@@ -126,13 +142,21 @@ pub(super) fn run(
     })
 }
 
-/// The agent's configuration for one tier; its path and HTTP port.
+/// Moves `group` (one rank) to a new epoch, as its supervisor does at a restart.
+async fn next_epoch(url: &str, group: &str) -> anyhow::Result<()> {
+    let log = RedisLog::connect(&DurableConfig::new(url, group, 1)).await?;
+    log.next_epoch().await?;
+    Ok(())
+}
+
+/// The agent's configuration for one tier: its path, HTTP port and group name.
 fn write_config(
     root: &Path,
     which: &str,
     store: &StoreConfig,
     head_dim: usize,
-) -> anyhow::Result<(PathBuf, u16)> {
+    redis_url: &str,
+) -> anyhow::Result<(PathBuf, u16, String)> {
     let port = |()| -> anyhow::Result<u16> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -166,7 +190,7 @@ http_base_port = {http}
 engine_socket_dir = "{dir}/sock"
 
 [redis]
-url = ""
+url = "{redis_url}"
 
 [log]
 level = "warn"
@@ -187,16 +211,16 @@ level = "warn"
             store.shard_bytes
         );
     }
-    Ok((path, http))
+    Ok((path, http, format!("scale-{which}")))
 }
 
-/// Starts `tandem agent --rank 0 --epoch 1` on `config` and returns ms until `/readyz`
-/// answers 200; then stops it (SIGTERM, then SIGKILL) and waits for it.
-fn agent_to_ready(config: &(PathBuf, u16)) -> anyhow::Result<f64> {
+/// Starts `tandem agent --rank 0` on `config` and returns ms until `/readyz` answers 200;
+/// then stops it (SIGTERM, then SIGKILL) and waits for it.
+fn agent_to_ready(config: &(PathBuf, u16, String)) -> anyhow::Result<f64> {
     let exe = std::env::current_exe().context("cannot find the tandem binary")?;
     let started = Instant::now();
     let mut child = Command::new(exe)
-        .args(["agent", "--rank", "0", "--epoch", "1", "--config"])
+        .args(["agent", "--rank", "0", "--config"])
         .arg(&config.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
