@@ -1,5 +1,5 @@
-//! `cargo run --release -p tandem-bench --example open_tier -- BLOCKS [SHARD_KIB]`: fills a
-//! sparse disk tier of BLOCKS blocks in a temporary directory and times `Store::open` of it
+//! `cargo run --release -p tandem-bench --example open_tier -- BLOCKS [SHARD_KIB] [DIR]`: fills
+//! a sparse disk tier of BLOCKS blocks in a temporary directory (or DIR, kept) and times `Store::open` of it
 //! two hundred times (what `tandem bench scale` measures beside an agent's restart).
 
 use tandem_bench::scale::{fill_disk_tier, time_open, Fill};
@@ -11,14 +11,17 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let blocks: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(16_384);
     let shard_kib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1024);
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    // A third argument keeps the tier in that directory (for starting an agent on it).
+    let dir_arg = args.next().map(std::path::PathBuf::from);
+    let root = dir_arg.as_deref().unwrap_or(tmp.path());
     let config = StoreConfig {
         rank: Rank(0),
         shard_bytes: shard_kib << 10,
         host_capacity_blocks: 16,
         disk_capacity_blocks: blocks,
-        host_dir: dir.path().join("host"),
-        disk_dir: dir.path().join("disk"),
+        host_dir: root.join("host"),
+        disk_dir: root.join("disk"),
         disk_io: IoMode::Buffered,
     };
     let filled = fill_disk_tier(&config, Fill::Sparse, 1).expect("fill");

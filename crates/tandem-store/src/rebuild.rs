@@ -30,7 +30,8 @@ pub struct Rebuild {
     /// The new index: every kept block complete and unpinned.
     pub index: GroupIndex,
     /// Moves every rank applies (drops of blocks missing somewhere or over capacity, demotions
-    /// of blocks that some rank holds on disk), in order.
+    /// of blocks that some rank holds on host and another on disk, or that spill to disk),
+    /// in order.
     pub moves: Vec<Move>,
     /// Blocks kept, in blocks.
     pub kept: usize,
@@ -96,17 +97,18 @@ impl GroupIndex {
                 .filter_map(|(l, &i)| l.get(i).map(|&(h, _)| h))
                 .min();
             let Some(hash) = next else { break };
-            // Ranks holding it, and whether any holds it on disk.
-            let (mut count, mut on_disk) = (0u32, false);
+            // Ranks holding it, and how many of them on disk.
+            let (mut count, mut disk_count) = (0u32, 0u32);
             for (l, i) in lists.iter().zip(at.iter_mut()) {
                 if let Some(&(h, tier)) = l.get(*i) {
                     if h == hash {
                         count += 1;
-                        on_disk |= tier != TierKind::Host;
+                        disk_count += u32::from(tier != TierKind::Host);
                         *i += 1;
                     }
                 }
             }
+            let on_disk = disk_count > 0;
             let host_room = index.occupancy(TierKind::Host) < config.host_capacity_blocks;
             let disk_room = index.occupancy(TierKind::Disk) < config.disk_capacity_blocks;
             if count < config.world_size {
@@ -116,7 +118,12 @@ impl GroupIndex {
                 index.insert_complete(hash, TierKind::Host);
                 kept += 1;
             } else if disk_room {
-                moves.push(Move::Demote(hash));
+                // Only the ranks that hold it on host move it; when every rank has it on
+                // disk already there is nothing to move (a restart of a full disk tier would
+                // otherwise plan one no-op per block).
+                if disk_count < count {
+                    moves.push(Move::Demote(hash));
+                }
                 index.insert_complete(hash, TierKind::Disk);
                 kept += 1;
             } else {
@@ -167,11 +174,8 @@ mod tests {
         assert_eq!(r.dropped, vec![BlockHash(4)]);
         assert_eq!(
             r.moves,
-            vec![
-                Move::Demote(BlockHash(2)),
-                Move::Demote(BlockHash(3)),
-                Move::Drop(BlockHash(4))
-            ]
+            vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(4))],
+            "block 3 is on disk on every rank already: nothing to move"
         );
         assert_eq!(r.index.tier_of(BlockHash(1)), Some(Host));
         assert_eq!(r.index.tier_of(BlockHash(2)), Some(Disk));
