@@ -15,6 +15,12 @@
 //! `BTreeMap`s ordered by use took 135.
 //!
 //! Slots are `u32`: at most [`MAX_ENTRIES`] blocks.
+//!
+//! # Hashing
+//! hashbrown's default hasher (foldhash, seeded per process): a block hash is already a
+//! digest, so the table needs spreading, not cryptographic strength, and foldhash's seed
+//! keeps engineered collisions impractical; it costs a few ns where SipHash costs tens, which
+//! is most of an insert during a rebuild.
 
 use std::hash::BuildHasher;
 
@@ -84,7 +90,7 @@ impl Default for List {
 pub(super) struct Entries {
     chunks: Vec<Vec<Entry>>,
     table: HashTable<Slot>,
-    state: std::hash::RandomState,
+    state: hashbrown::DefaultHashBuilder,
     lists: [List; TIERS],
     free: Slot,
     live: u64,
@@ -105,7 +111,7 @@ impl Entries {
         Entries {
             chunks: Vec::new(),
             table: HashTable::new(),
-            state: std::hash::RandomState::new(),
+            state: hashbrown::DefaultHashBuilder::default(),
             lists: [List::default(); TIERS],
             free: NIL,
             live: 0,

@@ -8,7 +8,8 @@
 //!   10^5, 10^6 and 10^7 blocks against a `HashSet` of the same hashes, and the leader's
 //!   rebuild from 8 ranks' manifests (`tandem_bench::scale::bench_index`).
 //! - **redis** ([`redis`]): commands per step of one group under a replay, stream memory per
-//!   entry, and the most groups one `redis-server` carries at 50 steps per second each.
+//!   entry, the most groups one `redis-server` carries at 50 steps per second each, and what
+//!   waiting for a replica costs an append.
 //!
 //! Owns the part's order, its flags' defaults and its tables; targets are printed with
 //! pass/fail marks, never asserted.
@@ -77,8 +78,13 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         &[10, 25, 50, 100, 200, 400, 800]
     };
     let groups = redis::groups(levels, if args.quick { 4.0 } else { 10.0 })?;
+    let wait = redis::replication_wait(if args.quick { 300 } else { 3000 })?;
 
-    let table = render(&restart, fill, free, &index, &ops, &groups);
+    let mut table = render(&restart, fill, free, &index, &ops, &groups);
+    table += &format!(
+        "\nreplication wait: append_step on a primary with one replica on loopback (append-only files on), {} appends each, interleaved\nwait_replicas = 0: p50 {:.0} µs, p99 {:.0} µs; wait_replicas = 1: p50 {:.0} µs, p99 {:.0} µs; ratio p50 {:.2}\n",
+        wait.appends, wait.no_wait_us.p50, wait.no_wait_us.p99, wait.wait_one_us.p50, wait.wait_one_us.p99, wait.ratio_p50
+    );
     Ok(PartOutput {
         table,
         json: json!({
@@ -89,6 +95,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
             "index_targets": index_targets(&index),
             "redis_ops": ops,
             "redis_groups": groups,
+            "replication_wait": wait,
         }),
     })
 }
@@ -177,9 +184,10 @@ fn render(
         t.render()
     );
     out += &format!(
-        "ratio full / empty (agent p50): {:.2} {} (target ≤ {RESTART_TARGET}); reading every shard back would add {:.0} ms ({} shards)\n\n",
+        "ratio full / empty (agent p50): {:.2} {} (target ≤ {RESTART_TARGET}), {:+.1} ms; reading every shard back would add {:.0} ms ({} shards)\n\n",
         restart.agent_ratio,
         mark(restart.agent_ratio <= RESTART_TARGET),
+        restart.agent_full_ms.p50 - restart.agent_empty_ms.p50,
         restart.open_and_scrub_full_ms - restart.open_full_ms.p50,
         restart.scrub_verified
     );

@@ -4,6 +4,9 @@
 //! steps per second each (synthetic groups sending the same traffic through the same client
 //! code: `tandem_bench::scale::bench_groups`), with its CPU measured.
 //!
+//! And what `redis.wait_replicas = 1` costs an append, against `0`, on a primary and its
+//! replica on loopback.
+//!
 //! Owns the replay's set-up and the load levels; targets none (docs/SCALE.md extrapolates).
 
 use std::collections::BTreeMap;
@@ -17,7 +20,11 @@ use tandem_bench::scale::{bench_groups, GroupsOptions, GroupsRow};
 use tandem_replay::{pool_pages_needed, run_replay, Capacity, ReplayParams, Speed};
 use tandem_trace::SynthWorkload;
 
+use tandem_durable::{CompletionStream, DurableConfig, EpochStore, RedisLog, ReplicationWait};
+use tandem_proto::Step;
+
 use crate::cmd::bench::redis::RedisChild;
+use crate::cmd::bench::stats::Summary;
 use crate::cmd::up::small_model;
 use crate::local::{LocalCluster, LocalSpec};
 
@@ -159,4 +166,76 @@ pub(super) fn groups(levels: &[u32], seconds: f64) -> anyhow::Result<GroupsRepor
         carried_cpu_cores: carried.map_or(0.0, |r| r.redis_cpu_cores),
         levels: rows,
     })
+}
+
+/// What waiting for a replica costs an append.
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct WaitReport {
+    /// Appends per setting.
+    pub appends: usize,
+    /// `append_step` with `wait_replicas = 0`, µs.
+    pub no_wait_us: Summary,
+    /// `append_step` with `wait_replicas = 1` (the replica on loopback), µs.
+    pub wait_one_us: Summary,
+    /// `wait_one_us.p50 / no_wait_us.p50`.
+    pub ratio_p50: f64,
+}
+
+/// Appends with and without waiting for the replica of a primary started here (both with
+/// their append-only file on), interleaved.
+///
+/// # Errors
+/// When Redis does not start or an append fails.
+pub(super) fn replication_wait(appends: usize) -> anyhow::Result<WaitReport> {
+    let primary = RedisChild::start()?;
+    let port = primary.port().to_string();
+    let replica = RedisChild::start_with(&["--replicaof", "127.0.0.1", &port])?;
+    let runtime = actix_rt::Runtime::new().context("cannot start an async runtime")?;
+    let (no_wait, wait_one) = runtime.block_on(async {
+        let mut config = DurableConfig::new(&primary.url, "wait-bench", 1);
+        let plain = RedisLog::connect(&config).await?;
+        config.wait = ReplicationWait {
+            replicas: 1,
+            timeout_ms: 1000,
+        };
+        let waited = RedisLog::connect(&config).await?;
+        // The replica's first sync: the first waited append returns once it is done.
+        let epoch = plain.next_epoch().await?;
+        let started = std::time::Instant::now();
+        loop {
+            match waited.append_step(epoch, Step(0), &[], &[]).await {
+                Ok(_) => break,
+                Err(_) if started.elapsed() < std::time::Duration::from_secs(30) => {}
+                Err(e) => return Err(anyhow::Error::from(e)),
+            }
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for s in 0..appends as u64 {
+            for (log, out) in [(&plain, &mut a), (&waited, &mut b)] {
+                let t = std::time::Instant::now();
+                log.append_step(epoch, Step(s), &[], &[outcome(epoch, s)])
+                    .await?;
+                out.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        Ok::<_, anyhow::Error>((a, b))
+    })?;
+    drop(replica);
+    let no_wait_us = Summary::of(&no_wait);
+    let wait_one_us = Summary::of(&wait_one);
+    Ok(WaitReport {
+        appends,
+        ratio_p50: wait_one_us.p50 / no_wait_us.p50,
+        no_wait_us,
+        wait_one_us,
+    })
+}
+
+fn outcome(epoch: tandem_proto::Epoch, seq: u64) -> tandem_proto::TaskOutcome {
+    tandem_proto::TaskOutcome {
+        task: tandem_proto::TaskId::new(epoch, seq),
+        kind: tandem_proto::TaskKind::Store,
+        request: tandem_proto::RequestId(seq),
+        result: tandem_proto::OutcomeResult::Ok,
+    }
 }
