@@ -64,6 +64,8 @@ pub struct GroupsRow {
     pub append_p99_us: f64,
     /// Calls that failed (any error).
     pub errors: u64,
+    /// Entries each stream held before the run.
+    pub prefill_entries: u64,
 }
 
 /// Where and how to drive.
@@ -83,6 +85,9 @@ pub struct GroupsOptions {
     pub levels: Vec<u32>,
     /// `stream_max_len` the leaders trim to.
     pub stream_max_len: usize,
+    /// Entries each group's stream holds before the run (appended and acknowledged by every
+    /// rank, as after a long run): the steady state the trim scans at every pass.
+    pub prefill_entries: u64,
 }
 
 /// Why the run could not be made.
@@ -128,6 +133,8 @@ struct SyntheticGroup {
     ranks: Vec<RedisLog>,
     supervisor: RedisLog,
     epoch: Epoch,
+    /// The first step the run appends (after a prefill).
+    first_step: u64,
 }
 
 async fn one_level(
@@ -153,7 +160,49 @@ async fn one_level(
             ranks,
             supervisor,
             epoch,
+            first_step: 0,
         });
+    }
+    if options.prefill_entries > 0 {
+        let mut fills = Vec::new();
+        for (i, g) in built.iter().enumerate() {
+            let (log, epoch, n) = (g.ranks[0].clone(), g.epoch, options.prefill_entries);
+            let ranks = g.ranks.clone();
+            let name = format!("bench-l{level}-g{i}");
+            fills.push(tokio::spawn(async move {
+                let mut last = None;
+                for s in 0..n {
+                    let started = [started_task(epoch, s)];
+                    let finished = s
+                        .checked_sub(1)
+                        .map(|p| finished_task(epoch, p))
+                        .into_iter()
+                        .collect::<Vec<_>>();
+                    last = Some(log.append_step(epoch, Step(s), &started, &finished).await?);
+                }
+                if let Some(last) = last {
+                    for (r, l) in ranks.iter().enumerate() {
+                        l.ack_through(Rank(r as u32), last).await?;
+                    }
+                }
+                Ok::<_, DurableError>(name)
+            }));
+        }
+        for f in fills {
+            match f.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(source)) => {
+                    return Err(GroupsError::Durable {
+                        group: "prefill".into(),
+                        source,
+                    })
+                }
+                Err(e) => return Err(GroupsError::Info(e.to_string())),
+            }
+        }
+        for g in &mut built {
+            g.first_step = options.prefill_entries;
+        }
     }
     let stop = Arc::new(AtomicBool::new(false));
     let steps = Arc::new(AtomicU64::new(0));
@@ -203,6 +252,7 @@ async fn one_level(
         append_p50_us: pct(0.5),
         append_p99_us: pct(0.99),
         errors: errors.load(Ordering::SeqCst),
+        prefill_entries: options.prefill_entries,
     })
 }
 
@@ -216,7 +266,7 @@ async fn drive(
     errors: &AtomicU64,
 ) -> Vec<u64> {
     let mut latencies = Vec::new();
-    let mut step = 0u64;
+    let mut step = g.first_step;
     let mut ticks = 0u64;
     let mut next_step = tokio::time::Instant::now();
     let mut next_tick = next_step;

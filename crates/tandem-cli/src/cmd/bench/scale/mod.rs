@@ -78,9 +78,22 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         &[10, 25, 50, 100, 200, 400, 800]
     };
     let groups = redis::groups(levels, if args.quick { 4.0 } else { 10.0 })?;
+    // The steady state: every stream at the default `stream_max_len`, which each trim scans.
+    let steady_entries = if args.quick {
+        10_000
+    } else {
+        tandem_config::RedisConfig::default().stream_max_len
+    };
+    let steady = redis::groups_with(&[10], if args.quick { 4.0 } else { 10.0 }, steady_entries)?;
     let wait = redis::replication_wait(if args.quick { 300 } else { 3000 })?;
 
     let mut table = render(&restart, fill, free, &index, &ops, &groups);
+    if let Some(r) = steady.levels.first() {
+        table += &format!(
+            "\nsteady state: {} groups whose streams hold {} acknowledged entries each (the default stream_max_len, what every trim then scans): achieved {:.0} of {:.0} steps/s, redis {:.2} cores, {:.1} redis CPU µs/step (same groups on empty streams: the level of {} above)\n",
+            r.groups, r.prefill_entries, r.achieved_steps_per_s, r.offered_steps_per_s * f64::from(r.groups), r.redis_cpu_cores, r.redis_cpu_us_per_step, r.groups
+        );
+    }
     table += &format!(
         "\nreplication wait: append_step on a primary with one replica on loopback (append-only files on), {} appends each, interleaved\nwait_replicas = 0: p50 {:.0} µs, p99 {:.0} µs; wait_replicas = 1: p50 {:.0} µs, p99 {:.0} µs; ratio p50 {:.2}\n",
         wait.appends, wait.no_wait_us.p50, wait.no_wait_us.p99, wait.wait_one_us.p50, wait.wait_one_us.p99, wait.ratio_p50
@@ -95,6 +108,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
             "index_targets": index_targets(&index),
             "redis_ops": ops,
             "redis_groups": groups,
+            "redis_steady_state": steady,
             "replication_wait": wait,
         }),
     })

@@ -133,12 +133,24 @@ pub(super) struct GroupsReport {
 /// # Errors
 /// When Redis cannot start or a group cannot connect.
 pub(super) fn groups(levels: &[u32], seconds: f64) -> anyhow::Result<GroupsReport> {
+    groups_with(levels, seconds, 0)
+}
+
+/// As [`groups`], every stream holding `prefill` acknowledged entries before the run.
+///
+/// # Errors
+/// As [`groups`].
+pub(super) fn groups_with(
+    levels: &[u32],
+    seconds: f64,
+    prefill: u64,
+) -> anyhow::Result<GroupsReport> {
     let open_files = raise_open_files();
     let mut rows: Vec<GroupsRow> = Vec::new();
     for &groups in levels {
         // A fresh server per level: earlier levels' streams do not weigh on later ones.
         let redis = RedisChild::start()?;
-        eprintln!("tandem bench scale: {groups} synthetic groups at {STEPS_PER_S} steps/s ...");
+        eprintln!("tandem bench scale: {groups} synthetic groups at {STEPS_PER_S} steps/s (streams prefilled with {prefill} entries) ...");
         let options = GroupsOptions {
             url: redis.url.clone(),
             redis_pid: Some(redis.pid()),
@@ -147,6 +159,7 @@ pub(super) fn groups(levels: &[u32], seconds: f64) -> anyhow::Result<GroupsRepor
             seconds,
             levels: vec![groups],
             stream_max_len: tandem_config::RedisConfig::default().stream_max_len as usize,
+            prefill_entries: prefill,
         };
         let mut row = bench_groups(&options)?;
         let row = row.pop().context("no level measured")?;
