@@ -47,7 +47,8 @@ fn read_msg(s: &mut TcpStream) -> Option<Message> {
 }
 
 /// The fingerprint the test group's ranks present (see `Group::configure`: 8 layers, 8 KV heads,
-/// head_dim 16, 2 bytes, 16 tokens per block, pp 1 × tp 2).
+/// head_dim 16, 2 bytes, 16 tokens per block, pp 1 × tp 2, 64 host and 64 disk blocks, window 8,
+/// heartbeats every 50 ms with a 1 s timeout, the default frame limit and retention).
 fn group_fingerprint() -> ConfigFingerprint {
     ConfigFingerprint {
         world_size: 2,
@@ -59,6 +60,13 @@ fn group_fingerprint() -> ConfigFingerprint {
         head_dim: 16,
         dtype_bytes: 2,
         shard_bytes: 8 * 2 * 4 * 16 * 2 * 16,
+        host_capacity_blocks: 64,
+        disk_capacity_blocks: 64,
+        max_frame_bytes: 16 * 1024 * 1024,
+        window_steps: 8,
+        frame_retention_steps: 1024,
+        heartbeat_interval_ms: 50,
+        heartbeat_timeout_ms: 1000,
     }
 }
 

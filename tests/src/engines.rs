@@ -139,6 +139,7 @@ pub fn agent_error_kind(e: &AgentError) -> &'static str {
         AgentError::NotReady { .. } => "not_ready",
         AgentError::Buffer { .. } => "buffer",
         AgentError::BadRequest { .. } => "bad_request",
+        AgentError::FrameTooLarge { .. } => "frame_too_large",
     }
 }
 

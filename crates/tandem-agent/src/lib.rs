@@ -30,6 +30,7 @@ pub mod tiers;
 
 use std::path::PathBuf;
 
+use tandem_store::lock::TierLock;
 use tandem_store::store::{Store, StoreConfig};
 
 pub use crate::settings::{AgentSettings, SettingsError};
@@ -40,6 +41,14 @@ pub enum AgentRunError {
     /// The store's tiers could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] tandem_store::store::StoreError),
+    /// Another process holds this rank's tiers (another agent for the same rank runs, or one
+    /// has not stopped): this agent touched nothing and exits.
+    #[error("{0}; this agent touched nothing and exits")]
+    Locked(#[from] tandem_store::lock::LockError),
+    /// Another process took this rank's tiers over (this agent had lost its lock): it stops
+    /// without changing them.
+    #[error("this agent no longer owns the rank's tiers and stops: {0}")]
+    Fenced(String),
     /// The group index configuration was refused.
     #[error("invalid group index: {0}")]
     Index(#[from] tandem_store::index::IndexError),
@@ -80,9 +89,22 @@ fn tier_dir(template: &str, settings: &AgentSettings) -> PathBuf {
     )
 }
 
+/// The lock file beside an engine socket (`rank<r>.sock.lock`), never unlinked.
+pub fn socket_lock_path(socket: &std::path::Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
 /// Run one agent until `shutdown` is cancelled (a clean stop, `Ok`; the binary cancels it on
 /// SIGTERM or SIGINT) or a fatal error. With `fixed_epoch`, the agent runs that one epoch
 /// without a supervisor; otherwise it follows the epoch counter in Redis.
+///
+/// The first thing it does is lock the rank's tiers and its engine socket
+/// ([`TierLock`]): a second agent for a rank that has one exits with
+/// [`AgentRunError::Locked`], naming the lock file and the pid holding it, before it opens,
+/// creates or unlinks anything (the running agent's engine socket included). The lock is held
+/// until this function returns.
 ///
 /// # Errors
 /// [`AgentRunError`]: what could not start, or why a follower could not join.
@@ -100,7 +122,12 @@ pub fn run(
         disk_dir: tier_dir(&settings.config.store.disk_dir, &settings),
         disk_io: Default::default(),
     };
-    let (store, report) = Store::open(store_config)?;
+    let lock = TierLock::acquire(&store_config, &[socket_lock_path(&settings.engine_socket)])?;
+    tracing::info!(
+        incarnation = lock.fence().token().incarnation,
+        "this rank's tiers and engine socket are locked"
+    );
+    let (store, report) = Store::open_locked(store_config, &lock)?;
     tracing::info!(
         adopted = report.adopted,
         invalid = report.invalid,
@@ -109,5 +136,7 @@ pub fn run(
     let system = actix::System::new();
     let result = system.block_on(runtime::serve(settings, store, fixed_epoch, shutdown));
     actix::System::current().stop();
+    // Held to the end: nothing of this process touches the tiers after this.
+    drop(lock);
     result
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::{Actor, Addr, Arbiter};
 use tandem_durable::liveness::{FailureReport, Heartbeat};
+use tandem_durable::recovery::EntryCheck;
 use tandem_durable::{
     AckTracker, CompletionStream, DurableConfig, EpochStore, LivenessStore, RedisLog, StreamEntryId,
 };
@@ -113,11 +114,12 @@ pub async fn serve(
     store_arbiter.spawn_fn(move || {
         std::mem::forget(span.entered());
     });
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
+    let store_fatal = fatal_tx.clone();
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
-        StoreActor::new(store, shard_bytes, store_metrics)
+        StoreActor::new(store, shard_bytes, store_metrics, store_fatal)
     });
     let router = Router::default();
-    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentEvent>();
 
     if settings.is_leader() {
@@ -251,6 +253,19 @@ pub async fn serve(
         .heartbeat_timeout_ms
         .saturating_mul(cadence::HEARTBEAT_TTL_TIMEOUTS);
     let mut tracker = AckTracker::new();
+    // Entries this rank reads are held to what the fenced append writes: a copy is counted
+    // and reported here as it arrives (it is still acknowledged: it carries nothing), and
+    // recovery ignores it.
+    let mut entry_check = EntryCheck::new();
+    let mut read_entries = |entries: &[tandem_durable::LoggedStep], tracker: &mut AckTracker| {
+        for e in entries {
+            if let Err(r) = entry_check.check_step(e) {
+                tracing::warn!(rejection = %r, "completion stream entry ignored: a copy, or inconsistent with its id");
+                metrics.stream_entries_rejected().inc();
+            }
+        }
+        tracker.on_read(entries);
+    };
     let outcome = 'epochs: loop {
         // Every log line of this epoch on this thread (the protocol actor's too) carries it.
         let _epoch_span = tracing::info_span!("epoch", epoch = epoch.0).entered();
@@ -289,7 +304,7 @@ pub async fn serve(
                             // Read what was appended since the last tick, so that the ack
                             // covers every entry the engine has now applied.
                             if let Ok(entries) = log.read_new(rank, cadence::READ_BATCH).await {
-                                tracker.on_read(&entries);
+                                read_entries(&entries, &mut tracker);
                             }
                             let ids = tracker.on_engine_ack(e, step);
                             if let Err(err) = log.ack(rank, &ids).await {
@@ -324,7 +339,7 @@ pub async fn serve(
                         }
                     }
                     match log.read_new(rank, cadence::READ_BATCH).await {
-                        Ok(entries) => tracker.on_read(&entries),
+                        Ok(entries) => read_entries(&entries, &mut tracker),
                         Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
                     }
                     // The leader bounds the stream: entries every rank acknowledged go, beyond
@@ -436,6 +451,14 @@ async fn start_epoch(
         },
         None => None,
     };
+    if let Some(r) = recovery.as_ref().filter(|r| r.entries_rejected > 0) {
+        tracing::warn!(
+            rejected = r.entries_rejected,
+            scanned = r.entries_scanned,
+            "recovery ignored completion stream entries that are copies of earlier ones or inconsistent with their ids"
+        );
+        metrics.stream_entries_rejected().add(r.entries_rejected);
+    }
     let acknowledged: std::collections::BTreeSet<TaskId> = recovery
         .as_ref()
         .and_then(|r| r.acknowledged_by_rank.get(s.rank.0 as usize).cloned())
@@ -479,6 +502,7 @@ async fn start_epoch(
                 retention_steps: s.retention_steps,
                 heartbeat_timeout_ms: s.heartbeat_timeout_ms,
                 start_ms: clock.now_ms(),
+                max_frame_bytes: s.max_frame_bytes as u64,
             },
             reconciliation,
         )?;

@@ -132,3 +132,15 @@ impl AgentSettings {
         self.rank.0 == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The leader's engine receives a frame as one reply: the reply's variant (1 byte), the
+    /// frame (the `Message::Frame` payload less its 1-byte variant) and the call id (at most
+    /// 10 bytes). The configuration's ceiling keeps that within the engine socket's limit.
+    #[test]
+    fn every_frame_a_peer_accepts_fits_one_engine_reply() {
+        let ceiling = tandem_config::load::MAX_FRAME_BYTES_CEILING as usize;
+        assert!(ceiling + 10 <= tandem_client::wire::MAX_MESSAGE_BYTES);
+    }
+}

@@ -5,17 +5,22 @@
 //! shards between engine pages and tiers for the tasks it is given, and reports each task's
 //! shard result to the `ProtocolActor`. It never decides placement, eviction or whether a task
 //! finished: those are the leader's, and it only carries them out. It runs on its own arbiter
-//! (thread) so that copies never delay the protocol.
+//! (thread) so that copies never delay the protocol. Every write it makes is fenced by this
+//! process's incarnation and the current epoch (`tandem_store::fence`): once another process
+//! owns the rank's tiers, the first refused write stops the agent ([`AgentRunError::Fenced`]).
 
 use actix::{Actor, AsyncContext, Context, Handler, Message, Recipient};
 use tandem_client::api::AgentError;
 use tandem_proto::frame::{TaskStart, TierOp};
 use tandem_proto::ids::{Epoch, TaskId};
 use tandem_store::buffer::{EngineBuffers, RegionSpec};
+use tandem_store::fence::Fence;
 use tandem_store::rebuild::RankBlocks;
 use tandem_store::store::{Store, StoreError};
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::tiers::{store_move, store_tier};
+use crate::AgentRunError;
 
 /// The name under which the engine's page pool is registered.
 const ENGINE_REGION: &str = "engine";
@@ -123,17 +128,25 @@ pub struct StoreActor {
     shard_bytes: u64,
     report_to: Option<Recipient<ShardDone>>,
     stats: StoreStats,
+    /// Where a fenced write stops the agent.
+    fatal: UnboundedSender<AgentRunError>,
+    /// Set once a write was fenced: nothing more is attempted.
+    fenced: bool,
 }
 
 impl StoreActor {
-    /// Wrap an opened store; `shard_bytes` is the page size engines must register.
+    /// Wrap an opened store; `shard_bytes` is the page size engines must register; a write
+    /// refused by the fence is sent to `fatal`.
     pub fn new(
         store: Store,
         shard_bytes: u64,
         metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
+        fatal: UnboundedSender<AgentRunError>,
     ) -> Self {
         let (writer, snapshots) =
             std::sync::mpsc::channel::<(tandem_store::manifest::Manifest, std::path::PathBuf)>();
+        let fence: Fence = store.fence().clone();
+        let writer_fatal = fatal.clone();
         std::thread::Builder::new()
             .name("manifest-writer".into())
             .spawn(move || {
@@ -142,8 +155,16 @@ impl StoreActor {
                     while let Ok(newer) = snapshots.try_recv() {
                         latest = newer;
                     }
-                    if let Err(e) = latest.0.save(&latest.1) {
-                        tracing::error!(error = %e, "cannot write the shard manifest");
+                    match latest.0.save_fenced(&latest.1, &fence) {
+                        Ok(()) => {}
+                        Err(e @ tandem_store::manifest::ManifestError::Fenced { .. }) => {
+                            tracing::error!(error = %e, "the shard manifest is not written: another process owns this rank's tiers");
+                            let _ = writer_fatal.send(AgentRunError::Fenced(e.to_string()));
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot write the shard manifest");
+                        }
                     }
                 }
             })
@@ -158,7 +179,25 @@ impl StoreActor {
             shard_bytes,
             report_to: None,
             stats: StoreStats::default(),
+            fatal,
+            fenced: false,
         }
+    }
+
+    /// A write was refused by the fence: stop writing and stop the agent. True when `e` is
+    /// such a refusal.
+    fn fenced(&mut self, e: &StoreError) -> bool {
+        let fenced = matches!(
+            e,
+            StoreError::Fenced(_)
+                | StoreError::Manifest(tandem_store::manifest::ManifestError::Fenced { .. })
+        );
+        if fenced && !self.fenced {
+            self.fenced = true;
+            tracing::error!(error = %e, "this agent lost the rank's tiers to another process: stopping");
+            let _ = self.fatal.send(AgentRunError::Fenced(e.to_string()));
+        }
+        fenced
     }
 
     fn report(&self, task: TaskId, result: Result<(), String>) {
@@ -168,8 +207,12 @@ impl StoreActor {
         }
     }
 
-    /// Fence work by epoch: only the current epoch's is applied.
+    /// Fence work by epoch: only the current epoch's is applied, and nothing once this
+    /// process lost the rank's tiers.
     fn current(&mut self, epoch: Epoch) -> bool {
+        if self.fenced {
+            return false;
+        }
         if epoch != self.epoch {
             self.stats.stale_epoch_rejected += 1;
             tracing::debug!(
@@ -214,7 +257,10 @@ impl StoreActor {
                 }
                 // A retried copy of the same block: the shard is already here.
                 Err(StoreError::AlreadyStored { .. }) => {}
-                Err(e) => return Err(format!("block {hash} from page {page}: {e}")),
+                Err(e) => {
+                    self.fenced(&e);
+                    return Err(format!("block {hash} from page {page}: {e}"));
+                }
             }
         }
         Ok(())
@@ -247,6 +293,7 @@ impl StoreActor {
                         self.stats.checksum_failures += 1;
                         self.metrics.checksum_failures().inc();
                     }
+                    self.fenced(&e);
                     return Err(format!("block {hash} into page {page}: {e}"));
                 }
             }
@@ -321,8 +368,10 @@ impl Actor for StoreActor {
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
         // On the way out, write synchronously: nothing waits for copies any more.
-        if let Err(e) = self.store.flush_manifest() {
-            tracing::error!(error = %e, "cannot write the shard manifest");
+        if !self.fenced {
+            if let Err(e) = self.store.flush_manifest() {
+                tracing::error!(error = %e, "cannot write the shard manifest");
+            }
         }
         actix::Running::Stop
     }
@@ -334,6 +383,12 @@ impl Handler<BeginEpoch> for StoreActor {
     fn handle(&mut self, msg: BeginEpoch, _: &mut Self::Context) {
         self.epoch = msg.epoch;
         self.report_to = Some(msg.report_to);
+        // The fence moves to the new epoch: from now on the rank's tiers take writes of this
+        // process in this epoch only.
+        if let Err(e) = self.store.begin_epoch(msg.epoch.0) {
+            self.fenced(&e);
+            return;
+        }
         if msg.wipe {
             let blocks: Vec<_> = self
                 .store
@@ -405,6 +460,9 @@ impl Handler<ApplyTierOps> for StoreActor {
         self.manifest_changed = true;
         for op in msg.1 {
             if let Err(e) = self.store.apply(store_move(op)) {
+                if self.fenced(&e) {
+                    return;
+                }
                 self.stats.tier_op_failures += 1;
                 tracing::error!(?op, error = %e, "tier operation failed: this rank diverged from the group index");
             }

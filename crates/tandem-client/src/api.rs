@@ -8,6 +8,29 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::frame::{Frame, LookupResult};
 use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
+/// The id of one call on one engine connection: chosen by the client (from 1, one more for
+/// every request it sends on the connection) and echoed by the agent in the reply, so that a
+/// reply is only ever taken as the answer to the request that asked for it.
+///
+/// On the wire it follows the message body as a postcard varint (see [`crate::wire`]). `0`
+/// ([`CallId::NONE`]) names no call: the agent answers with it a request whose id it could not
+/// read.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct CallId(pub u64);
+
+impl CallId {
+    /// No call: the id of an answer to a request whose id could not be read.
+    pub const NONE: CallId = CallId(0);
+}
+
+impl std::fmt::Display for CallId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
 /// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EngineRequest {
@@ -202,6 +225,19 @@ pub enum AgentError {
         /// What was wrong (names the page id, length or region).
         reason: String,
     },
+    /// The request could make a frame larger than the group's wire limit
+    /// (`protocol.max_frame_bytes`): refused, nothing recorded, so that no frame is ever sealed
+    /// that the leader cannot send. `bytes` is the largest frame the leader could then have to
+    /// seal (its open step, with every start and outcome not yet revealed and every task in
+    /// flight at its largest outcome). Split the request, or send it in a later step once
+    /// outcomes have been revealed.
+    #[error("frame too large: the request could make a frame of {bytes} bytes, over protocol.max_frame_bytes = {limit}; nothing was recorded (split it, or send it in a later step)")]
+    FrameTooLarge {
+        /// The largest frame the leader could then have to seal, in bytes.
+        bytes: u64,
+        /// `protocol.max_frame_bytes`, in bytes.
+        limit: u64,
+    },
     /// The request was malformed (for example block and page lists of different lengths).
     #[error("bad request: {reason}")]
     BadRequest {
@@ -308,6 +344,14 @@ mod tests {
         assert_eq!(
             AgentError::BadRequest { reason: "x".into() }.to_string(),
             "bad request: x"
+        );
+        assert_eq!(
+            AgentError::FrameTooLarge {
+                bytes: 65_537,
+                limit: 65_536
+            }
+            .to_string(),
+            "frame too large: the request could make a frame of 65537 bytes, over protocol.max_frame_bytes = 65536; nothing was recorded (split it, or send it in a later step)"
         );
     }
 }

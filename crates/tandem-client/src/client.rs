@@ -1,8 +1,15 @@
 //! The blocking engine client: one connection from an engine to its rank's agent.
 //!
-//! Every call sends one request and waits for its one reply, with a socket deadline a little
-//! past the request's own deadline, so no call waits forever.
+//! Every call sends one request under a new [`CallId`] and waits for the reply that names that
+//! id, at most the request's own deadline plus a slack ([`EngineClient::set_reply_slack`]), so
+//! no call waits forever. A call that runs out of time returns [`ClientError::Timeout`] and
+//! leaves the connection usable: the agent's late reply to it is read and discarded by a later
+//! call (it names an older id), and bytes of a message cut by the deadline stay buffered, so
+//! the stream never falls out of step. A reply that cannot belong to any call sent (a later id,
+//! no id, bytes that do not decode) breaks the connection for good
+//! ([`ClientError::Broken`]): [`EngineClient::reconnect`].
 
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -10,12 +17,15 @@ use std::time::{Duration, Instant};
 use tandem_proto::frame::{Frame, LookupResult};
 use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
-use crate::api::{AgentError, EngineReply, EngineRequest};
+use crate::api::{AgentError, CallId, EngineReply, EngineRequest};
 use crate::pages::PagePool;
-use crate::wire::{read_message, write_message, WireError};
+use crate::wire::{decode_call, encode_call, split_message, WireError};
 
-/// Slack added to a request's deadline for the socket read, milliseconds.
-const SOCKET_SLACK_MS: u64 = 2_000;
+/// Default slack added to a request's deadline before the call gives up waiting for its reply.
+pub const DEFAULT_REPLY_SLACK: Duration = Duration::from_secs(2);
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -36,13 +46,35 @@ pub enum ClientError {
         /// The last connect error.
         source: std::io::Error,
     },
-    /// The agent answered with a reply of the wrong kind (a bug on one side).
+    /// The agent answered the call with a reply of the wrong kind (a bug on one side).
     #[error("unexpected reply to {request}: {reply}")]
     UnexpectedReply {
         /// The request's kind.
         request: &'static str,
         /// The reply, debug-printed.
         reply: String,
+    },
+    /// No reply to the call within its deadline plus the slack. The agent may still carry the
+    /// request out; its late reply is discarded by a later call, and the connection stays
+    /// usable.
+    #[error(
+        "no reply to {request} (call {call}) within {waited_ms} ms; a late reply will be discarded"
+    )]
+    Timeout {
+        /// The request's kind.
+        request: &'static str,
+        /// The call's id on this connection.
+        call: CallId,
+        /// How long the call waited, milliseconds.
+        waited_ms: u64,
+    },
+    /// The connection can no longer be trusted (the agent closed it, or sent a reply that
+    /// belongs to no call this client sent); every call fails until
+    /// [`EngineClient::reconnect`].
+    #[error("engine connection broken: {reason}; reconnect")]
+    Broken {
+        /// What happened.
+        reason: String,
     },
 }
 
@@ -78,6 +110,18 @@ pub struct EngineClient {
     seen: std::collections::BTreeSet<tandem_proto::ids::TaskId>,
     /// Frame 0 of the current epoch as first returned (after filtering).
     frame0: Option<Frame>,
+    /// The id of the last call sent on this connection (ids start at 1).
+    last_call: u64,
+    /// Bytes read and not yet part of a whole reply (a read cut by a deadline).
+    inbox: Vec<u8>,
+    /// Bytes of a request whose write was cut by a deadline: sent before the next request, so
+    /// the agent never sees a torn message.
+    outbox: Vec<u8>,
+    /// Late replies of timed-out calls, read and discarded.
+    late_replies: u64,
+    /// Why the connection cannot be used, once it cannot.
+    broken: Option<String>,
+    reply_slack: Duration,
 }
 
 impl EngineClient {
@@ -104,6 +148,12 @@ impl EngineClient {
             },
             seen: std::collections::BTreeSet::new(),
             frame0: None,
+            last_call: 0,
+            inbox: Vec::new(),
+            outbox: Vec::new(),
+            late_replies: 0,
+            broken: None,
+            reply_slack: DEFAULT_REPLY_SLACK,
         };
         client.hello()?;
         Ok(client)
@@ -117,7 +167,21 @@ impl EngineClient {
     /// As [`EngineClient::connect`].
     pub fn reconnect(&mut self, timeout: Duration) -> Result<Welcome, ClientError> {
         self.stream = open(&self.path, timeout)?;
+        self.inbox.clear();
+        self.outbox.clear();
+        self.broken = None;
         self.hello()
+    }
+
+    /// How long past a request's own deadline a call waits for its reply (default
+    /// [`DEFAULT_REPLY_SLACK`]); requests without a deadline wait this long.
+    pub fn set_reply_slack(&mut self, slack: Duration) {
+        self.reply_slack = slack;
+    }
+
+    /// Late replies of timed-out calls that later calls read and discarded.
+    pub fn late_replies(&self) -> u64 {
+        self.late_replies
     }
 
     /// Say hello again (after a [`AgentError::StaleEpoch`]) to learn the current epoch.
@@ -339,19 +403,147 @@ impl EngineClient {
         frame
     }
 
+    /// Send `req` as a new call and wait for the reply that names it (see the module docs).
     fn call(&mut self, req: EngineRequest, deadline_ms: u64) -> Result<EngineReply, ClientError> {
-        let limit = Duration::from_millis(deadline_ms.saturating_add(SOCKET_SLACK_MS));
-        self.stream
-            .set_read_timeout(Some(limit))
-            .map_err(WireError::Io)?;
-        self.stream
-            .set_write_timeout(Some(limit))
-            .map_err(WireError::Io)?;
-        write_message(&mut self.stream, &req)?;
-        match read_message::<EngineReply>(&mut self.stream)? {
-            EngineReply::Error(e) => Err(ClientError::Agent(e)),
-            reply => Ok(reply),
+        if let Some(reason) = &self.broken {
+            return Err(ClientError::Broken {
+                reason: reason.clone(),
+            });
         }
+        let what = kind(&req);
+        let started = Instant::now();
+        let give_up = started + Duration::from_millis(deadline_ms).saturating_add(self.reply_slack);
+        self.last_call += 1;
+        let call = CallId(self.last_call);
+        let bytes = encode_call(&req, call)?;
+        self.outbox.extend_from_slice(&bytes);
+        let timeout = |started: Instant| ClientError::Timeout {
+            request: what,
+            call,
+            waited_ms: started.elapsed().as_millis() as u64,
+        };
+        match self.flush(give_up) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Not one byte of this request left: take it back, the agent never sees it. A
+                // request partly written stays, so that the agent never reads a torn message.
+                if self.outbox.len() >= bytes.len() {
+                    self.outbox.truncate(self.outbox.len() - bytes.len());
+                }
+                return Err(timeout(started));
+            }
+            Err(e) => return Err(self.break_with(e)),
+        }
+        loop {
+            match split_message(&self.inbox) {
+                Ok(Some((payload, used))) => {
+                    let decoded = decode_call::<EngineReply>(&self.inbox[payload]);
+                    self.inbox.drain(..used);
+                    match decoded {
+                        Ok((reply, Some(id))) if id == call => {
+                            return match reply {
+                                EngineReply::Error(e) => Err(ClientError::Agent(e)),
+                                reply => Ok(reply),
+                            };
+                        }
+                        // The late reply of a call that timed out: it answers nobody now.
+                        Ok((_, Some(id))) if id < call && id != CallId::NONE => {
+                            self.late_replies += 1;
+                            continue;
+                        }
+                        // The agent could not read a request of ours and closes the connection.
+                        Ok((EngineReply::Error(e), Some(CallId::NONE))) => {
+                            self.broken = Some(format!("the agent refused a request: {e}"));
+                            return Err(ClientError::Agent(e));
+                        }
+                        Ok((reply, id)) => {
+                            let id = id.map_or("no call id".to_string(), |i| format!("call {i}"));
+                            return Err(self.break_with(format!(
+                                "a reply naming {id} arrived while call {call} ({what}) waited: {reply:?}"
+                            )));
+                        }
+                        Err(e) => return Err(self.break_with(e.to_string())),
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return Err(self.break_with(e.to_string())),
+            }
+            let Some(left) = give_up
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            else {
+                return Err(timeout(started));
+            };
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(WireError::Io)?;
+            let at = self.inbox.len();
+            self.inbox.resize(at + READ_CHUNK, 0);
+            let got = self.stream.read(&mut self.inbox[at..]);
+            self.inbox.truncate(at + *got.as_ref().unwrap_or(&0));
+            match got {
+                Ok(0) => return Err(self.break_with("the agent closed the connection".into())),
+                Ok(_) => {}
+                Err(e) if timed_out(&e) => return Err(timeout(started)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.break_with(e.to_string())),
+            }
+        }
+    }
+
+    /// Write the outbox until it is empty (`Ok(true)`) or `give_up` passes (`Ok(false)`);
+    /// `Err` names a socket failure.
+    fn flush(&mut self, give_up: Instant) -> Result<bool, String> {
+        while !self.outbox.is_empty() {
+            let Some(left) = give_up
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            else {
+                return Ok(false);
+            };
+            self.stream
+                .set_write_timeout(Some(left))
+                .map_err(|e| e.to_string())?;
+            match self.stream.write(&self.outbox) {
+                Ok(0) => return Err("the agent closed the connection".into()),
+                Ok(n) => {
+                    self.outbox.drain(..n);
+                }
+                Err(e) if timed_out(&e) => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Mark the connection unusable and say why.
+    fn break_with(&mut self, reason: String) -> ClientError {
+        self.broken = Some(reason.clone());
+        ClientError::Broken { reason }
+    }
+}
+
+/// A read or write that ran out of time (`SO_RCVTIMEO`/`SO_SNDTIMEO` give `WouldBlock` on
+/// Linux).
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// The request's kind, for errors.
+fn kind(req: &EngineRequest) -> &'static str {
+    match req {
+        EngineRequest::Hello { .. } => "hello",
+        EngineRequest::RegisterBuffer { .. } => "register_buffer",
+        EngineRequest::Lookup { .. } => "lookup",
+        EngineRequest::Store { .. } => "store",
+        EngineRequest::Load { .. } => "load",
+        EngineRequest::EndStep { .. } => "end_step",
+        EngineRequest::Frame { .. } => "frame",
+        EngineRequest::Ack { .. } => "ack",
     }
 }
 

@@ -7,6 +7,28 @@
 //! - [`pages`]: [`PagePool`], an engine page pool in a shared-memory file the agent maps.
 //!
 //! # The contract
+//! - **Calls are matched, never assumed.** Every request carries a call id the client chose
+//!   (per connection, from 1, one more per request) and every reply names the id it answers
+//!   ([`api::CallId`], after the message body on the wire, see [`wire`]). The agent answers the
+//!   requests of one connection one at a time, in order. [`EngineClient`] returns a reply only
+//!   for the call that waits for it: a reply of the same kind under another call (a `Started`
+//!   of another `store`, an `Error` of another request) is never taken as this call's.
+//! - **A call that times out keeps the connection.** A call waits at most its request's
+//!   deadline plus a slack ([`EngineClient::set_reply_slack`], default 2 s), then returns
+//!   [`ClientError::Timeout`]. The agent may still carry that request out: its late reply names
+//!   an older call and the next call reads and discards it ([`EngineClient::late_replies`]
+//!   counts them); bytes of a reply or request cut by the deadline stay buffered and complete
+//!   later, so the byte stream never tears. The connection is resynchronised, not dropped,
+//!   because an engine that disconnects with tasks in flight fails the epoch (the group
+//!   restarts): one slow call must not restart the group. What a timed-out call did is learnt
+//!   from frames: a `frame` or `hello` can simply be asked again; after an `end_step` that
+//!   timed out, read `frame(s)` to learn whether `s` was sealed; a `store` or `load` that timed
+//!   out may have started a task, whose start and outcome frames name the engine's request
+//!   ([`tandem_proto::ids::RequestId`]).
+//! - **A reply for no call breaks the connection.** A reply naming a later call, no call, or
+//!   bytes that do not decode mean the two sides disagree: every later call returns
+//!   [`ClientError::Broken`] until [`EngineClient::reconnect`] (which, with tasks in flight,
+//!   fails the epoch as a disconnect does).
 //! - **Steps.** The leader engine (rank 0) calls, for step `s`: `lookup`, `store`, `load` as its
 //!   scheduler decides, then `end_step(s)`, which seals and returns the frame of `s`. Follower
 //!   engines call `frame(s)` to read the same frame. Reads are positional: asking twice returns
@@ -29,6 +51,11 @@
 //!   failed) and pins that were released. Every task's outcome reaches the engine exactly once:
 //!   the agent leaves out redeliveries its engine acknowledged, and [`EngineClient`] removes any
 //!   it already received (an acknowledgement can be lost in a crash).
+//! - **Requests too large for a frame.** A `lookup`, `store` or `load` that could make a frame
+//!   larger than the group's `protocol.max_frame_bytes` is refused with
+//!   [`AgentError::FrameTooLarge`] naming the bytes and the limit, and nothing of it is
+//!   recorded: split it, or send it in a later step. So every frame the leader seals reaches
+//!   every rank.
 //! - **Tasks that never started.** `store` and `load` return a task id at once, but the task
 //!   starts only when a frame lists it in `stores` or `loads` (its start is logged first). A task
 //!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come

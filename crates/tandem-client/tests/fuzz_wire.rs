@@ -8,7 +8,11 @@
 //! - a header over the limit is refused before anything is allocated for it, and no
 //!   allocation ever exceeds the limit;
 //! - whatever is accepted re-encodes to a message that reads back equal;
-//! - messages back to back, delivered a few bytes per read, come out whole and in order.
+//! - messages back to back, delivered a few bytes per read, come out whole and in order;
+//! - call ids (issue 19): a message carrying one decodes to its body and exactly that id, a bare
+//!   message to its body and none, and a reader that knows nothing of call ids still reads the
+//!   body; bytes cut out of a stream of tagged messages at any point come out whole, in order,
+//!   each with its own id.
 //!
 //! Allocations are measured by a global allocator that records the largest single request made
 //! by the current thread. Cases per property: `TANDEM_FUZZ_CASES` (default 2,000).
@@ -18,8 +22,11 @@ use std::cell::Cell;
 use std::io::Read;
 
 use proptest::prelude::*;
-use tandem_client::api::{AgentError, EngineReply, EngineRequest};
-use tandem_client::wire::{check_len, decode, encode, read_message, WireError, MAX_MESSAGE_BYTES};
+use tandem_client::api::{AgentError, CallId, EngineReply, EngineRequest};
+use tandem_client::wire::{
+    check_len, decode, decode_call, encode, encode_call, read_call, read_message, split_message,
+    WireError, MAX_MESSAGE_BYTES,
+};
 use tandem_proto::frame::{Frame, LookupResult, OutcomeResult, TaskOutcome, TaskStart};
 use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId, TaskKind, Tier};
 
@@ -218,6 +225,7 @@ fn agent_error() -> impl Strategy<Value = AgentError> {
         ".{0,24}".prop_map(|reason| AgentError::NotReady { reason }),
         ".{0,24}".prop_map(|reason| AgentError::BadRequest { reason }),
         ".{0,24}".prop_map(|reason| AgentError::Buffer { reason }),
+        any::<(u64, u64)>().prop_map(|(bytes, limit)| AgentError::FrameTooLarge { bytes, limit }),
     ]
 }
 
@@ -449,6 +457,69 @@ proptest! {
         prop_assert!(matches!(end, WireError::Io(_)));
     }
 
+    /// Tagged messages (body and call id) and bare ones: each decodes to its body and exactly
+    /// its id (none for a bare one); a reader unaware of ids reads the body; mutations never
+    /// panic and fail only with typed errors, and whatever is accepted re-encodes equal.
+    #[test]
+    fn call_ids_round_trip_and_survive_mutation(req in request(), rep in reply(), id in any::<u64>(),
+                                                 mutations in prop::collection::vec(mutation(), 1..7)) {
+        let call = CallId(id);
+        let bytes = encode_call(&req, call).expect("encodes");
+        let (range, used) = split_message(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?
+            .ok_or_else(|| TestCaseError::fail("a whole message is not incomplete"))?;
+        prop_assert_eq!(used, bytes.len());
+        prop_assert_eq!(decode_call::<EngineRequest>(&bytes[range.clone()]).ok(), Some((req.clone(), Some(call))));
+        prop_assert_eq!(decode::<EngineRequest>(&bytes[range]).ok(), Some(req.clone()));
+        prop_assert_eq!(read_call::<EngineRequest>(&mut &bytes[..]).ok(), Some((req, Some(call))));
+        let bare = encode(&rep).expect("encodes");
+        prop_assert_eq!(read_call::<EngineReply>(&mut &bare[..]).ok(), Some((rep.clone(), None)));
+        let mut bytes = encode_call(&rep, call).expect("encodes");
+        check::<EngineReply>(&bytes)?;
+        for m in &mutations {
+            apply(&mut bytes, m);
+        }
+        check::<EngineReply>(&bytes)?;
+        match read_call::<EngineReply>(&mut &bytes[..]) {
+            Ok((body, id)) => {
+                let again = match id {
+                    Some(id) => encode_call(&body, id),
+                    None => encode(&body),
+                }.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(read_call::<EngineReply>(&mut &again[..]).ok(), Some((body, id)));
+            }
+            Err(WireError::Malformed(why)) => prop_assert!(!why.is_empty()),
+            Err(WireError::TooLarge { claimed, limit }) => prop_assert!(claimed > limit),
+            Err(WireError::Io(e)) => prop_assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+        }
+    }
+
+    /// Replies tagged with their call ids, back to back, cut at arbitrary points (what a
+    /// client buffers when a deadline interrupts a read): [`split_message`] yields each whole,
+    /// in order, with its own id, and nothing from a partial one.
+    #[test]
+    fn tagged_stream_cut_anywhere(reps in prop::collection::vec(reply(), 1..6),
+                                  cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6)) {
+        let ids: Vec<CallId> = (1..=reps.len() as u64).map(CallId).collect();
+        let stream: Vec<u8> = reps.iter().zip(&ids)
+            .flat_map(|(r, id)| encode_call(r, *id).expect("encodes")).collect();
+        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(stream.len() + 1)).collect();
+        points.push(stream.len());
+        points.sort_unstable();
+        let (mut inbox, mut got, mut from) = (Vec::new(), Vec::new(), 0);
+        for p in points {
+            inbox.extend_from_slice(&stream[from..p]);
+            from = p;
+            while let Some((payload, used)) = split_message(&inbox).map_err(|e| TestCaseError::fail(e.to_string()))? {
+                let decoded = decode_call::<EngineReply>(&inbox[payload]).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                got.push(decoded);
+                inbox.drain(..used);
+            }
+        }
+        prop_assert!(inbox.is_empty());
+        let want: Vec<(EngineReply, Option<CallId>)> = reps.into_iter().zip(ids.into_iter().map(Some)).collect();
+        prop_assert_eq!(got, want);
+    }
+
     /// The payload decoder alone (what the agent calls after reading a whole payload).
     #[test]
     fn payload_decoder(payload in prop::collection::vec(any::<u8>(), 0..1024)) {
@@ -456,6 +527,14 @@ proptest! {
         if let Err(e) = &r {
             prop_assert!(matches!(e, WireError::Malformed(_)), "{}", e);
         }
+        let (c, largest_call) = largest_allocation(|| decode_call::<EngineRequest>(&payload));
+        if let Err(e) = &c {
+            prop_assert!(matches!(e, WireError::Malformed(_)), "{}", e);
+        }
+        if let (Ok(body), Ok((with_call, _))) = (&r, &c) {
+            prop_assert_eq!(body, with_call);
+        }
+        let largest = largest.max(largest_call);
         prop_assert!(largest <= 4096 + payload.len() * 16, "{} payload bytes allocated {} at once", payload.len(), largest);
     }
 }

@@ -11,6 +11,11 @@ use config::{Config, Environment, File, FileFormat};
 use crate::error::ConfigError;
 use crate::sections::TandemConfig;
 
+/// The largest `protocol.max_frame_bytes` accepted, bytes: the engine socket's message limit
+/// (64 MiB, `tandem_client::wire::MAX_MESSAGE_BYTES`) less 1 KiB for the reply's envelope, so
+/// that every frame a peer accepts also reaches the leader's own engine.
+pub const MAX_FRAME_BYTES_CEILING: u32 = 64 * 1024 * 1024 - 1024;
+
 /// Dotted-key overrides from CLI flags, applied last (e.g. `("group.tp_size", "4")`).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides(pub Vec<(String, String)>);
@@ -191,6 +196,15 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
             key: "protocol.max_frame_bytes",
             reason: format!(
                 "{} is below the 4096-byte minimum",
+                cfg.protocol.max_frame_bytes
+            ),
+        });
+    }
+    if cfg.protocol.max_frame_bytes > MAX_FRAME_BYTES_CEILING {
+        return Err(ConfigError::Value {
+            key: "protocol.max_frame_bytes",
+            reason: format!(
+                "{} is above the {MAX_FRAME_BYTES_CEILING}-byte maximum (a frame must also fit one message to the leader's engine)",
                 cfg.protocol.max_frame_bytes
             ),
         });
@@ -384,6 +398,17 @@ mod tests {
             .starts_with("invalid value for supervisor.heartbeat_timeout_ms"));
         let e = load_str("[group]\nid = \"a b\"\n", "f", &Overrides::default()).unwrap_err();
         assert!(e.to_string().starts_with("invalid value for group.id"));
+        let text = format!(
+            "[protocol]\nmax_frame_bytes = {}\n",
+            MAX_FRAME_BYTES_CEILING + 1
+        );
+        let e = load_str(&text, "f", &Overrides::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("invalid value for protocol.max_frame_bytes: {} is above the {MAX_FRAME_BYTES_CEILING}-byte maximum (a frame must also fit one message to the leader's engine)", MAX_FRAME_BYTES_CEILING + 1)
+        );
+        let text = format!("[protocol]\nmax_frame_bytes = {MAX_FRAME_BYTES_CEILING}\n");
+        assert!(load_str(&text, "f", &Overrides::default()).is_ok());
     }
 
     #[test]

@@ -369,7 +369,8 @@ impl TandemConfig {
         )
     }
 
-    /// The fingerprint every rank presents in the handshake.
+    /// The fingerprint every rank presents in the handshake: the model layout and every
+    /// setting the leader decides for all ranks with (see [`ConfigFingerprint`]).
     ///
     /// # Errors
     /// As [`TandemConfig::shard_layout`].
@@ -385,6 +386,13 @@ impl TandemConfig {
             head_dim: self.model.head_dim,
             dtype_bytes: self.model.dtype_bytes,
             shard_bytes: layout.shard_bytes,
+            host_capacity_blocks: self.store.host_capacity_blocks,
+            disk_capacity_blocks: self.store.disk_capacity_blocks,
+            max_frame_bytes: self.protocol.max_frame_bytes,
+            window_steps: self.protocol.window_steps,
+            frame_retention_steps: self.protocol.frame_retention_steps,
+            heartbeat_interval_ms: self.supervisor.heartbeat_interval_ms,
+            heartbeat_timeout_ms: self.supervisor.heartbeat_timeout_ms,
         })
     }
 

@@ -20,12 +20,158 @@
 //! recovery saw it); should two outcomes for one task ever be in the stream, the first in
 //! stream order is the one every reader keeps. So a task is either delivered or aborted,
 //! never both.
+//!
+//! # Entries that are not what the leader appended
+//!
+//! Whatever the stream holds, recovery must never resurrect a task whose outcome was already
+//! delivered (issue 19: a byte-identical copy of an old entry, appended later under a new id,
+//! outlived the original and its outcome through trimming, and the next epoch reported the
+//! task aborted after it had finished). [`EntryCheck`] holds every entry to what the fenced
+//! append can produce, and rejects the rest before anything is read from them:
+//! - a step record's epoch is the epoch in its id (`{epoch}-{n}`), and a barrier's id is
+//!   `{epoch}-0` for the epoch it names;
+//! - within an epoch, steps never go back: a record for a step below the last accepted step of
+//!   its epoch, or a byte-identical repeat of the last accepted record, is a copy. (An append
+//!   retried after an ambiguous failure is written at the same step or a later one and is
+//!   accepted; its repeated outcomes are suppressed by task id as above.)
+//!
+//! A rejected entry contributes nothing (no start, no outcome), is counted
+//! ([`Recovery::entries_rejected`]) and still counts as scanned. [`crate::TrimScan`] uses the
+//! same check, so a copy never holds trimming back, and it never cuts between a copy and the
+//! entry that shows it to be one.
 
 use crate::id::StreamEntryId;
-use crate::record::StreamEntry;
+use crate::record::{LoggedStep, StepRecord, StreamEntry};
 use crate::stream::RankCursor;
 use std::collections::{BTreeMap, BTreeSet};
-use tandem_proto::{InFlightTask, Rank, TaskId, TaskOutcome};
+use tandem_proto::{Epoch, InFlightTask, Rank, Step, TaskId, TaskOutcome};
+
+/// Why [`EntryCheck`] rejected an entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EntryRejection {
+    /// A step record whose epoch is not the epoch of its id: not written by its epoch's
+    /// fenced append (for example a copy appended in a later epoch).
+    #[error("entry {id} holds a record of epoch {record_epoch}, but its id is of epoch {}", .id.ms)]
+    EpochMismatch {
+        /// The entry.
+        id: StreamEntryId,
+        /// The epoch the record claims.
+        record_epoch: Epoch,
+    },
+    /// A barrier whose id is not `{epoch}-0`.
+    #[error("entry {id} is a barrier of epoch {epoch} at another place than {}-0", .epoch.0)]
+    MisplacedBarrier {
+        /// The entry.
+        id: StreamEntryId,
+        /// The epoch it names.
+        epoch: Epoch,
+    },
+    /// A step record for a step before the last accepted step of its epoch, or a byte-identical
+    /// repeat of that record: a copy appended later.
+    #[error("entry {id} repeats step {step} of epoch {epoch}, already at step {last_step} (entry {last_id})")]
+    StepRepeated {
+        /// The entry.
+        id: StreamEntryId,
+        /// Its epoch.
+        epoch: Epoch,
+        /// Its step.
+        step: Step,
+        /// The last accepted step of that epoch.
+        last_step: Step,
+        /// The entry that holds it: the evidence that `id` is a copy.
+        last_id: StreamEntryId,
+    },
+}
+
+impl EntryRejection {
+    /// The rejected entry.
+    pub fn id(&self) -> StreamEntryId {
+        match self {
+            EntryRejection::EpochMismatch { id, .. }
+            | EntryRejection::MisplacedBarrier { id, .. }
+            | EntryRejection::StepRepeated { id, .. } => *id,
+        }
+    }
+}
+
+/// Holds entries, fed in stream order, to what the fenced append writes (see the module docs):
+/// pure, shared by recovery, trimming and the agents' delivery tracking.
+#[derive(Clone, Debug, Default)]
+pub struct EntryCheck {
+    /// Per epoch: the last accepted step record and its id.
+    last: BTreeMap<Epoch, (StreamEntryId, StepRecord)>,
+    rejected: u64,
+}
+
+impl EntryCheck {
+    /// A check that has seen nothing.
+    pub fn new() -> Self {
+        EntryCheck::default()
+    }
+
+    /// Check the next entry; `Err` names why it must be ignored (and counts it).
+    ///
+    /// # Errors
+    /// [`EntryRejection`].
+    pub fn check(&mut self, entry: &StreamEntry) -> std::result::Result<(), EntryRejection> {
+        match entry {
+            StreamEntry::Step(s) => self.check_step(s),
+            StreamEntry::Barrier { id, epoch } => {
+                if id.ms == epoch.0 && id.seq == 0 {
+                    return Ok(());
+                }
+                self.rejected += 1;
+                Err(EntryRejection::MisplacedBarrier {
+                    id: *id,
+                    epoch: *epoch,
+                })
+            }
+        }
+    }
+
+    /// [`EntryCheck::check`] of a step entry (what `CompletionLog::read_new` returns).
+    ///
+    /// # Errors
+    /// [`EntryRejection`].
+    pub fn check_step(&mut self, step: &LoggedStep) -> std::result::Result<(), EntryRejection> {
+        let verdict = self.verdict(step);
+        match &verdict {
+            Ok(()) => {
+                self.last
+                    .insert(step.record.epoch, (step.id, step.record.clone()));
+            }
+            Err(_) => self.rejected += 1,
+        }
+        verdict
+    }
+
+    fn verdict(&self, step: &LoggedStep) -> std::result::Result<(), EntryRejection> {
+        let (id, record) = (step.id, &step.record);
+        if id.ms != record.epoch.0 {
+            return Err(EntryRejection::EpochMismatch {
+                id,
+                record_epoch: record.epoch,
+            });
+        }
+        if let Some((last_id, last)) = self.last.get(&record.epoch) {
+            if record.step < last.step || record == last {
+                return Err(EntryRejection::StepRepeated {
+                    id,
+                    epoch: record.epoch,
+                    step: record.step,
+                    last_step: last.step,
+                    last_id: *last_id,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Entries rejected so far.
+    pub fn rejected(&self) -> u64 {
+        self.rejected
+    }
+}
 
 /// What a new epoch must settle, computed from the retained stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,6 +197,8 @@ pub struct Recovery {
     pub entries_scanned: u64,
     /// Outcomes dropped because an earlier entry already held an outcome for the task.
     pub duplicates_suppressed: u64,
+    /// Entries ignored whole by [`EntryCheck`]: copies, or records inconsistent with their id.
+    pub entries_rejected: u64,
 }
 
 impl Recovery {
@@ -78,6 +226,7 @@ pub struct RecoveryBuilder {
     last: Option<StreamEntryId>,
     entries: u64,
     duplicates: u64,
+    check: EntryCheck,
 }
 
 impl RecoveryBuilder {
@@ -91,15 +240,20 @@ impl RecoveryBuilder {
             last: None,
             entries: 0,
             duplicates: 0,
+            check: EntryCheck::new(),
         }
     }
 
-    /// Adds the next entry (entries must come in stream order).
-    pub fn push(&mut self, entry: &StreamEntry) {
+    /// Adds the next entry (entries must come in stream order). A rejected entry is counted
+    /// and contributes nothing; its rejection is returned for the caller's log.
+    pub fn push(&mut self, entry: &StreamEntry) -> Option<EntryRejection> {
         self.entries += 1;
         self.last = Some(entry.id());
+        if let Err(r) = self.check.check(entry) {
+            return Some(r);
+        }
         let StreamEntry::Step(entry) = entry else {
-            return;
+            return None;
         };
         let acked: Vec<bool> = self.cursors.iter().map(|c| c.acked(entry.id)).collect();
         for outcome in &entry.record.finished {
@@ -122,6 +276,7 @@ impl RecoveryBuilder {
                 request: s.start.request,
             });
         }
+        None
     }
 
     /// The recovery for everything pushed.
@@ -134,6 +289,7 @@ impl RecoveryBuilder {
             last_entry_id: self.last,
             entries_scanned: self.entries,
             duplicates_suppressed: self.duplicates,
+            entries_rejected: self.check.rejected(),
             ..Recovery::default()
         };
         for (outcome, acked_by) in self.outcomes {
@@ -162,11 +318,12 @@ impl RecoveryBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{LoggedStep, StartedTask, StepRecord};
+    use crate::record::StartedTask;
     use tandem_proto::{Epoch, OutcomeResult, RequestId, Step, TaskKind, TaskStart};
 
-    fn id(ms: u64) -> StreamEntryId {
-        StreamEntryId { ms, seq: 0 }
+    /// The id the fenced append gives the record of epoch 1 appended `n`-th.
+    fn id(n: u64) -> StreamEntryId {
+        StreamEntryId { ms: 1, seq: n }
     }
     fn task(seq: u64) -> TaskId {
         TaskId::new(Epoch(1), seq)
@@ -271,5 +428,85 @@ mod tests {
         assert_eq!(empty.last_entry_id, None);
         assert_eq!(empty.world_size, 1);
         assert_eq!(empty.unacked_for(Rank(5)), &[] as &[TaskOutcome]);
+    }
+
+    #[test]
+    fn a_copy_never_resurrects_a_delivered_task() {
+        // Task 1 started in step 1 and finished Ok in step 2; the oldest entry was copied and
+        // appended later in the same epoch (entry 4), and the original and its outcome were
+        // then trimmed: recovery sees entries 3 and 4 only.
+        let original = entry(1, vec![start(1)], vec![]);
+        let copy = match &original {
+            StreamEntry::Step(s) => StreamEntry::Step(LoggedStep {
+                id: id(4),
+                record: s.record.clone(),
+            }),
+            _ => unreachable!(),
+        };
+        let mut b = RecoveryBuilder::new(vec![cursor(9, &[])]);
+        assert_eq!(b.push(&entry(3, vec![], vec![])), None);
+        let r = b.push(&copy).expect("the copy is rejected");
+        assert_eq!(
+            r.to_string(),
+            "entry 1-4 repeats step 1 of epoch 1, already at step 3 (entry 1-3)"
+        );
+        let rec = b.finish();
+        assert!(rec.in_flight.is_empty(), "{:?}", rec.in_flight);
+        assert_eq!((rec.entries_rejected, rec.entries_scanned), (1, 2));
+        assert_eq!(rec.last_entry_id, Some(id(4)));
+        // Appended in a later epoch, the copy is rejected by its id alone.
+        let mut b = RecoveryBuilder::new(vec![cursor(0, &[])]);
+        let later = match copy {
+            StreamEntry::Step(mut s) => {
+                s.id = StreamEntryId { ms: 3, seq: 7 };
+                StreamEntry::Step(s)
+            }
+            _ => unreachable!(),
+        };
+        let r = b.push(&later).expect("rejected");
+        assert_eq!(
+            r.to_string(),
+            "entry 3-7 holds a record of epoch 1, but its id is of epoch 3"
+        );
+        assert!(b.finish().in_flight.is_empty());
+    }
+
+    #[test]
+    fn a_retried_append_at_the_same_step_is_read_and_an_identical_one_is_rejected() {
+        let mut b = RecoveryBuilder::new(vec![cursor(0, &[])]);
+        b.push(&entry(1, vec![start(1)], vec![]));
+        // The append of step 1 was retried with what finished meanwhile: same step, more.
+        let mut retried = entry(1, vec![start(1)], vec![outcome(1, OutcomeResult::Ok)]);
+        if let StreamEntry::Step(s) = &mut retried {
+            s.id = id(2);
+        }
+        assert_eq!(b.push(&retried), None);
+        let mut identical = retried.clone();
+        if let StreamEntry::Step(s) = &mut identical {
+            s.id = id(3);
+        }
+        assert!(matches!(
+            b.push(&identical),
+            Some(EntryRejection::StepRepeated { .. })
+        ));
+        let misplaced = StreamEntry::Barrier {
+            id: StreamEntryId { ms: 1, seq: 9 },
+            epoch: Epoch(1),
+        };
+        assert_eq!(
+            b.push(&misplaced).map(|r| r.to_string()).as_deref(),
+            Some("entry 1-9 is a barrier of epoch 1 at another place than 1-0")
+        );
+        assert_eq!(
+            b.push(&StreamEntry::Barrier {
+                id: StreamEntryId { ms: 2, seq: 0 },
+                epoch: Epoch(2)
+            }),
+            None
+        );
+        let rec = b.finish();
+        assert_eq!(rec.redelivered, vec![outcome(1, OutcomeResult::Ok)]);
+        assert!(rec.in_flight.is_empty());
+        assert_eq!(rec.entries_rejected, 2);
     }
 }

@@ -35,6 +35,8 @@
 //! | `tandem_checksum_failures_total` | counter | | shards dropped because their checksum did not match |
 //! | `tandem_copy_failures_total` | counter | | shard copies between engine pages and a tier that failed |
 //! | `tandem_lookup_blocks_total` | counter | `result` | blocks asked about by prefix lookups: `hit` (matched) or `miss` (leader) |
+//! | `tandem_frame_limit_refusals` | counter | | engine requests refused because a frame could exceed `protocol.max_frame_bytes` (leader) |
+//! | `tandem_stream_entries_rejected` | counter | | completion-stream entries ignored as duplicates or inconsistent with their entry id (recovery and delivery) |
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -87,6 +89,8 @@ pub struct AgentMetrics {
     checksum_failures: SyncedCounter,
     copy_failures: SyncedCounter,
     lookup_blocks: [SyncedCounter; 2],
+    frame_limit_refusals: SyncedCounter,
+    stream_entries_rejected: SyncedCounter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -296,6 +300,20 @@ impl AgentMetrics {
             lookups,
         );
 
+        let frame_limit_refusals = SyncedCounter::default();
+        registry.register(
+            "frame_limit_refusals",
+            "Engine requests refused because a frame could have exceeded protocol.max_frame_bytes (leader)",
+            frame_limit_refusals.clone(),
+        );
+
+        let stream_entries_rejected = SyncedCounter::default();
+        registry.register(
+            "stream_entries_rejected",
+            "Completion-stream entries ignored: duplicates of an earlier (epoch, step), or records whose epoch differs from their entry id's",
+            stream_entries_rejected.clone(),
+        );
+
         Self {
             registry,
             steps_sealed,
@@ -323,6 +341,8 @@ impl AgentMetrics {
             checksum_failures,
             copy_failures,
             lookup_blocks,
+            frame_limit_refusals,
+            stream_entries_rejected,
         }
     }
 
@@ -370,6 +390,17 @@ impl AgentMetrics {
     /// `tandem_copy_failures_total`, in shard copies.
     pub fn copy_failures(&self) -> &SyncedCounter {
         &self.copy_failures
+    }
+
+    /// `tandem_frame_limit_refusals_total`: requests the leader refused for the frame limit.
+    pub fn frame_limit_refusals(&self) -> &SyncedCounter {
+        &self.frame_limit_refusals
+    }
+
+    /// `tandem_stream_entries_rejected_total`: completion-stream entries ignored as
+    /// duplicates or as inconsistent with their entry id.
+    pub fn stream_entries_rejected(&self) -> &SyncedCounter {
+        &self.stream_entries_rejected
     }
 
     /// `tandem_steps_sealed_total`: frames sealed (leader) or received (follower).

@@ -17,7 +17,7 @@ fn parsed(m: &AgentMetrics) -> ParsedExposition {
 }
 
 /// (OpenMetrics family name, type, the label keys every sample has besides group and rank).
-const FAMILIES: [(&str, &str, &[&str]); 25] = [
+const FAMILIES: [(&str, &str, &[&str]); 27] = [
     ("tandem_steps_sealed", "counter", &[]),
     ("tandem_frame_latency_seconds", "histogram", &[]),
     ("tandem_tasks_started", "counter", &["kind"]),
@@ -43,6 +43,8 @@ const FAMILIES: [(&str, &str, &[&str]); 25] = [
     ("tandem_checksum_failures", "counter", &[]),
     ("tandem_copy_failures", "counter", &[]),
     ("tandem_lookup_blocks", "counter", &["result"]),
+    ("tandem_frame_limit_refusals", "counter", &[]),
+    ("tandem_stream_entries_rejected", "counter", &[]),
 ];
 
 fn sample_names(family: &str, kind: &str) -> Vec<String> {

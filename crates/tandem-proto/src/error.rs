@@ -125,6 +125,16 @@ pub enum LeaderError {
         /// The oldest step still retained.
         oldest_retained: Step,
     },
+    /// Admitting the request (or sealing the step) could make a frame of `bytes` bytes, over
+    /// the peers' limit of `limit` bytes (`protocol.max_frame_bytes`): refused, nothing
+    /// recorded.
+    #[error("frame too large: the request could make a frame of {bytes} bytes, over the limit of {limit} bytes (protocol.max_frame_bytes)")]
+    FrameTooLarge {
+        /// The largest frame the leader could then have to seal, in bytes.
+        bytes: u64,
+        /// `protocol.max_frame_bytes`.
+        limit: u64,
+    },
     /// `handle_persisted` or `handle_persist_failed` named a batch that is not in flight.
     #[error("unknown persist batch {batch}: it is not in flight")]
     UnknownBatch {
@@ -311,6 +321,13 @@ mod tests {
         check(
             LeaderError::UnknownBatch { batch: BatchId(4) },
             "unknown persist batch 4: it is not in flight",
+        );
+        check(
+            LeaderError::FrameTooLarge {
+                bytes: 65_537,
+                limit: 65_536,
+            },
+            "frame too large: the request could make a frame of 65537 bytes, over the limit of 65536 bytes (protocol.max_frame_bytes)",
         );
     }
 

@@ -6,9 +6,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The fields of a group's configuration that must be identical on every rank.
+/// The fields of a group's configuration that must be identical on every rank: the model
+/// layout that fixes the block-shard size, and every setting the leader decides for every rank
+/// with (tier capacities in its group index, the frame size limit, the window and retention,
+/// heartbeat timing), since the leader only ever knows its own values.
 ///
-/// Sizes are counts (layers, heads, tokens) or bytes where the name says so.
+/// Sizes are counts (layers, heads, tokens, blocks, steps), bytes or milliseconds where the
+/// name says so.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ConfigFingerprint {
     /// Ranks in the group, `pp_size × tp_size`.
@@ -29,6 +33,22 @@ pub struct ConfigFingerprint {
     pub dtype_bytes: u32,
     /// Bytes of one block shard on one rank, derived from the fields above.
     pub shard_bytes: u64,
+    /// Host tier capacity of each rank, in blocks: the leader's group index places and evicts
+    /// blocks for every rank with its own value.
+    pub host_capacity_blocks: u64,
+    /// Disk tier capacity of each rank, in blocks (0: no disk tier), used as the host's.
+    pub disk_capacity_blocks: u64,
+    /// Largest wire message, in bytes: a frame the leader seals within its own limit must be
+    /// accepted by every follower.
+    pub max_frame_bytes: u32,
+    /// Steps the leader seals ahead of the slowest acknowledgement (W).
+    pub window_steps: u64,
+    /// Sealed frames each rank keeps for positional re-reads, in steps (at least W).
+    pub frame_retention_steps: u64,
+    /// Interval of a follower's heartbeats, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// Silence after which the leader judges a follower failed, in milliseconds.
+    pub heartbeat_timeout_ms: u64,
 }
 
 /// One field on which two fingerprints disagree.
@@ -46,36 +66,52 @@ impl ConfigFingerprint {
     /// Compare with the fingerprint a peer presented; `None` when they agree, otherwise the
     /// first differing field in declaration order.
     pub fn first_mismatch(&self, theirs: &ConfigFingerprint) -> Option<FieldMismatch> {
-        let fields: [(&str, u64, u64); 9] = [
-            (
-                "world_size",
-                self.world_size.into(),
-                theirs.world_size.into(),
-            ),
-            ("pp_size", self.pp_size.into(), theirs.pp_size.into()),
-            ("tp_size", self.tp_size.into(), theirs.tp_size.into()),
+        let (a, b) = (self, theirs);
+        let fields: [(&str, u64, u64); 16] = [
+            ("world_size", a.world_size.into(), b.world_size.into()),
+            ("pp_size", a.pp_size.into(), b.pp_size.into()),
+            ("tp_size", a.tp_size.into(), b.tp_size.into()),
             (
                 "tokens_per_block",
-                self.tokens_per_block.into(),
-                theirs.tokens_per_block.into(),
+                a.tokens_per_block.into(),
+                b.tokens_per_block.into(),
+            ),
+            ("num_layers", a.num_layers.into(), b.num_layers.into()),
+            ("num_kv_heads", a.num_kv_heads.into(), b.num_kv_heads.into()),
+            ("head_dim", a.head_dim.into(), b.head_dim.into()),
+            ("dtype_bytes", a.dtype_bytes.into(), b.dtype_bytes.into()),
+            ("shard_bytes", a.shard_bytes, b.shard_bytes),
+            (
+                "host_capacity_blocks",
+                a.host_capacity_blocks,
+                b.host_capacity_blocks,
             ),
             (
-                "num_layers",
-                self.num_layers.into(),
-                theirs.num_layers.into(),
+                "disk_capacity_blocks",
+                a.disk_capacity_blocks,
+                b.disk_capacity_blocks,
             ),
             (
-                "num_kv_heads",
-                self.num_kv_heads.into(),
-                theirs.num_kv_heads.into(),
+                "max_frame_bytes",
+                a.max_frame_bytes.into(),
+                b.max_frame_bytes.into(),
             ),
-            ("head_dim", self.head_dim.into(), theirs.head_dim.into()),
+            ("window_steps", a.window_steps, b.window_steps),
             (
-                "dtype_bytes",
-                self.dtype_bytes.into(),
-                theirs.dtype_bytes.into(),
+                "frame_retention_steps",
+                a.frame_retention_steps,
+                b.frame_retention_steps,
             ),
-            ("shard_bytes", self.shard_bytes, theirs.shard_bytes),
+            (
+                "heartbeat_interval_ms",
+                a.heartbeat_interval_ms,
+                b.heartbeat_interval_ms,
+            ),
+            (
+                "heartbeat_timeout_ms",
+                a.heartbeat_timeout_ms,
+                b.heartbeat_timeout_ms,
+            ),
         ];
         fields
             .iter()
@@ -103,6 +139,13 @@ mod tests {
             head_dim: 128,
             dtype_bytes: 2,
             shard_bytes: 16 * 2 * 4 * 128 * 2 * 512,
+            host_capacity_blocks: 400,
+            disk_capacity_blocks: 4096,
+            max_frame_bytes: 16 << 20,
+            window_steps: 8,
+            frame_retention_steps: 1024,
+            heartbeat_interval_ms: 100,
+            heartbeat_timeout_ms: 500,
         }
     }
 
@@ -119,5 +162,30 @@ mod tests {
         assert_eq!(m.field, "tokens_per_block");
         assert_eq!(m.ours, "512");
         assert_eq!(m.theirs, "256");
+    }
+
+    #[test]
+    fn every_setting_the_leader_decides_with_is_compared() {
+        type Change = fn(&mut ConfigFingerprint);
+        let cases: [(&str, Change); 7] = [
+            ("host_capacity_blocks", |f| f.host_capacity_blocks = 200),
+            ("disk_capacity_blocks", |f| f.disk_capacity_blocks = 0),
+            ("max_frame_bytes", |f| f.max_frame_bytes = 4096),
+            ("window_steps", |f| f.window_steps = 4),
+            ("frame_retention_steps", |f| f.frame_retention_steps = 8),
+            ("heartbeat_interval_ms", |f| f.heartbeat_interval_ms = 50),
+            ("heartbeat_timeout_ms", |f| f.heartbeat_timeout_ms = 5000),
+        ];
+        for (field, change) in cases {
+            let mut other = sample();
+            change(&mut other);
+            let m = sample().first_mismatch(&other).expect("differs");
+            assert_eq!(m.field, field);
+            assert_ne!(m.ours, m.theirs);
+        }
+        let mut other = sample();
+        other.host_capacity_blocks = 200;
+        let m = sample().first_mismatch(&other).unwrap();
+        assert_eq!((m.ours.as_str(), m.theirs.as_str()), ("400", "200"));
     }
 }

@@ -63,6 +63,11 @@ pub enum TierOp {
     Promote(BlockHash),
 }
 
+/// The longest failure reason an outcome carries, in bytes of UTF-8: longer reasons are cut
+/// (at a character boundary, ending in `…`), so that an outcome's size is bounded before the
+/// task finishes (the leader's frame budget reserves it).
+pub const MAX_REASON_BYTES: usize = 256;
+
 /// How a task ended.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OutcomeResult {
@@ -75,6 +80,30 @@ pub enum OutcomeResult {
     },
     /// The epoch ended while the task was in flight; its pages hold no defined data.
     Aborted,
+}
+
+impl OutcomeResult {
+    /// `Failed` with `reason` cut to at most [`MAX_REASON_BYTES`] bytes.
+    pub fn failed(reason: String) -> OutcomeResult {
+        OutcomeResult::Failed {
+            reason: cut_reason(reason),
+        }
+    }
+}
+
+/// `reason` cut to at most [`MAX_REASON_BYTES`] bytes at a character boundary, ending in `…`
+/// when cut.
+pub fn cut_reason(mut reason: String) -> String {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES - '…'.len_utf8();
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason.truncate(end);
+    reason.push('…');
+    reason
 }
 
 /// The group's verdict on one task, revealed to engines exactly once.
@@ -215,6 +244,25 @@ mod tests {
         assert!(!f.is_empty());
         let seqs: Vec<u64> = f.outcomes().map(|o| o.task.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn long_reasons_are_cut_at_a_character_boundary() {
+        assert_eq!(cut_reason("short".into()), "short");
+        let exact = "a".repeat(MAX_REASON_BYTES);
+        assert_eq!(cut_reason(exact.clone()), exact);
+        for filler in ["b", "é", "日本"] {
+            let cut = cut_reason(filler.repeat(MAX_REASON_BYTES + 1));
+            assert!(cut.len() <= MAX_REASON_BYTES, "{}", cut.len());
+            assert!(cut.ends_with('…'));
+            assert!(cut.len() > MAX_REASON_BYTES - 6);
+        }
+        assert_eq!(
+            OutcomeResult::failed("c".repeat(1000)),
+            OutcomeResult::Failed {
+                reason: cut_reason("c".repeat(1000))
+            }
+        );
     }
 
     #[test]

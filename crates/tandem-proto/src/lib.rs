@@ -24,7 +24,8 @@
 //! - [`liveness`]: heartbeat deadlines.
 //! - [`retention`]: bounded window of sealed frames shared by leader and follower.
 //! - [`leader`]: `Leader`, the one decider; seals exactly one frame per step, within the
-//!   acknowledgement window, revealing only durable outcomes. `leader/config.rs` holds
+//!   acknowledgement window, revealing only durable outcomes, never larger than
+//!   `max_frame_bytes` (`leader/budget.rs` bounds what requests may add, exactly). `leader/config.rs` holds
 //!   `LeaderConfig`, `LeaderStats` and `LeaderEvent`; `leader/peers.rs` the admission of
 //!   followers (`admit`), lost connections and message dispatch.
 //! - [`follower`]: `Follower`, positional idempotent reads and bounded waits.
@@ -34,7 +35,8 @@
 //!
 //! # Driving a leader (one step)
 //!
-//! 1. `record_lookup`, `start_store`, `start_load`, `record_tier_op` for the open step.
+//! 1. `check_request` each engine request (a frame too large to send is refused here, never sealed),
+//!    then `record_lookup`, `start_store`, `start_load`, `record_tier_op` for the open step.
 //! 2. Feed peer messages to `handle_message` (or `handle_report`/`handle_ack`/
 //!    `handle_heartbeat`), and the leader's own shard reports to `handle_report`.
 //! 3. Append each `poll_persist()` batch (task starts and finished outcomes) to the durable
@@ -50,7 +52,7 @@
 //!
 //! let config = LeaderConfig {
 //!     epoch: Epoch(1), world_size: 2, window_steps: 8, retention_steps: 64,
-//!     heartbeat_timeout_ms: 3_000, start_ms: 0,
+//!     heartbeat_timeout_ms: 3_000, start_ms: 0, max_frame_bytes: 1 << 20,
 //! };
 //! let mut leader = Leader::new(config, None)?;
 //! let mut follower = Follower::new(Epoch(1), Rank(1), 64);
@@ -102,7 +104,9 @@ pub use frame::{
     Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,
 };
 pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
-pub use leader::{Leader, LeaderConfig, LeaderEvent, LeaderStats, MAX_WORLD_SIZE};
+pub use leader::{
+    FrameBudget, Leader, LeaderConfig, LeaderEvent, LeaderStats, StepRequest, MAX_WORLD_SIZE,
+};
 pub use persist::{BatchId, PersistBatch, StartedTask};
 pub use quorum::ReportOutcome;
 pub use reconcile::{reconcile, undelivered_outcomes, InFlightTask};

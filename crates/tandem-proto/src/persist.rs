@@ -161,6 +161,11 @@ impl PersistQueue {
     pub fn durable_unrevealed(&self) -> &[TaskOutcome] {
         &self.durable
     }
+
+    /// Starts durable but not yet revealed in a frame, in start order.
+    pub fn durable_started(&self) -> &[StartedTask] {
+        &self.durable_started
+    }
 }
 
 #[cfg(test)]

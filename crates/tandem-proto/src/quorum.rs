@@ -111,7 +111,7 @@ impl Quorum {
         };
         let result = match p.failure {
             None => OutcomeResult::Ok,
-            Some(reason) => OutcomeResult::Failed { reason },
+            Some(reason) => OutcomeResult::failed(reason),
         };
         Ok(ReportOutcome::Finished(TaskOutcome {
             task,

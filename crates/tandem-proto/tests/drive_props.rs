@@ -55,6 +55,7 @@ impl Sim {
             retention_steps: 64,
             heartbeat_timeout_ms: 1_000,
             start_ms: 0,
+            max_frame_bytes: 16 << 20,
         };
         Sim {
             leader: Leader::new(config, None).unwrap(),

@@ -192,6 +192,13 @@ fn message() -> impl Strategy<Value = Message> {
         head_dim: f[6],
         dtype_bytes: f[7],
         shard_bytes: u64::from(f[0]) << 7,
+        host_capacity_blocks: u64::from(f[1]),
+        disk_capacity_blocks: u64::from(f[2]),
+        max_frame_bytes: f[3],
+        window_steps: u64::from(f[4]),
+        frame_retention_steps: u64::from(f[5]),
+        heartbeat_interval_ms: u64::from(f[6]),
+        heartbeat_timeout_ms: u64::from(f[7]),
     });
     let refusal = prop_oneof![
         Just(HandshakeError::BadSecret),

@@ -14,6 +14,7 @@ fn config(epoch: u64, world_size: u32) -> LeaderConfig {
         retention_steps: 16,
         heartbeat_timeout_ms: 1_000,
         start_ms: 0,
+        max_frame_bytes: 16 << 20,
     }
 }
 
@@ -765,6 +766,13 @@ fn membership(epoch: u64) -> Membership {
             head_dim: 128,
             dtype_bytes: 2,
             shard_bytes: 1 << 20,
+            host_capacity_blocks: 400,
+            disk_capacity_blocks: 4096,
+            max_frame_bytes: 16 << 20,
+            window_steps: 8,
+            frame_retention_steps: 1024,
+            heartbeat_interval_ms: 100,
+            heartbeat_timeout_ms: 500,
         },
         secret: GroupSecret::new(b"group-secret".to_vec()),
         epoch: Epoch(epoch),

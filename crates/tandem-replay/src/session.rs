@@ -73,7 +73,9 @@ pub(crate) fn classify(err: ClientError) -> Failure {
         }
         ClientError::Agent(e) => Failure::Agent(e),
         ClientError::Wire(e @ WireError::Io(_)) => Failure::Fault(Fault::Broken(e.to_string())),
-        e @ ClientError::Connect { .. } => Failure::Fault(Fault::Broken(e.to_string())),
+        e @ (ClientError::Connect { .. }
+        | ClientError::Timeout { .. }
+        | ClientError::Broken { .. }) => Failure::Fault(Fault::Broken(e.to_string())),
         e @ (ClientError::Wire(_) | ClientError::UnexpectedReply { .. }) => {
             Failure::Protocol(e.to_string())
         }

@@ -19,11 +19,16 @@
 //! - [`disk`]: the disk tier, one preallocated file with positional I/O.
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
 //! - [`manifest`]: a rank's record of its shards, persisted atomically.
+//! - [`lock`]: [`lock::TierLock`], one process per rank's tiers (an exclusive lock taken before
+//!   anything is opened, held for the process's life).
+//! - [`fence`]: [`fence::Fence`], the incarnation and epoch every write to a slot or the
+//!   manifest is checked against, so a process that lost the lock changes nothing.
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
 //! - `recover`: [`store::Store::open`], which takes over the manifest's entries on (re)start
 //!   without reading shards (each read verifies), and [`store::Store::scrub`].
 //! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
-//! - [`rebuild`]: the index rebuilt after a restart from the intersection of verified manifests.
+//! - [`rebuild`]: the index rebuilt after a restart from the intersection of the ranks'
+//!   manifests.
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
 //!
 //! # Invariants
@@ -38,8 +43,10 @@ pub mod checksum;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod disk;
+pub mod fence;
 pub mod host;
 pub mod index;
+pub mod lock;
 pub mod manifest;
 pub mod rebuild;
 mod recover;

@@ -3,7 +3,8 @@
 //! Owns [`Manifest`], its [`Geometry`], its file format and its atomic persistence (write a
 //! temporary file, fsync it, rename it over the old one, fsync the directory), so a crash
 //! leaves either the old or the new manifest, never a torn one. It must never read tier slots:
-//! the store verifies entries against their bytes after loading a manifest.
+//! the store checks each shard's bytes against its entry's checksum whenever it reads the
+//! shard.
 //!
 //! File format: the 8 bytes `TNDMANI2`, the CRC-32C of the payload (4 bytes, little-endian),
 //! then the payload: the [`Manifest`] encoded with postcard: rank, geometry, then the entries
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use tandem_proto::ids::Rank;
 
 use crate::block::{BlockHash, Location};
+use crate::fence::{Fence, Fenced};
 
 /// The file name of the manifest inside the disk directory.
 pub const MANIFEST_FILE: &str = "manifest.bin";
@@ -90,6 +92,15 @@ pub enum ManifestError {
         path: PathBuf,
         /// The decoder's message.
         reason: String,
+    },
+    /// The writer was fenced: another process owns the rank's tiers; the manifest on disk was
+    /// left as it was.
+    #[error("manifest {path} not written: {fenced}")]
+    Fenced {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        fenced: Fenced,
     },
     /// An I/O call failed.
     #[error("manifest {path}: {op} failed: {source}")]
@@ -173,6 +184,28 @@ impl Manifest {
     ///
     /// Errors: [`ManifestError::Io`].
     pub fn save(&self, path: &Path) -> Result<(), ManifestError> {
+        self.save_checked(path, || Ok(()))
+    }
+
+    /// [`Manifest::save`] by the holder of `fence`: the fence is checked before the temporary
+    /// file is written and again, with its record's file, right before the rename replaces
+    /// `path`, so a writer that lost the rank's tiers never replaces the manifest.
+    ///
+    /// Errors: [`ManifestError::Fenced`], [`ManifestError::Io`].
+    pub fn save_fenced(&self, path: &Path, fence: &Fence) -> Result<(), ManifestError> {
+        self.save_checked(path, || fence.check_file())
+    }
+
+    fn save_checked(
+        &self,
+        path: &Path,
+        check: impl Fn() -> Result<(), Fenced>,
+    ) -> Result<(), ManifestError> {
+        let fenced = |fenced| ManifestError::Fenced {
+            path: path.to_path_buf(),
+            fenced,
+        };
+        check().map_err(fenced)?;
         // A temporary name of its own per save: two concurrent saves of one manifest (a writer
         // thread and a final flush) must not write into the same temporary file.
         static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -195,6 +228,10 @@ impl Manifest {
         file.write_all(&self.encode()).map_err(io(&tmp, "write"))?;
         file.sync_all().map_err(io(&tmp, "sync"))?;
         drop(file);
+        if let Err(e) = check() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fenced(e));
+        }
         std::fs::rename(&tmp, path).map_err(io(path, "rename"))?;
         let dir = path
             .parent()

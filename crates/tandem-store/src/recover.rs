@@ -12,21 +12,49 @@
 //! It must never serve a shard it has not verified since it was written or opened.
 
 use crate::disk::{DiskTier, DISK_SLAB_FILE};
+use crate::fence::Fence;
 use crate::host::{HostTier, HOST_SLAB_FILE};
+use crate::lock::TierLock;
 use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
 use crate::shm::FileOrigin;
 use crate::store::{OpenReport, ScrubReport, Store, StoreConfig, StoreError};
 use crate::tier::TierKind;
 
 impl Store {
-    /// Opens this rank's tiers (creating them if needed), reads the manifest and takes over
-    /// every entry whose place is plausible, without reading shards (each is verified when
-    /// it is read); entries that cannot be are dropped and the manifest is rewritten.
+    /// Locks this rank's tiers ([`TierLock`], held by the store until it is dropped), opens
+    /// them (creating them if needed), reads the manifest and takes over every entry whose
+    /// place is plausible, without reading shards (each is verified when it is read);
+    /// entries that cannot be are dropped and the manifest is rewritten.
     ///
-    /// Errors: [`StoreError::ZeroShard`], [`StoreError::Tier`] (files cannot be created or
-    /// mapped), [`StoreError::Manifest`] (I/O errors; an undecodable manifest is discarded and
-    /// reported in [`OpenReport::discarded_manifest`], not an error).
+    /// Errors: [`StoreError::ZeroShard`]; [`StoreError::Lock`] when another process holds the
+    /// tiers (before anything is opened or changed); [`StoreError::Tier`] (files cannot be
+    /// created or mapped); [`StoreError::Manifest`] (I/O errors; an undecodable manifest is
+    /// discarded and reported in [`OpenReport::discarded_manifest`], not an error).
     pub fn open(config: StoreConfig) -> Result<(Store, OpenReport), StoreError> {
+        if config.shard_bytes == 0 {
+            return Err(StoreError::ZeroShard);
+        }
+        let lock = TierLock::acquire(&config, &[])?;
+        let fence = lock.fence();
+        Store::open_fenced(config, fence, Some(lock))
+    }
+
+    /// As [`Store::open`], under a lock the caller took (and keeps) with
+    /// [`TierLock::acquire`] for `config`.
+    ///
+    /// Errors: as [`Store::open`], without [`StoreError::Lock`].
+    pub fn open_locked(
+        config: StoreConfig,
+        lock: &TierLock,
+    ) -> Result<(Store, OpenReport), StoreError> {
+        Store::open_fenced(config, lock.fence(), None)
+    }
+
+    fn open_fenced(
+        config: StoreConfig,
+        fence: Fence,
+        lock: Option<TierLock>,
+    ) -> Result<(Store, OpenReport), StoreError> {
         if config.shard_bytes == 0 {
             return Err(StoreError::ZeroShard);
         }
@@ -91,6 +119,8 @@ impl Store {
             host,
             disk,
             config,
+            fence,
+            _lock: lock,
         };
         store.adopt(old, host_origin, disk_origin, &mut report);
         store.flush_manifest()?;

@@ -7,7 +7,9 @@
 //! leader's [`crate::index::GroupIndex`] as [`Move`]s, applied in order on every rank.
 //!
 //! Validation comes before any write: a refused store leaves the tiers and the manifest as
-//! they were, a refused load leaves the engine's pages as they were. A load that fails its
+//! they were, a refused load leaves the engine's pages as they were. Every write to a slot and
+//! every manifest save is fenced ([`crate::fence`]): once another process took the rank's
+//! tiers over, this store refuses everything with [`StoreError::Fenced`]. A load that fails its
 //! checksum has already copied bytes into the destination; those bytes are unspecified and
 //! the load is reported failed.
 
@@ -19,8 +21,10 @@ use crate::block::{BlockHash, Location, SlotId};
 use crate::buffer::{BufferError, EngineBuffers, PageId};
 use crate::checksum::Checksum;
 use crate::disk::{DiskTier, IoMode};
+use crate::fence::{Fence, Fenced};
 use crate::host::HostTier;
 use crate::index::Move;
+use crate::lock::{LockError, TierLock};
 use crate::manifest::{Geometry, Manifest, ManifestError};
 use crate::rebuild::RankBlocks;
 use crate::tier::{Tier, TierError, TierKind};
@@ -145,6 +149,13 @@ pub enum StoreError {
     /// The manifest could not be written or read.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The rank's tiers are locked by another process; nothing was opened or changed.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// Another process (or a later epoch) owns the rank's tiers now: this store must stop.
+    /// Nothing was recorded.
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
 }
 
 /// One rank's store (see the module docs).
@@ -160,12 +171,29 @@ pub struct Store {
     pub(crate) free_disk: Vec<SlotId>,
     /// One shard of staging for demotions, promotions and verification.
     pub(crate) scratch: Vec<u8>,
+    /// Checked before every write to a slot or the manifest.
+    pub(crate) fence: Fence,
+    /// The rank's lock, when [`Store::open`] took it (held as long as the store lives).
+    pub(crate) _lock: Option<TierLock>,
 }
 
 impl Store {
     /// The configuration.
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// This store's write fence (the manifest writer of an agent checks it too).
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// A new epoch begins: the fence moves to it (writes of this store are checked against
+    /// it from now on).
+    ///
+    /// Errors: [`StoreError::Fenced`] when another process owns the tiers now.
+    pub fn begin_epoch(&mut self, epoch: u64) -> Result<(), StoreError> {
+        Ok(self.fence.advance_epoch(epoch)?)
     }
 
     /// The in-memory manifest (what [`Store::flush_manifest`] writes).
@@ -247,15 +275,17 @@ impl Store {
 
     /// Stores one shard given as parts (concatenated in order) into a free slot of `tier`.
     ///
-    /// Errors: [`StoreError::WrongLength`], [`StoreError::AlreadyStored`],
-    /// [`StoreError::TierDisabled`], [`StoreError::NoFreeSlot`] (all before any write), and
-    /// [`StoreError::Tier`] from the write (the slot is then released).
+    /// Errors: [`StoreError::Fenced`], [`StoreError::WrongLength`],
+    /// [`StoreError::AlreadyStored`], [`StoreError::TierDisabled`], [`StoreError::NoFreeSlot`]
+    /// (all before any write), [`StoreError::Tier`] from the write (the slot is then released),
+    /// and [`StoreError::Fenced`] when the fence moved during the write (nothing recorded).
     pub fn store_parts(
         &mut self,
         hash: BlockHash,
         tier: TierKind,
         parts: &[&[u8]],
     ) -> Result<Location, StoreError> {
+        self.fence.check()?;
         let got: usize = parts.iter().map(|p| p.len()).sum();
         if got != self.config.shard_bytes {
             return Err(StoreError::WrongLength {
@@ -276,14 +306,18 @@ impl Store {
             None => return Err(StoreError::TierDisabled { tier }),
         };
         match written {
-            Ok(checksum) => Ok(self.record(
-                hash,
-                Location {
-                    tier,
-                    slot,
-                    checksum,
-                },
-            )),
+            Ok(checksum) => {
+                // The bytes are in the slot; whether they count is the fence's to say.
+                self.fence.check()?;
+                Ok(self.record(
+                    hash,
+                    Location {
+                        tier,
+                        slot,
+                        checksum,
+                    },
+                ))
+            }
             Err(e) => {
                 self.give_slot(tier, slot);
                 Err(e.into())
@@ -319,13 +353,16 @@ impl Store {
     /// Loads a block's shard into parts (concatenated in order) and verifies its checksum.
     /// A mismatch drops the shard from this rank (it is never served again).
     ///
-    /// Errors: [`StoreError::UnknownBlock`], [`StoreError::WrongLength`] (before any write),
-    /// [`StoreError::ChecksumMismatch`], [`StoreError::Tier`].
+    /// Errors: [`StoreError::Fenced`] (a store whose tiers another process owns serves
+    /// nothing: its view of them is stale), [`StoreError::UnknownBlock`],
+    /// [`StoreError::WrongLength`] (before any write), [`StoreError::ChecksumMismatch`],
+    /// [`StoreError::Tier`].
     pub fn load_parts(
         &mut self,
         hash: BlockHash,
         dst: &mut [&mut [u8]],
     ) -> Result<Location, StoreError> {
+        self.fence.check()?;
         let loc = self
             .location(hash)
             .ok_or(StoreError::UnknownBlock { hash })?;
@@ -395,12 +432,13 @@ impl Store {
 
     /// Writes the manifest if anything changed since the last flush; true when written.
     ///
-    /// Errors: [`StoreError::Manifest`].
+    /// Errors: [`StoreError::Fenced`], [`StoreError::Manifest`].
     pub fn flush_manifest(&mut self) -> Result<bool, StoreError> {
         if !self.dirty {
             return Ok(false);
         }
-        self.manifest.save(&self.manifest_path)?;
+        self.manifest
+            .save_fenced(&self.manifest_path, &self.fence)?;
         self.dirty = false;
         Ok(true)
     }
@@ -416,6 +454,7 @@ impl Store {
         from: TierKind,
         to: TierKind,
     ) -> Result<Location, StoreError> {
+        self.fence.check()?;
         let loc = self
             .location(hash)
             .filter(|l| l.tier == from)
@@ -427,7 +466,7 @@ impl Store {
         let mut scratch = std::mem::take(&mut self.scratch);
         let moved = self.copy_between(hash, loc, to, slot, &mut scratch);
         self.scratch = scratch;
-        match moved {
+        match moved.and_then(|c| self.fence.check().map(|()| c).map_err(StoreError::from)) {
             Ok(checksum) => {
                 self.give_slot(from, loc.slot);
                 Ok(self.record(

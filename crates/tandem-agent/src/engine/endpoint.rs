@@ -1,14 +1,16 @@
-//! The engine socket server. One request at a time per connection, each answered once.
+//! The engine socket server. One request at a time per connection, each answered once, in
+//! order, under the call id the request named (a bare request without one is answered bare).
 //!
-//! A malformed request is answered with `BadRequest` and the connection closes (the byte
-//! stream cannot be trusted after a bad length); an engine disconnect is logged and reported
-//! to the `ProtocolActor`, which counts it as the engine's failure.
+//! A malformed request is answered with `BadRequest` under [`CallId::NONE`] (its own id cannot
+//! be read from a body that does not decode) and the connection closes (the byte stream cannot
+//! be trusted after a bad length); an engine disconnect is logged and reported to the
+//! `ProtocolActor`, which counts it as the engine's failure.
 
 use std::path::{Path, PathBuf};
 
 use actix::Addr;
-use tandem_client::api::{AgentError, EngineReply, EngineRequest};
-use tandem_client::wire::{check_len, decode, encode, WireError};
+use tandem_client::api::{AgentError, CallId, EngineReply, EngineRequest};
+use tandem_client::wire::{check_len, decode_call, encode, encode_call, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
@@ -97,7 +99,7 @@ async fn serve_one(
         let len = match check_len(header) {
             Ok(len) => len,
             Err(e) => {
-                reply(&mut stream, &bad_request(&e)).await?;
+                reply(&mut stream, Some(CallId::NONE), &bad_request(&e)).await?;
                 return Err(e);
             }
         };
@@ -114,17 +116,17 @@ async fn serve_one(
                 "engine closed mid-message",
             )));
         }
-        let req: EngineRequest = match decode(&payload) {
+        let (req, call) = match decode_call::<EngineRequest>(&payload) {
             Ok(r) => r,
             Err(e) => {
-                reply(&mut stream, &bad_request(&e)).await?;
+                reply(&mut stream, Some(CallId::NONE), &bad_request(&e)).await?;
                 return Err(e);
             }
         };
         let hello = matches!(req, EngineRequest::Hello { .. });
         let answer = route(req, router, store).await;
         *attached |= hello && matches!(answer, EngineReply::Welcome { .. });
-        reply(&mut stream, &answer).await?;
+        reply(&mut stream, call, &answer).await?;
     }
 }
 
@@ -176,8 +178,16 @@ fn bad_request(e: &WireError) -> EngineReply {
     })
 }
 
-async fn reply(stream: &mut UnixStream, answer: &EngineReply) -> Result<(), WireError> {
-    let bytes = encode(answer)?;
+/// Write `answer` under `call` (bare when the request named no call).
+async fn reply(
+    stream: &mut UnixStream,
+    call: Option<CallId>,
+    answer: &EngineReply,
+) -> Result<(), WireError> {
+    let bytes = match call {
+        Some(call) => encode_call(answer, call)?,
+        None => encode(answer)?,
+    };
     stream.write_all(&bytes).await?;
     Ok(())
 }

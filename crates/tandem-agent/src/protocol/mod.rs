@@ -222,6 +222,8 @@ impl ProtocolActor {
             Role::Leader(l) => {
                 let stats = l.stats().clone();
                 m.steps_sealed().set_total(stats.steps_sealed);
+                m.frame_limit_refusals()
+                    .set_total(stats.frame_limit_refusals);
                 m.stale_epoch_rejected()
                     .set_total(stats.stale_epoch_rejected + self.engine_stale_rejected);
                 m.set_peers_joined(stats.handshakes_admitted);

@@ -101,6 +101,7 @@ impl TandemModel {
             retention_steps: self.config.retention_steps,
             heartbeat_timeout_ms: u64::MAX / 4,
             start_ms: 0,
+            max_frame_bytes: 16 << 20,
         };
         Leader::new(config, reconciliation).ok()
     }

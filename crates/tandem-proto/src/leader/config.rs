@@ -20,6 +20,9 @@ pub struct LeaderConfig {
     pub heartbeat_timeout_ms: u64,
     /// The caller's clock when the epoch starts; every follower counts as seen then (ms).
     pub start_ms: u64,
+    /// Largest `Message::Frame` payload a peer accepts, in bytes (`protocol.max_frame_bytes`):
+    /// the leader admits a request only while every frame it could seal stays within it.
+    pub max_frame_bytes: u64,
 }
 
 /// Counters for metrics. All counts since the leader was created.
@@ -61,6 +64,8 @@ pub struct LeaderStats {
     pub handshakes_admitted: u64,
     /// Handshakes refused.
     pub handshakes_refused: u64,
+    /// Requests refused because a frame could have exceeded `max_frame_bytes`.
+    pub frame_limit_refusals: u64,
 }
 
 /// Something the supervisor must hear about.

@@ -10,9 +10,11 @@
 //! liveness verdicts. It never does IO, never reads a clock, and never reveals an outcome that
 //! the driver has not confirmed durable.
 
+pub mod budget;
 mod config;
 mod peers;
 
+pub use budget::FrameBudget;
 pub use config::{LeaderConfig, LeaderEvent, LeaderStats};
 
 use crate::error::{LeaderError, QuorumError};
@@ -26,10 +28,41 @@ use crate::quorum::{Quorum, ReportOutcome};
 use crate::reconcile::InFlightTask;
 use crate::retention::{FrameStore, Lookup};
 use crate::wire::{Ack, Heartbeat, Message, ShardReport};
+use budget::{encoded_len, max_outcome_bytes, Delta, StartRef};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The largest group a leader accepts (ranks).
 pub const MAX_WORLD_SIZE: u32 = 65_536;
+
+/// A request the open step may take, checked by [`Leader::check_request`] before the driver decides
+/// anything for it. Tier operations are counted at their largest ([`budget::MAX_TIER_OP_BYTES`]).
+#[derive(Clone, Copy, Debug)]
+pub enum StepRequest<'a> {
+    /// A lookup whose result is at most `lookup` (its `matched_blocks` at least the prefix the
+    /// lookup can match), recording at most `tier_ops` tier operations (promotions and the room
+    /// they make).
+    Lookup {
+        /// The largest result the lookup can record.
+        lookup: &'a LookupResult,
+        /// The most tier operations it can record now.
+        tier_ops: u64,
+    },
+    /// A store or load of `block_hashes` into or from `page_ids`, recording at most `tier_ops`
+    /// tier operations now (the room a store makes, and what a refusal gives back). Its end
+    /// may record one more per block (see [`budget`]).
+    Start {
+        /// Store or load.
+        kind: TaskKind,
+        /// The engine's request.
+        request: RequestId,
+        /// Its blocks.
+        block_hashes: &'a [BlockHash],
+        /// Its pages.
+        page_ids: &'a [PageId],
+        /// The most tier operations it can record now.
+        tier_ops: u64,
+    },
+}
 
 /// The leader of one epoch. See the module docs for the input/output contract.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +86,7 @@ pub struct Leader {
     transmit: VecDeque<(Rank, Message)>,
     events: VecDeque<LeaderEvent>,
     stats: LeaderStats,
+    budget: FrameBudget,
 }
 
 impl Leader {
@@ -60,7 +94,8 @@ impl Leader {
     /// `None` for the first epoch of a group).
     ///
     /// Errors: [`LeaderError::InvalidConfig`] when `world_size` or `window_steps` is 0, or
-    /// `world_size` exceeds [`MAX_WORLD_SIZE`].
+    /// `world_size` exceeds [`MAX_WORLD_SIZE`]; [`LeaderError::FrameTooLarge`] when
+    /// `max_frame_bytes` cannot hold step 0 with its reconciliation.
     pub fn new(
         config: LeaderConfig,
         reconciliation: Option<Reconciliation>,
@@ -84,6 +119,17 @@ impl Leader {
             });
         }
         let followers = (1..config.world_size).map(Rank);
+        let budget = FrameBudget::new(
+            config.max_frame_bytes,
+            config.epoch,
+            reconciliation.as_ref(),
+        );
+        if budget.bound() > config.max_frame_bytes {
+            return Err(LeaderError::FrameTooLarge {
+                bytes: budget.bound(),
+                limit: config.max_frame_bytes,
+            });
+        }
         let mut open = Frame::empty(config.epoch, Step(0));
         open.reconciliation = reconciliation;
         Ok(Leader {
@@ -100,6 +146,7 @@ impl Leader {
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             stats: LeaderStats::default(),
+            budget,
             config,
         })
     }
@@ -124,6 +171,65 @@ impl Leader {
         self.sealed.last_step()
     }
 
+    /// The largest frame the leader could still have to seal, in bytes (see [`budget`]).
+    pub fn frame_bound(&self) -> u64 {
+        self.budget.bound()
+    }
+
+    /// Check that the open step can take `request`: every frame the leader could then have to
+    /// seal stays within `max_frame_bytes`. Call before deciding anything for the request, then
+    /// record what was decided (`record_lookup`, `start_*`, `reject_task`, `record_tier_op`)
+    /// within what was admitted.
+    ///
+    /// Errors: [`LeaderError::FrameTooLarge`] naming the bytes and the limit (counted); nothing
+    /// is recorded.
+    pub fn check_request(&mut self, request: StepRequest<'_>) -> Result<(), LeaderError> {
+        let delta = match request {
+            StepRequest::Lookup { lookup, tier_ops } => Delta {
+                lookup_bytes: encoded_len(lookup),
+                tier_ops,
+                ..Delta::default()
+            },
+            StepRequest::Start {
+                kind,
+                request,
+                block_hashes,
+                page_ids,
+                tier_ops,
+            } => {
+                let task = TaskId::new(self.config.epoch, self.next_seq);
+                let tiers = match kind {
+                    TaskKind::Store => vec![Tier::Host; block_hashes.len()],
+                    TaskKind::Load => Vec::new(),
+                };
+                let start = StartRef {
+                    task,
+                    request,
+                    block_hashes,
+                    page_ids,
+                    tiers: &tiers,
+                };
+                Delta {
+                    start_bytes: encoded_len(&start),
+                    kind: Some(kind),
+                    outcome_bytes: max_outcome_bytes(task, kind, request),
+                    tier_ops,
+                    end_tier_ops: block_hashes.len() as u64,
+                    ..Delta::default()
+                }
+            }
+        };
+        let bytes = self.budget.bound_with(&delta);
+        if bytes > self.config.max_frame_bytes {
+            self.stats.frame_limit_refusals += 1;
+            return Err(LeaderError::FrameTooLarge {
+                bytes,
+                limit: self.config.max_frame_bytes,
+            });
+        }
+        Ok(())
+    }
+
     /// Record a prefix-match decision in the open step. A pinned lookup pins its matched
     /// blocks until the request's load finishes or [`Self::release_pins`] is called.
     pub fn record_lookup(&mut self, lookup: LookupResult) {
@@ -131,6 +237,7 @@ impl Leader {
         if !pinned.is_empty() {
             self.pins.insert(lookup.request, pinned);
         }
+        self.budget.lookup(&lookup);
         self.open.lookups.push(lookup);
     }
 
@@ -176,6 +283,7 @@ impl Leader {
             page_ids,
             tiers,
         };
+        self.budget.start(kind, &start);
         self.persist.push_started(StartedTask { kind, start });
         task
     }
@@ -189,22 +297,25 @@ impl Leader {
     /// Refuse a store or load without starting it (for example: the tier is full and every
     /// block in it is pinned). The task gets an id and a `Failed { reason }` outcome that is
     /// logged and revealed like any other, so the engine hears of it exactly once; no rank
-    /// copies anything.
+    /// copies anything. The reason is cut to [`crate::frame::MAX_REASON_BYTES`].
     pub fn reject_task(&mut self, kind: TaskKind, request: RequestId, reason: String) -> TaskId {
         let task = self.next_task();
         self.stats.tasks_failed += 1;
-        self.persist.push_finished(TaskOutcome {
+        let outcome = TaskOutcome {
             task,
             kind,
             request,
-            result: OutcomeResult::Failed { reason },
-        });
+            result: OutcomeResult::failed(reason),
+        };
+        self.budget.outcome(&outcome);
+        self.persist.push_finished(outcome);
         task
     }
 
     /// Record a tier operation (eviction, demotion, promotion) in the open step; every rank
     /// applies the step's operations in order when the frame arrives.
     pub fn record_tier_op(&mut self, op: TierOp) {
+        self.budget.tier_op(&op);
         self.open.tier_ops.push(op);
     }
 
@@ -258,6 +369,7 @@ impl Leader {
                 if outcome.kind == TaskKind::Load {
                     self.pins.remove(&outcome.request);
                 }
+                self.budget.outcome(outcome);
                 self.persist.push_finished(outcome.clone());
             }
         }
@@ -319,7 +431,10 @@ impl Leader {
     ///
     /// Errors: [`LeaderError::WrongStep`] unless `step` is [`Self::open_step`];
     /// [`LeaderError::WindowFull`] when `step` is more than `window_steps` ahead of the
-    /// slowest follower's acknowledgement (the open step keeps its records; retry later).
+    /// slowest follower's acknowledgement (the open step keeps its records; retry later);
+    /// [`LeaderError::FrameTooLarge`] when the frame would exceed `max_frame_bytes`, which
+    /// admission makes impossible for what engines ask (only a reconciliation or tier
+    /// operations recorded beyond what was admitted can): nothing is sealed.
     pub fn seal(&mut self, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
         let _ = now_ms; // Sealing depends on acknowledgements, not on time.
         if step != self.open.step {
@@ -340,6 +455,13 @@ impl Leader {
                 });
             }
         }
+        let bytes = self.sealed_len();
+        if bytes > self.config.max_frame_bytes {
+            return Err(LeaderError::FrameTooLarge {
+                bytes,
+                limit: self.config.max_frame_bytes,
+            });
+        }
         let mut frame =
             std::mem::replace(&mut self.open, Frame::empty(self.config.epoch, step.next()));
         frame.finished = self.persist.take_durable();
@@ -349,6 +471,8 @@ impl Leader {
                 TaskKind::Load => frame.loads.push(start),
             }
         }
+        self.budget
+            .sealed(&frame.stores, &frame.loads, &frame.finished);
         self.stats.outcomes_revealed += frame.finished.len() as u64;
         self.stats.steps_sealed += 1;
         for r in 1..self.config.world_size {
@@ -357,6 +481,28 @@ impl Leader {
         }
         self.sealed.push(frame.clone());
         Ok(frame)
+    }
+
+    /// The exact `Message::Frame` payload size of the frame sealing the open step now, bytes.
+    fn sealed_len(&self) -> u64 {
+        let o = &self.open;
+        let started = self.persist.durable_started();
+        let of = |kind: TaskKind| -> Vec<&TaskStart> {
+            started
+                .iter()
+                .filter(|s| s.kind == kind)
+                .map(|s| &s.start)
+                .collect()
+        };
+        // `Message::Frame`'s variant index is one byte; the fields follow in order.
+        1 + encoded_len(&o.epoch)
+            + encoded_len(&o.step)
+            + encoded_len(&o.lookups)
+            + encoded_len(&of(TaskKind::Store))
+            + encoded_len(&of(TaskKind::Load))
+            + encoded_len(self.persist.durable_unrevealed())
+            + encoded_len(&o.tier_ops)
+            + encoded_len(&o.reconciliation)
     }
 
     /// A retained sealed frame: `Ok(Some)` if retained, `Ok(None)` if not sealed yet.

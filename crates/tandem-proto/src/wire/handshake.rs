@@ -22,7 +22,8 @@ use std::fmt;
 use thiserror::Error;
 
 /// The protocol version this build speaks (frame semantics, message set, handshake rules).
-/// Version 2: 128-bit block hashes.
+/// Version 2: 128-bit block hashes, and every setting the leader decides with in the
+/// configuration fingerprint.
 pub const PROTOCOL_VERSION: u16 = 2;
 
 /// 32 random bytes the leader sends in a challenge.
@@ -230,6 +231,13 @@ mod tests {
             head_dim: 128,
             dtype_bytes: 2,
             shard_bytes: 1 << 20,
+            host_capacity_blocks: 400,
+            disk_capacity_blocks: 4096,
+            max_frame_bytes: 16 << 20,
+            window_steps: 8,
+            frame_retention_steps: 1024,
+            heartbeat_interval_ms: 100,
+            heartbeat_timeout_ms: 500,
         }
     }
 
@@ -261,7 +269,10 @@ mod tests {
         p.protocol_version = 9;
         assert_eq!(
             check(&p, 1),
-            Err(HandshakeError::ProtocolVersion { ours: 2, theirs: 9 })
+            Err(HandshakeError::ProtocolVersion {
+                ours: PROTOCOL_VERSION,
+                theirs: 9
+            })
         );
         // A rank of the 64-bit-hash release is refused by name.
         let mut p = membership();

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use tandem_client::api::{AgentError, EngineReply, EngineRequest};
-use tandem_client::wire::{read_message, write_message};
+use tandem_client::wire::{read_call, write_call};
 use tandem_proto::frame::{
     Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart,
 };
@@ -173,7 +173,7 @@ fn accept_loop(
 fn serve(rank: u32, mut stream: UnixStream, generation: u64, shared: Arc<(Mutex<State>, Condvar)>) {
     let _ = stream.set_nonblocking(false);
     loop {
-        let Ok(req) = read_message::<EngineRequest>(&mut stream) else {
+        let Ok((req, call)) = read_call::<EngineRequest>(&mut stream) else {
             return;
         };
         if lock(&shared.0).generation != generation {
@@ -183,7 +183,7 @@ fn serve(rank: u32, mut stream: UnixStream, generation: u64, shared: Arc<(Mutex<
         if lock(&shared.0).generation != generation {
             return;
         }
-        if write_message(&mut stream, &reply).is_err() {
+        if write_call(&mut stream, &reply, call).is_err() {
             return;
         }
     }

@@ -296,7 +296,7 @@ impl LeaderRole {
                 ..
             } => self
                 .check_step(step)
-                .map(|()| self.lookup(request, block_hashes)),
+                .and_then(|()| self.lookup(request, block_hashes)),
             EngineRequest::Store {
                 step,
                 request,
@@ -306,7 +306,7 @@ impl LeaderRole {
             } => self
                 .check_step(step)
                 .and_then(|()| check_lists(&block_hashes, &page_ids))
-                .map(|()| self.store(request, block_hashes, page_ids)),
+                .and_then(|()| self.store(request, block_hashes, page_ids)),
             EngineRequest::Load {
                 step,
                 request,
@@ -316,7 +316,7 @@ impl LeaderRole {
             } => self
                 .check_step(step)
                 .and_then(|()| check_lists(&block_hashes, &page_ids))
-                .map(|()| self.load(request, block_hashes, page_ids)),
+                .and_then(|()| self.load(request, block_hashes, page_ids)),
             EngineRequest::EndStep {
                 step, deadline_ms, ..
             } => match self.check_step(step) {
@@ -532,6 +532,11 @@ impl LeaderRole {
                 reply,
             }),
             Err(e) => {
+                if matches!(e, LeaderError::FrameTooLarge { .. }) {
+                    // Admission keeps requests within the limit; only a reconciliation or the
+                    // index rebuild's tier operations can get here. Nothing was sealed or sent.
+                    tracing::error!(error = %e, step = step.0, "the open step cannot be sealed within protocol.max_frame_bytes");
+                }
                 let _ = reply.send(EngineReply::Error(map_leader_error(e, self.leader.epoch())));
             }
         }
@@ -743,6 +748,7 @@ pub fn map_leader_error(e: LeaderError, epoch: tandem_proto::ids::Epoch) -> Agen
         LeaderError::AckBeyondSealed { .. } => AgentError::BadRequest {
             reason: e.to_string(),
         },
+        LeaderError::FrameTooLarge { bytes, limit } => AgentError::FrameTooLarge { bytes, limit },
         other => AgentError::NotReady {
             reason: other.to_string(),
         },

@@ -1,13 +1,22 @@
 //! The leader's task decisions: prefix lookups (with their pins), stores and loads started
 //! or refused against the group index, and what a finished task gives back to the index.
-//! Every decision is recorded in the open step of the sans-IO `Leader`.
+//! Every decision is recorded in the open step of the sans-IO `Leader`, and every request is
+//! first checked against the frame limit (`Leader::check_request`), before the index changes:
+//! a request that could make a frame the leader cannot send is refused with
+//! `AgentError::FrameTooLarge` and leaves nothing behind.
 
-use tandem_client::api::EngineReply;
+use tandem_client::api::{AgentError, EngineReply};
 use tandem_proto::frame::{LookupResult, OutcomeResult, TaskOutcome};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, TaskKind};
+use tandem_proto::StepRequest;
 use tandem_store::index::{IndexError, Pin};
 
-use super::{kind_index, LeaderRole, TaskPins};
+use super::{kind_index, map_leader_error, LeaderRole, TaskPins};
+
+/// The most tier operations the group index records for one block of a lookup (a promotion
+/// from disk, and the demotion and drop that make host room for it) or of a store (the
+/// demotion and drop that make room, and the drop of a refused store).
+const TIER_OPS_PER_BLOCK: u64 = 3;
 use crate::tiers::{frame_tier, tier_op};
 
 impl LeaderRole {
@@ -50,14 +59,33 @@ impl LeaderRole {
         }
     }
 
+    /// Check a request against the frame limit before anything is decided for it.
+    fn check(&mut self, request: StepRequest<'_>) -> Result<(), AgentError> {
+        let epoch = self.leader.epoch();
+        self.leader
+            .check_request(request)
+            .map_err(|e| map_leader_error(e, epoch))
+    }
+
     /// The longest cached prefix, pinned for a load in this step.
     pub(super) fn lookup(
         &mut self,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
-    ) -> EngineReply {
-        self.release_lookup_pins(request);
+    ) -> Result<EngineReply, AgentError> {
         let prefix = self.index.lookup_prefix(&block_hashes);
+        let mut result = LookupResult {
+            request,
+            block_hashes,
+            matched_blocks: prefix as u32,
+            pinned: prefix > 0,
+        };
+        self.check(StepRequest::Lookup {
+            lookup: &result,
+            tier_ops: TIER_OPS_PER_BLOCK * prefix as u64,
+        })?;
+        self.release_lookup_pins(request);
+        let block_hashes = std::mem::take(&mut result.block_hashes);
         let mut pins = Vec::with_capacity(prefix);
         for hash in &block_hashes[..prefix] {
             match self.index.begin_load(*hash) {
@@ -83,7 +111,7 @@ impl LeaderRole {
             self.lookup_pins.insert(request, pins);
         }
         self.leader.record_lookup(result.clone());
-        EngineReply::Lookup(result)
+        Ok(EngineReply::Lookup(result))
     }
 
     /// Start a store of the blocks not already cached; a full tier refuses the task.
@@ -92,7 +120,14 @@ impl LeaderRole {
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
-    ) -> EngineReply {
+    ) -> Result<EngineReply, AgentError> {
+        self.check(StepRequest::Start {
+            kind: TaskKind::Store,
+            request,
+            block_hashes: &block_hashes,
+            page_ids: &page_ids,
+            tier_ops: TIER_OPS_PER_BLOCK * block_hashes.len() as u64,
+        })?;
         let (mut hashes, mut pages, mut tiers, mut pins) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (hash, page) in block_hashes.into_iter().zip(page_ids) {
@@ -103,11 +138,11 @@ impl LeaderRole {
                     }
                     let Some(tier) = frame_tier(plan.tier) else {
                         self.counts.stores_refused[1] += 1;
-                        return self.refuse_store(
+                        return Ok(self.refuse_store(
                             request,
                             pins,
                             format!("block {hash}: no frame tier for {}", plan.tier),
-                        );
+                        ));
                     };
                     hashes.push(hash);
                     pages.push(page);
@@ -119,7 +154,7 @@ impl LeaderRole {
                 Err(e) => {
                     let full = matches!(e, IndexError::TierFull { .. });
                     self.counts.stores_refused[usize::from(!full)] += 1;
-                    return self.refuse_store(request, pins, e.to_string());
+                    return Ok(self.refuse_store(request, pins, e.to_string()));
                 }
             }
         }
@@ -132,7 +167,7 @@ impl LeaderRole {
                 pins,
             },
         );
-        EngineReply::Started { task }
+        Ok(EngineReply::Started { task })
     }
 
     pub(super) fn refuse_store(
@@ -158,7 +193,14 @@ impl LeaderRole {
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
-    ) -> EngineReply {
+    ) -> Result<EngineReply, AgentError> {
+        self.check(StepRequest::Start {
+            kind: TaskKind::Load,
+            request,
+            block_hashes: &block_hashes,
+            page_ids: &page_ids,
+            tier_ops: 0,
+        })?;
         let mut pinned = self.lookup_pins.remove(&request).unwrap_or_default();
         let covered = block_hashes.len() <= pinned.len()
             && block_hashes
@@ -173,7 +215,7 @@ impl LeaderRole {
             );
             let task = self.leader.reject_task(TaskKind::Load, request, reason);
             self.counts.finished[1][1] += 1;
-            return EngineReply::Started { task };
+            return Ok(EngineReply::Started { task });
         }
         // Pins beyond what is loaded go back now.
         let extra = pinned.split_off(block_hashes.len());
@@ -187,7 +229,7 @@ impl LeaderRole {
                 pins: pinned,
             },
         );
-        EngineReply::Started { task }
+        Ok(EngineReply::Started { task })
     }
 
     pub(super) fn give_back_load_pins(&mut self, pins: Vec<Pin>) {
