@@ -204,7 +204,9 @@ pub struct RedisConfig {
     /// Password for the data nodes in cluster and Sentinel mode (empty: none, or the one in
     /// the seed URLs); prefer `TANDEM__REDIS__PASSWORD`. Never logged.
     pub password: String,
-    /// Entries kept in a completion stream once every consumer group has acknowledged them.
+    /// Entries kept in a completion stream once every consumer group has acknowledged them
+    /// (the trim never removes what a rank still needs, whatever this says). Each trim reads
+    /// them all: keep it low (1,000 to 10,000) for many groups on one Redis.
     pub stream_max_len: u64,
     /// Replicas that must acknowledge each completion append (and each epoch change) before
     /// the leader reveals what it holds (Redis `WAIT`). 0: reveal once the primary has it,
