@@ -14,6 +14,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # promtool (rule checks and unit tests) and a headless browser (the status pages' test).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The Python package's tests build a wheel in a fresh virtual environment.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"
@@ -35,3 +37,5 @@ cargo test --locked --workspace "$@"
 # The Prometheus rules (promtool), then the status pages in headless Chromium.
 scripts/test-prometheus.sh
 scripts/test-pages.sh --bin target/debug/tandem
+# The Python package: wheel in a fresh venv, pytest against real local clusters.
+scripts/test-python.sh --bin target/debug/tandem

@@ -45,7 +45,7 @@ fn sigstop_past_the_heartbeat_timeout_fences_the_woken_rank() {
     let redis = RedisServer::start_bound("127.0.0.1");
     let mut spec = GroupSpec::new(1, 2);
     spec.redis_url = redis.url();
-    let c = SupervisedGroup::start(&spec, "info,tandem_agent::protocol=debug");
+    let c = SupervisedGroup::start(&spec, "info,tandem_core=debug");
     let timeout_ms = 1000; // supervisor.heartbeat_timeout_ms of Group::configure
 
     for round in 0..fault_rounds() {

@@ -33,9 +33,11 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
             .json(json!({ "ready": false, "reason": "between epochs" }));
     };
     match protocol.send(GetStatus).await {
-        Ok(s) if s.ready => HttpResponse::Ok().json(json!({ "ready": true, "epoch": s.epoch })),
+        Ok(s) if s.ready() => {
+            HttpResponse::Ok().json(json!({ "ready": true, "epoch": s.rank.epoch }))
+        }
         Ok(s) => HttpResponse::ServiceUnavailable()
-            .json(json!({ "ready": false, "epoch": s.epoch, "reason": s.reason })),
+            .json(json!({ "ready": false, "epoch": s.rank.epoch, "reason": s.rank.reason })),
         Err(e) => HttpResponse::ServiceUnavailable()
             .json(json!({ "ready": false, "reason": format!("protocol actor unavailable: {e}") })),
     }

@@ -1,17 +1,25 @@
 //! The Tandem rank agent: one process per rank of a group.
 //!
+//! Drivers only: every rule the agent follows is in `tandem-core` (the rank's `RankCore` for
+//! each epoch, and the `EpochLoop` across epochs) or in `tandem-proto`. The actors feed those
+//! cores their inputs with the agent's `now_ms` and carry out their outputs: sockets, files,
+//! Redis calls, timers. No decision is made here.
+//!
 //! # Layout
 //! - [`settings`]: what one agent needs, derived from the configuration and command line.
-//! - [`protocol`]: the `ProtocolActor` (the sans-IO leader or follower, wired to the world).
-//! - [`store_actor`]: the `StoreActor` (tiers, engine page buffers, shard copies).
+//! - [`protocol`]: the `ProtocolActor`, the driver of one epoch's `RankCore` (inputs in,
+//!   outputs carried out, one timer).
+//! - [`store_actor`]: the `StoreActor` (tiers, engine page buffers, shard copies; carries out
+//!   the core's store commands and reports each shard to whoever asked).
 //! - [`peer`]: the TCP transport between leader and followers, with the handshake's IO.
 //! - [`engine`]: the Unix-socket endpoint the local engine talks to.
 //! - [`http`]: `/healthz`, `/readyz`, `/status`.
-//! - [`tiers`]: protocol ↔ store names for tiers and tier operations.
 //! - [`router`]: which epoch's protocol actor requests go to.
-//! - [`runtime`]: the epoch loop: Redis heartbeats, failure reports, delivery tracking, and
-//!   the restart of the protocol actor when the supervisor moves the epoch.
-//! - [`clock`]: the monotonic `now_ms` fed to the state machines.
+//! - [`runtime`]: everything that outlives an epoch, and the driver of the epoch loop
+//!   (`tandem_core::EpochLoop`).
+//! - [`epochs`]: the calls the epoch loop asks for, made (the log's traits, the protocol
+//!   actor of each epoch, metrics).
+//! - [`clock`]: the monotonic `now_ms` fed to the cores.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers
@@ -19,6 +27,7 @@
 
 pub mod clock;
 pub mod engine;
+pub mod epochs;
 pub mod http;
 pub mod peer;
 pub mod protocol;
@@ -26,7 +35,6 @@ pub mod router;
 pub mod runtime;
 pub mod settings;
 pub mod store_actor;
-pub mod tiers;
 
 use std::path::PathBuf;
 
@@ -49,12 +57,9 @@ pub enum AgentRunError {
     /// without changing them.
     #[error("this agent no longer owns the rank's tiers and stops: {0}")]
     Fenced(String),
-    /// The group index configuration was refused.
-    #[error("invalid group index: {0}")]
-    Index(#[from] tandem_store::index::IndexError),
-    /// The leader configuration was refused.
-    #[error("invalid leader configuration: {0}")]
-    Leader(#[from] tandem_proto::LeaderError),
+    /// The core's configuration was refused (the leader's or the group index's).
+    #[error(transparent)]
+    Core(#[from] tandem_core::CoreError),
     /// A listener could not bind.
     #[error("cannot listen on {what} {addr}: {source}")]
     Bind {
@@ -78,6 +83,9 @@ pub enum AgentRunError {
     /// The completion log refused the group (bad URL or group name).
     #[error("completion log: {0}")]
     Durable(#[from] tandem_durable::DurableError),
+    /// The epoch loop gave up (a recovery that kept failing, a core that cannot start).
+    #[error("completion log: {0}")]
+    Epochs(String),
 }
 
 /// Substitute `{group}` and `{rank}` in a configured directory.

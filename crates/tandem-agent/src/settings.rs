@@ -127,6 +127,14 @@ impl AgentSettings {
         })
     }
 
+    /// These settings in `epoch` (the handshake's epoch too).
+    pub fn for_epoch(&self, epoch: Epoch) -> AgentSettings {
+        let mut s = self.clone();
+        s.epoch = epoch;
+        s.membership.epoch = epoch;
+        s
+    }
+
     /// Rank 0 leads.
     pub fn is_leader(&self) -> bool {
         self.rank.0 == 0

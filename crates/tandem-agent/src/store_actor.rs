@@ -1,9 +1,10 @@
 //! The StoreActor: this rank's tiers, its engine's page buffers, and every shard copy.
 //!
 //! Owns the per-rank `Store` (host and disk tiers, checksums, manifest) and the engine's
-//! registered page region. It applies the leader's tier operations in frame order, copies
+//! registered page region. It carries out the commands of the rank's core
+//! (`tandem_core::StoreCommand`): it applies the leader's tier operations in frame order, copies
 //! shards between engine pages and tiers for the tasks it is given, and reports each task's
-//! shard result to the `ProtocolActor`. It never decides placement, eviction or whether a task
+//! shard result to whoever asked (the `ProtocolActor` of that epoch). It never decides placement, eviction or whether a task
 //! finished: those are the leader's, and it only carries them out. It runs on its own arbiter
 //! (thread) so that copies never delay the protocol. Every write it makes is fenced by this
 //! process's incarnation and the current epoch (`tandem_store::fence`): once another process
@@ -11,15 +12,15 @@
 
 use actix::{Actor, AsyncContext, Context, Handler, Message, Recipient};
 use tandem_client::api::AgentError;
+use tandem_core::StoreCommand;
 use tandem_proto::frame::{TaskStart, TierOp};
 use tandem_proto::ids::{Epoch, TaskId};
+use tandem_proto::RankBlocks;
 use tandem_store::buffer::{EngineBuffers, RegionSpec};
 use tandem_store::fence::Fence;
-use tandem_store::rebuild::RankBlocks;
 use tandem_store::store::{Store, StoreError};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::tiers::{store_move, store_tier};
 use crate::AgentRunError;
 
 /// The name under which the engine's page pool is registered.
@@ -39,42 +40,32 @@ pub struct ShardDone {
 #[derive(Message)]
 #[rtype(result = "Result<u64, AgentError>")]
 pub struct RegisterBuffer {
-    /// The region's file.
-    pub path: String,
+    /// The region: its file, or the descriptor the engine passed.
+    pub source: PoolSource,
     /// Bytes of the region.
     pub size_bytes: u64,
     /// Bytes of one page; must equal the shard size.
     pub page_size_bytes: u64,
 }
 
-/// Apply tier operations in order (a frame's `tier_ops`) of `epoch`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ApplyTierOps(pub Epoch, pub Vec<TierOp>);
+/// Where an engine's page pool is.
+#[derive(Debug)]
+pub enum PoolSource {
+    /// The region's file.
+    Path(String),
+    /// The region's descriptor, received with the request (`SCM_RIGHTS`).
+    Descriptor(std::os::fd::OwnedFd),
+}
 
-/// Copy the shards of store tasks of `epoch` from engine pages into the tiers, then report
-/// each.
+/// Carry out one command of this rank's core; shard results of the copies it starts go to
+/// `report_to` (the core of the command's epoch).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct CopyStores(pub Epoch, pub Vec<TaskStart>);
-
-/// Copy the shards of load tasks of `epoch` from the tiers into engine pages, then report each.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CopyLoads(pub Epoch, pub Vec<TaskStart>);
-
-/// A new epoch begins: shard reports go to its `ProtocolActor`, and work of older epochs still
-/// in the mailbox is rejected and counted. With `wipe`, every shard is dropped (the group index
-/// of the new epoch starts empty, so shards it does not know would only hold slots).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct BeginEpoch {
-    /// The epoch.
-    pub epoch: Epoch,
-    /// Its protocol actor.
+pub struct Carry {
+    /// The command.
+    pub command: StoreCommand,
+    /// Where the copies' shard results go.
     pub report_to: Recipient<ShardDone>,
-    /// Drop every shard.
-    pub wipe: bool,
 }
 
 /// The blocks this rank holds (for the rebuild of the group index at a new epoch).
@@ -126,7 +117,6 @@ pub struct StoreActor {
     store: Store,
     buffers: EngineBuffers,
     shard_bytes: u64,
-    report_to: Option<Recipient<ShardDone>>,
     stats: StoreStats,
     /// Where a fenced write stops the agent.
     fatal: UnboundedSender<AgentRunError>,
@@ -177,7 +167,6 @@ impl StoreActor {
             store,
             buffers: EngineBuffers::new(),
             shard_bytes,
-            report_to: None,
             stats: StoreStats::default(),
             fatal,
             fenced: false,
@@ -198,13 +187,6 @@ impl StoreActor {
             let _ = self.fatal.send(AgentRunError::Fenced(e.to_string()));
         }
         fenced
-    }
-
-    fn report(&self, task: TaskId, result: Result<(), String>) {
-        match &self.report_to {
-            Some(r) => r.do_send(ShardDone { task, result }),
-            None => tracing::error!(%task, "shard result with no protocol actor to report to"),
-        }
     }
 
     /// Fence work by epoch: only the current epoch's is applied, and nothing once this
@@ -243,13 +225,10 @@ impl StoreActor {
             return Err("no engine buffer registered on this rank".into());
         }
         for ((hash, page), tier) in t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers) {
-            match self.store.store_pages(
-                *hash,
-                store_tier(*tier),
-                &self.buffers,
-                ENGINE_REGION,
-                &[*page],
-            ) {
+            match self
+                .store
+                .store_pages(*hash, *tier, &self.buffers, ENGINE_REGION, &[*page])
+            {
                 Ok(loc) => {
                     self.manifest_changed = true;
                     self.stats.bytes_stored += self.shard_bytes;
@@ -301,35 +280,23 @@ impl StoreActor {
         Ok(())
     }
 
-    fn moved(&self, tier: tandem_store::tier::TierKind, direction: tandem_metrics::Direction) {
-        let tier = match tier {
-            tandem_store::tier::TierKind::Disk => tandem_metrics::Tier::Disk,
-            _ => tandem_metrics::Tier::Host,
-        };
-        self.metrics
-            .moved_bytes(tier, direction)
-            .add(self.shard_bytes);
+    fn moved(&self, tier: tandem_proto::Tier, direction: tandem_metrics::Direction) {
+        if let Some(bytes) = self.metrics.moved_bytes(tier, direction) {
+            bytes.add(self.shard_bytes);
+        }
     }
 
     /// Occupancy gauges, from the store's free slots.
     fn publish_occupancy(&self) {
-        use tandem_store::tier::TierKind;
+        use tandem_proto::Tier;
         let cfg = self.store.config();
-        for (kind, tier, capacity) in [
-            (
-                TierKind::Host,
-                tandem_metrics::Tier::Host,
-                cfg.host_capacity_blocks,
-            ),
-            (
-                TierKind::Disk,
-                tandem_metrics::Tier::Disk,
-                cfg.disk_capacity_blocks,
-            ),
+        for (tier, capacity) in [
+            (Tier::Host, cfg.host_capacity_blocks),
+            (Tier::Disk, cfg.disk_capacity_blocks),
         ] {
             self.metrics.set_tier_capacity(tier, capacity);
             self.metrics
-                .set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(kind)));
+                .set_tier_occupancy(tier, capacity.saturating_sub(self.store.free_slots(tier)));
         }
     }
 
@@ -377,19 +344,70 @@ impl Actor for StoreActor {
     }
 }
 
-impl Handler<BeginEpoch> for StoreActor {
+impl Handler<RegisterBuffer> for StoreActor {
+    type Result = Result<u64, AgentError>;
+    /// Map the engine's page pool (by path or descriptor); the page size must be the shard size
+    /// and the size a positive whole number of pages.
+    fn handle(&mut self, msg: RegisterBuffer, _: &mut Self::Context) -> Self::Result {
+        if msg.page_size_bytes != self.shard_bytes {
+            return Err(AgentError::Buffer {
+                reason: format!(
+                    "page size {} bytes differs from the block shard size {} bytes",
+                    msg.page_size_bytes, self.shard_bytes
+                ),
+            });
+        }
+        let spec = RegionSpec {
+            name: ENGINE_REGION.into(),
+            size_bytes: msg.size_bytes,
+            page_size_bytes: msg.page_size_bytes,
+        };
+        let pages = spec.pages();
+        let refused = |e: tandem_store::buffer::BufferError| AgentError::Buffer {
+            reason: e.to_string(),
+        };
+        // Map the new pool beside the old one and swap only when it maps, so that a refused
+        // registration leaves the engine's current pool in place.
+        let mut fresh = EngineBuffers::new();
+        fresh.register(spec).map_err(refused)?;
+        match msg.source {
+            PoolSource::Path(path) => fresh.map(ENGINE_REGION, std::path::Path::new(&path)),
+            PoolSource::Descriptor(fd) => fresh.map_fd(ENGINE_REGION, fd),
+        }
+        .map_err(refused)?;
+        self.buffers = fresh;
+        Ok(pages)
+    }
+}
+
+impl Handler<Carry> for StoreActor {
     type Result = ();
-    /// Switch to a new epoch.
-    fn handle(&mut self, msg: BeginEpoch, _: &mut Self::Context) {
-        self.epoch = msg.epoch;
-        self.report_to = Some(msg.report_to);
+    /// Carry out one command of the core.
+    fn handle(&mut self, msg: Carry, _: &mut Self::Context) {
+        match msg.command {
+            StoreCommand::BeginEpoch { epoch, wipe } => self.begin_epoch(epoch, wipe),
+            StoreCommand::ApplyTierOps { epoch, ops } => self.apply_tier_ops(epoch, ops),
+            StoreCommand::CopyStores { epoch, tasks } => {
+                self.copy(epoch, &tasks, &msg.report_to, Self::copy_store, "store")
+            }
+            StoreCommand::CopyLoads { epoch, tasks } => {
+                self.copy(epoch, &tasks, &msg.report_to, Self::copy_load, "load")
+            }
+        }
+    }
+}
+
+impl StoreActor {
+    /// A new epoch: the fence moves to it; with `wipe`, every shard is dropped first.
+    fn begin_epoch(&mut self, epoch: Epoch, wipe: bool) {
+        self.epoch = epoch;
         // The fence moves to the new epoch: from now on the rank's tiers take writes of this
         // process in this epoch only.
-        if let Err(e) = self.store.begin_epoch(msg.epoch.0) {
+        if let Err(e) = self.store.begin_epoch(epoch.0) {
             self.fenced(&e);
             return;
         }
-        if msg.wipe {
+        if wipe {
             let blocks: Vec<_> = self
                 .store
                 .rank_blocks()
@@ -403,63 +421,21 @@ impl Handler<BeginEpoch> for StoreActor {
             self.manifest_changed = true;
             self.flush();
             tracing::info!(
-                epoch = msg.epoch.0,
+                epoch = epoch.0,
                 dropped = blocks.len(),
                 "store wiped for the new epoch"
             );
         }
     }
-}
 
-impl Handler<RegisterBuffer> for StoreActor {
-    type Result = Result<u64, AgentError>;
-    /// Map the engine's page pool; the page size must be the shard size.
-    fn handle(&mut self, msg: RegisterBuffer, _: &mut Self::Context) -> Self::Result {
-        if msg.page_size_bytes != self.shard_bytes {
-            return Err(AgentError::Buffer {
-                reason: format!(
-                    "page size {} bytes differs from the block shard size {} bytes",
-                    msg.page_size_bytes, self.shard_bytes
-                ),
-            });
-        }
-        if self.registered() {
-            let _ = self.buffers.unregister(ENGINE_REGION);
-        }
-        let spec = RegionSpec {
-            name: ENGINE_REGION.into(),
-            size_bytes: msg.size_bytes,
-            page_size_bytes: msg.page_size_bytes,
-        };
-        let pages = spec.pages();
-        self.buffers
-            .register(spec)
-            .map_err(|e| AgentError::Buffer {
-                reason: e.to_string(),
-            })?;
-        if let Err(e) = self
-            .buffers
-            .map(ENGINE_REGION, std::path::Path::new(&msg.path))
-        {
-            let _ = self.buffers.unregister(ENGINE_REGION);
-            return Err(AgentError::Buffer {
-                reason: e.to_string(),
-            });
-        }
-        Ok(pages)
-    }
-}
-
-impl Handler<ApplyTierOps> for StoreActor {
-    type Result = ();
     /// Apply the leader's tier operations in order.
-    fn handle(&mut self, msg: ApplyTierOps, _: &mut Self::Context) {
-        if !self.current(msg.0) {
+    fn apply_tier_ops(&mut self, epoch: Epoch, ops: Vec<TierOp>) {
+        if !self.current(epoch) {
             return;
         }
         self.manifest_changed = true;
-        for op in msg.1 {
-            if let Err(e) = self.store.apply(store_move(op)) {
+        for op in ops {
+            if let Err(e) = self.store.apply(op) {
                 if self.fenced(&e) {
                     return;
                 }
@@ -468,42 +444,30 @@ impl Handler<ApplyTierOps> for StoreActor {
             }
         }
     }
-}
 
-impl Handler<CopyStores> for StoreActor {
-    type Result = ();
-    /// Copy store shards and report each task.
-    fn handle(&mut self, msg: CopyStores, _: &mut Self::Context) {
-        if !self.current(msg.0) {
+    /// Copy each task's shards with `copy` and report each result to `report_to`.
+    fn copy(
+        &mut self,
+        epoch: Epoch,
+        tasks: &[TaskStart],
+        report_to: &Recipient<ShardDone>,
+        copy: fn(&mut Self, &TaskStart) -> Result<(), String>,
+        what: &'static str,
+    ) {
+        if !self.current(epoch) {
             return;
         }
-        for t in &msg.1 {
-            let result = self.copy_store(t);
+        for t in tasks {
+            let result = copy(self, t);
             if let Err(reason) = &result {
                 self.stats.copy_failures += 1;
                 self.metrics.copy_failures().inc();
-                tracing::warn!(task = %t.task, %reason, "store shard failed");
+                tracing::warn!(task = %t.task, %reason, "{what} shard failed");
             }
-            self.report(t.task, result);
-        }
-    }
-}
-
-impl Handler<CopyLoads> for StoreActor {
-    type Result = ();
-    /// Copy load shards and report each task.
-    fn handle(&mut self, msg: CopyLoads, _: &mut Self::Context) {
-        if !self.current(msg.0) {
-            return;
-        }
-        for t in &msg.1 {
-            let result = self.copy_load(t);
-            if let Err(reason) = &result {
-                self.stats.copy_failures += 1;
-                self.metrics.copy_failures().inc();
-                tracing::warn!(task = %t.task, %reason, "load shard failed");
-            }
-            self.report(t.task, result);
+            report_to.do_send(ShardDone {
+                task: t.task,
+                result,
+            });
         }
     }
 }
@@ -522,8 +486,8 @@ impl Handler<GetStoreStats> for StoreActor {
     fn handle(&mut self, _: GetStoreStats, _: &mut Self::Context) -> Self::Result {
         let mut s = self.stats.clone();
         s.blocks = self.store.len() as u64;
-        s.host_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Host);
-        s.disk_free_blocks = self.store.free_slots(tandem_store::tier::TierKind::Disk);
+        s.host_free_blocks = self.store.free_slots(tandem_proto::Tier::Host);
+        s.disk_free_blocks = self.store.free_slots(tandem_proto::Tier::Disk);
         s.host_capacity_blocks = self.store.config().host_capacity_blocks;
         s.disk_capacity_blocks = self.store.config().disk_capacity_blocks;
         s.shard_bytes = self.shard_bytes;

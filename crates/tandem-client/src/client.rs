@@ -10,6 +10,7 @@
 //! ([`ClientError::Broken`]): [`EngineClient::reconnect`].
 
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use tandem_proto::frame::{Frame, LookupResult};
 use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
-use crate::api::{AgentError, CallId, EngineReply, EngineRequest};
+use crate::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
 use crate::pages::PagePool;
 use crate::wire::{decode_call, encode_call, split_message, WireError};
 
@@ -67,6 +68,15 @@ pub enum ClientError {
         call: CallId,
         /// How long the call waited, milliseconds.
         waited_ms: u64,
+    },
+    /// A page pool's descriptor could not be passed (for example it is closed): nothing was
+    /// sent and the connection stays usable.
+    #[error("cannot pass descriptor {fd} to the agent: {source}")]
+    Descriptor {
+        /// The descriptor number.
+        fd: i32,
+        /// The error `sendmsg` gave (`EBADF` for a closed descriptor).
+        source: std::io::Error,
     },
     /// The connection can no longer be trusted (the agent closed it, or sent a reply that
     /// belongs to no call this client sent); every call fails until
@@ -225,18 +235,69 @@ impl EngineClient {
         self.welcome.epoch
     }
 
-    /// Register the engine's page pool; returns its page count.
+    /// Register the engine's page pool (by path, or by descriptor for a pool without one);
+    /// returns its page count. Registering again replaces the pool.
     ///
     /// # Errors
-    /// [`AgentError::Buffer`] when the page size is not the shard size or the file cannot be
-    /// mapped.
+    /// [`AgentError::Buffer`] when the page size is not the shard size, the size is not a whole
+    /// number of pages, or the region cannot be mapped; [`ClientError::Descriptor`].
     pub fn register_buffer(&mut self, pool: &PagePool) -> Result<u64, ClientError> {
+        match pool.path() {
+            Some(path) => self.register_buffer_path(
+                &path.display().to_string(),
+                pool.size_bytes(),
+                pool.page_size_bytes(),
+            ),
+            None => self.register_buffer_fd(pool.fd(), pool.size_bytes(), pool.page_size_bytes()),
+        }
+    }
+
+    /// Register the page pool in the file at `path` (`size_bytes` in pages of
+    /// `page_size_bytes`), which the agent opens and maps.
+    ///
+    /// # Errors
+    /// As [`EngineClient::register_buffer`].
+    pub fn register_buffer_path(
+        &mut self,
+        path: &str,
+        size_bytes: u64,
+        page_size_bytes: u64,
+    ) -> Result<u64, ClientError> {
         let req = EngineRequest::RegisterBuffer {
-            path: pool.path().display().to_string(),
-            size_bytes: pool.size_bytes(),
-            page_size_bytes: pool.page_size_bytes(),
+            source: BufferSource::Path(path.to_string()),
+            size_bytes,
+            page_size_bytes,
         };
-        match self.call(req, 0)? {
+        let reply = self.call(req, 0);
+        self.registered(reply)
+    }
+
+    /// Register a page pool by descriptor (for example SGLang's memfd host pool): `fd` is
+    /// passed to the agent with the request (`SCM_RIGHTS`, see [`crate::fdpass`]) and the agent
+    /// maps `size_bytes` of it in pages of `page_size_bytes`. The engine keeps its own `fd`.
+    ///
+    /// # Errors
+    /// [`ClientError::Descriptor`] when `fd` cannot be passed (a closed descriptor: nothing is
+    /// sent, the connection stays usable); [`AgentError::Buffer`] as
+    /// [`EngineClient::register_buffer`], also for a descriptor that cannot be mapped
+    /// read-write or is smaller than `size_bytes`.
+    pub fn register_buffer_fd(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        size_bytes: u64,
+        page_size_bytes: u64,
+    ) -> Result<u64, ClientError> {
+        let req = EngineRequest::RegisterBuffer {
+            source: BufferSource::Descriptor,
+            size_bytes,
+            page_size_bytes,
+        };
+        let reply = self.call_with(req, 0, Some(fd));
+        self.registered(reply)
+    }
+
+    fn registered(&self, reply: Result<EngineReply, ClientError>) -> Result<u64, ClientError> {
+        match reply? {
             EngineReply::Registered { pages } => Ok(pages),
             other => Err(unexpected("register_buffer", other)),
         }
@@ -269,7 +330,9 @@ impl EngineClient {
     /// not be reused until a frame lists the returned task as finished.
     ///
     /// # Errors
-    /// [`AgentError::BadRequest`] for mismatched lists, and as [`EngineClient::lookup`].
+    /// [`AgentError::BadRequest`] for mismatched lists, and as [`EngineClient::lookup`]. A page
+    /// past the end of a rank's pool fails that rank's shard: the task's outcome is `Failed`
+    /// with a reason naming the page ([`crate::EngineSession`] refuses it before sending).
     pub fn store(
         &mut self,
         step: Step,
@@ -405,6 +468,16 @@ impl EngineClient {
 
     /// Send `req` as a new call and wait for the reply that names it (see the module docs).
     fn call(&mut self, req: EngineRequest, deadline_ms: u64) -> Result<EngineReply, ClientError> {
+        self.call_with(req, deadline_ms, None)
+    }
+
+    /// [`Self::call`], passing `fd` with the request's bytes when given.
+    fn call_with(
+        &mut self,
+        req: EngineRequest,
+        deadline_ms: u64,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<EngineReply, ClientError> {
         if let Some(reason) = &self.broken {
             return Err(ClientError::Broken {
                 reason: reason.clone(),
@@ -416,12 +489,33 @@ impl EngineClient {
         self.last_call += 1;
         let call = CallId(self.last_call);
         let bytes = encode_call(&req, call)?;
-        self.outbox.extend_from_slice(&bytes);
         let timeout = |started: Instant| ClientError::Timeout {
             request: what,
             call,
             waited_ms: started.elapsed().as_millis() as u64,
         };
+        if let Some(fd) = fd {
+            // The descriptor must travel with this request's first byte, so every earlier byte
+            // goes first (see `fdpass`).
+            match self.flush(give_up) {
+                Ok(true) => {}
+                Ok(false) => return Err(timeout(started)),
+                Err(e) => return Err(self.break_with(e)),
+            }
+            match self.send_fd(&bytes, fd, give_up) {
+                Ok(Some(sent)) => self.outbox.extend_from_slice(&bytes[sent..]),
+                Ok(None) => return Err(timeout(started)),
+                Err(FdSendError::Descriptor(source)) => {
+                    return Err(ClientError::Descriptor {
+                        fd: fd.as_raw_fd(),
+                        source,
+                    });
+                }
+                Err(FdSendError::Socket(e)) => return Err(self.break_with(e)),
+            }
+        } else {
+            self.outbox.extend_from_slice(&bytes);
+        }
         match self.flush(give_up) {
             Ok(true) => {}
             Ok(false) => {
@@ -491,6 +585,42 @@ impl EngineClient {
         }
     }
 
+    /// Send the first bytes of `bytes` with `fd` attached: `Some(sent)`, or `None` when not one
+    /// byte could be written before `give_up`.
+    fn send_fd(
+        &mut self,
+        bytes: &[u8],
+        fd: BorrowedFd<'_>,
+        give_up: Instant,
+    ) -> Result<Option<usize>, FdSendError> {
+        loop {
+            let Some(left) = give_up
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            else {
+                return Ok(None);
+            };
+            self.stream
+                .set_write_timeout(Some(left))
+                .map_err(|e| FdSendError::Socket(e.to_string()))?;
+            match crate::fdpass::send_with_fd(&self.stream, bytes, fd) {
+                Ok(0) => {
+                    return Err(FdSendError::Socket(
+                        "the agent closed the connection".into(),
+                    ))
+                }
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if timed_out(&e) => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // The descriptor itself is refused before anything is sent.
+                Err(e) if e.raw_os_error() == Some(libc_ebadf()) => {
+                    return Err(FdSendError::Descriptor(e))
+                }
+                Err(e) => return Err(FdSendError::Socket(e.to_string())),
+            }
+        }
+    }
+
     /// Write the outbox until it is empty (`Ok(true)`) or `give_up` passes (`Ok(false)`);
     /// `Err` names a socket failure.
     fn flush(&mut self, give_up: Instant) -> Result<bool, String> {
@@ -522,6 +652,19 @@ impl EngineClient {
         self.broken = Some(reason.clone());
         ClientError::Broken { reason }
     }
+}
+
+/// Why a request with a descriptor was not sent.
+enum FdSendError {
+    /// The descriptor is not open: nothing was sent.
+    Descriptor(std::io::Error),
+    /// The socket failed.
+    Socket(String),
+}
+
+/// `EBADF`, the error for a descriptor that is not open.
+fn libc_ebadf() -> i32 {
+    rustix::io::Errno::BADF.raw_os_error()
 }
 
 /// A read or write that ran out of time (`SO_RCVTIMEO`/`SO_SNDTIMEO` give `WouldBlock` on

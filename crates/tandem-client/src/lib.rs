@@ -1,10 +1,17 @@
 //! The engine client library: what an inference engine links to use its rank's Tandem agent.
 //!
 //! # Layout
-//! - [`api`]: the requests, replies and typed refusals of the engine endpoint.
+//! - [`api`]: the requests, replies and typed refusals of the engine endpoint (defined in
+//!   `tandem_proto::engine`, where the rank cores take them; re-exported here unchanged).
 //! - [`wire`]: length-delimited framing of those messages over the Unix socket.
+//! - [`fdpass`]: a page pool's descriptor passed with a request (`SCM_RIGHTS`).
 //! - [`client`]: [`EngineClient`], the blocking client, one per engine.
-//! - [`pages`]: [`PagePool`], an engine page pool in a shared-memory file the agent maps.
+//! - [`pages`]: [`PagePool`], an engine page pool in shared memory (a file or a memfd) the
+//!   agent maps.
+//! - [`tasks`]: [`TaskBook`], the task → outcome map that delivers each outcome once.
+//! - [`session`]: [`EngineSession`], the step counter, the task map and the way back into the
+//!   group after a restart, around one [`EngineClient`]: what an engine (the replay's, a
+//!   Python adapter) drives instead of re-implementing the contract below.
 //!
 //! # The contract
 //! - **Calls are matched, never assumed.** Every request carries a call id the client chose
@@ -47,8 +54,8 @@
 //! - **New epoch.** A request answered [`AgentError::StaleEpoch`] means the group restarted.
 //!   Call [`EngineClient::hello`], then read the new epoch's frames from step 0. Frame 0 carries
 //!   the reconciliation: outcomes that were durable but not yet acknowledged (delivered once
-//!   more, never twice once acknowledged), tasks that were in flight (reported aborted: treat as
-//!   failed) and pins that were released. Every task's outcome reaches the engine exactly once:
+//!   more, never twice once acknowledged) and tasks that were in flight (reported aborted: treat
+//!   as failed); no pin survives an epoch. Every task's outcome reaches the engine exactly once:
 //!   the agent leaves out redeliveries its engine acknowledged, and [`EngineClient`] removes any
 //!   it already received (an acknowledgement can be lost in a crash).
 //! - **Requests too large for a frame.** A `lookup`, `store` or `load` that could make a frame
@@ -56,16 +63,62 @@
 //!   [`AgentError::FrameTooLarge`] naming the bytes and the limit, and nothing of it is
 //!   recorded: split it, or send it in a later step. So every frame the leader seals reaches
 //!   every rank.
+//! - **Page pools.** An engine registers its pool once per connection and again after every
+//!   new epoch ([`EngineClient::register_buffer`]): by path, or, for a pool without one (a
+//!   memfd), by passing its descriptor with the request. The agent refuses a pool whose page
+//!   size is not the block-shard size, whose size is not a positive whole number of pages, or
+//!   that it cannot map read-write, with [`AgentError::Buffer`] naming the numbers.
 //! - **Tasks that never started.** `store` and `load` return a task id at once, but the task
 //!   starts only when a frame lists it in `stores` or `loads` (its start is logged first). A task
 //!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come
 //!   for it; its pages are the engine's again.
+//! - **The session keeps all of this.** [`EngineSession`] counts steps, checks each frame's
+//!   position, delivers each outcome once with its task's start, reports at frame 0 of a new
+//!   epoch the tasks that never started or were lost, and rejoins after a stale epoch, a "not
+//!   ready" or a broken socket (hello, register the pool again, step 0), every wait bounded.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tandem_client::{EngineSession, PagePool, SessionConfig, SessionError, AgentError};
+//! use tandem_proto::ids::{BlockHash, PageId, RequestId};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut s = EngineSession::connect("/run/tandem/rank0.sock", 0, SessionConfig::default())?;
+//! let mut pool = PagePool::create_memfd("kv", 64, s.welcome().shard_bytes)?;
+//! s.register_pool(&pool)?;
+//! pool.page_mut(PageId(0))?.fill(7); // the engine computes a block's shard into page 0
+//! s.store(RequestId(1), &[BlockHash::from_digest(b"prefix digest")], &[PageId(0)])?;
+//! loop {
+//!     match s.end_step(Duration::from_secs(1)) {
+//!         Ok(applied) => {
+//!             for d in &applied.observed.outcomes {
+//!                 println!("task {} of request {}: {:?}", d.outcome.task, d.outcome.request, d.outcome.result);
+//!             }
+//!             s.ack()?;
+//!             if s.tasks().open_tasks() + s.tasks().pending_requests() == 0 { break; }
+//!         }
+//!         Err(SessionError::Agent(AgentError::WindowFull { .. })) => continue,
+//!         Err(SessionError::NewEpoch { .. }) => continue, // frame 0 settles the store
+//!         Err(e) => return Err(e.into()),
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
 
-pub mod api;
+/// The engine endpoint's requests, replies and typed refusals: `tandem_proto::engine`,
+/// re-exported so that engine code names them `tandem_client::api::*` as before.
+pub mod api {
+    pub use tandem_proto::engine::*;
+}
 pub mod client;
+pub mod fdpass;
 pub mod pages;
+pub mod session;
+pub mod tasks;
 pub mod wire;
 
-pub use api::{AgentError, EngineReply, EngineRequest};
+pub use api::{AgentError, BufferSource, EngineReply, EngineRequest};
 pub use client::{ClientError, EngineClient, Welcome};
 pub use pages::{PagePool, PagePoolError};
+pub use session::{Applied, EngineSession, SessionConfig, SessionError};
+pub use tasks::{Delivered, Observed, RequestedTask, StartedTask, TaskBook, TaskTally};

@@ -22,7 +22,7 @@ use std::cell::Cell;
 use std::io::Read;
 
 use proptest::prelude::*;
-use tandem_client::api::{AgentError, CallId, EngineReply, EngineRequest};
+use tandem_client::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
 use tandem_client::wire::{
     check_len, decode, decode_call, encode, encode_call, read_call, read_message, split_message,
     WireError, MAX_MESSAGE_BYTES,
@@ -100,13 +100,15 @@ fn request() -> impl Strategy<Value = EngineRequest> {
     let s = any::<u64>().prop_map(Step);
     prop_oneof![
         any::<u32>().prop_map(|rank| EngineRequest::Hello { rank }),
-        (".{0,40}", any::<u64>(), any::<u64>()).prop_map(|(path, size_bytes, page_size_bytes)| {
-            EngineRequest::RegisterBuffer {
-                path,
-                size_bytes,
-                page_size_bytes,
+        (prop::option::of(".{0,40}"), any::<u64>(), any::<u64>()).prop_map(
+            |(path, size_bytes, page_size_bytes)| {
+                EngineRequest::RegisterBuffer {
+                    source: path.map_or(BufferSource::Descriptor, BufferSource::Path),
+                    size_bytes,
+                    page_size_bytes,
+                }
             }
-        }),
+        ),
         (e.clone(), s.clone(), any::<u64>(), hashes()).prop_map(
             |(epoch, step, r, block_hashes)| EngineRequest::Lookup {
                 epoch,

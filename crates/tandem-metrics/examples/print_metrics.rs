@@ -17,7 +17,10 @@ fn main() {
     agent.steps_sealed().set_total(42);
     agent.tasks_started(TaskKind::Store).add(3);
     agent.tasks_finished(TaskKind::Store, TaskResult::Ok).add(2);
-    agent.moved_bytes(Tier::Host, Direction::Store).add(1 << 20);
+    agent
+        .moved_bytes(Tier::Host, Direction::Store)
+        .expect("a placed tier")
+        .add(1 << 20);
     agent.set_tier_occupancy(Tier::Host, 17);
     agent.set_epoch(3);
     agent.set_ready(true);

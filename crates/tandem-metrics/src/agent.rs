@@ -48,7 +48,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::encode::{encode_or_comment, try_encode, Exposition, TextFormat};
 use crate::error::MetricsError;
-use crate::labels::{Direction, NotReadyReason, RefusalReason, TaskKind, TaskResult, Tier};
+use crate::labels::{
+    tier_index, Direction, NotReadyReason, RefusalReason, TaskKind, TaskResult, Tier,
+};
 use crate::total::SyncedCounter;
 
 /// Histogram bucket upper bounds for latencies, in seconds: 50 µs to 5 s, 1-2.5-5 steps.
@@ -144,9 +146,9 @@ impl AgentMetrics {
         );
 
         let moved = Family::<Labels2, SyncedCounter>::default();
-        let moved_bytes = Tier::ALL.map(|t| {
+        let moved_bytes = Tier::PLACED.map(|t| {
             Direction::ALL.map(|d| {
-                moved.get_or_create_owned(&[("tier", t.as_str()), ("direction", d.as_str())])
+                moved.get_or_create_owned(&[("tier", t.name()), ("direction", d.as_str())])
             })
         });
         registry.register_with_unit(
@@ -158,7 +160,7 @@ impl AgentMetrics {
 
         let occupancy = Family::<Labels1, Gauge>::default();
         let tier_occupancy =
-            Tier::ALL.map(|t| occupancy.get_or_create_owned(&[("tier", t.as_str())]));
+            Tier::PLACED.map(|t| occupancy.get_or_create_owned(&[("tier", t.name())]));
         registry.register_with_unit(
             "tier_occupancy",
             "Block shards held in a tier",
@@ -168,7 +170,7 @@ impl AgentMetrics {
 
         let capacity = Family::<Labels1, Gauge>::default();
         let tier_capacity =
-            Tier::ALL.map(|t| capacity.get_or_create_owned(&[("tier", t.as_str())]));
+            Tier::PLACED.map(|t| capacity.get_or_create_owned(&[("tier", t.name())]));
         registry.register_with_unit(
             "tier_capacity",
             "Block shard slots of a tier",
@@ -418,9 +420,10 @@ impl AgentMetrics {
         &self.tasks_finished[kind.index()][result.index()]
     }
 
-    /// `tandem_tier_moved_bytes_total{tier,direction}`, in bytes.
-    pub fn moved_bytes(&self, tier: Tier, direction: Direction) -> &SyncedCounter {
-        &self.moved_bytes[tier.index()][direction.index()]
+    /// `tandem_tier_moved_bytes_total{tier,direction}`, in bytes; `None` for a tier outside
+    /// [`Tier::PLACED`] (it has no series).
+    pub fn moved_bytes(&self, tier: Tier, direction: Direction) -> Option<&SyncedCounter> {
+        Some(&self.moved_bytes[tier_index(tier)?][direction.index()])
     }
 
     /// `tandem_stream_trimmed_entries_total`: completion-stream entries trimmed.
@@ -468,14 +471,20 @@ impl AgentMetrics {
         self.redis_append_latency.observe(latency.as_secs_f64());
     }
 
-    /// Set `tandem_tier_occupancy_blocks{tier}` to `blocks` (saturates at `i64::MAX`).
+    /// Set `tandem_tier_occupancy_blocks{tier}` to `blocks` (saturates at `i64::MAX`); a tier
+    /// outside [`Tier::PLACED`] has no series and is left out.
     pub fn set_tier_occupancy(&self, tier: Tier, blocks: u64) {
-        self.tier_occupancy[tier.index()].set(saturating_i64(blocks));
+        if let Some(i) = tier_index(tier) {
+            self.tier_occupancy[i].set(saturating_i64(blocks));
+        }
     }
 
-    /// Set `tandem_tier_capacity_blocks{tier}` to `blocks` (saturates at `i64::MAX`).
+    /// Set `tandem_tier_capacity_blocks{tier}` to `blocks` (saturates at `i64::MAX`); a tier
+    /// outside [`Tier::PLACED`] has no series and is left out.
     pub fn set_tier_capacity(&self, tier: Tier, blocks: u64) {
-        self.tier_capacity[tier.index()].set(saturating_i64(blocks));
+        if let Some(i) = tier_index(tier) {
+            self.tier_capacity[i].set(saturating_i64(blocks));
+        }
     }
 
     /// Set `tandem_epoch` (saturates at `i64::MAX`).

@@ -15,12 +15,16 @@ use serde::Serialize;
 use crate::exposition::ParsedExposition;
 use crate::labels::{Direction, Tier};
 
+/// Index of host and disk in [`Tier::PLACED`] (the order of the arrays below).
+const HOST: usize = 0;
+const DISK: usize = 1;
+
 /// What one rank's `/metrics` says, reduced to the counters the charts need.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RankCounters {
     /// `tandem_steps_sealed_total`, frames.
     pub steps_sealed: f64,
-    /// `tandem_tier_moved_bytes_total`, `[tier][direction]` in [`Tier::ALL`] ×
+    /// `tandem_tier_moved_bytes_total`, `[tier][direction]` in [`Tier::PLACED`] ×
     /// [`Direction::ALL`] order, bytes.
     pub moved_bytes: [[f64; 2]; 2],
     /// `tandem_lookup_blocks_total{result="hit"}`, blocks.
@@ -37,12 +41,12 @@ impl RankCounters {
     /// read 0.
     pub fn from_exposition(p: &ParsedExposition) -> Self {
         let mut moved_bytes = [[0.0; 2]; 2];
-        for tier in Tier::ALL {
+        for (t, tier) in Tier::PLACED.into_iter().enumerate() {
             for dir in Direction::ALL {
-                moved_bytes[tier.index()][dir.index()] = p
+                moved_bytes[t][dir.index()] = p
                     .value(
                         "tandem_tier_moved_bytes_total",
-                        &[("tier", tier.as_str()), ("direction", dir.as_str())],
+                        &[("tier", tier.name()), ("direction", dir.as_str())],
                     )
                     .unwrap_or(0.0);
             }
@@ -181,10 +185,10 @@ fn interval_point(
     GroupPoint {
         unix_ms: t1,
         steps_per_s: steps / secs,
-        host_store_bytes_per_s: moved[Tier::Host.index()][Direction::Store.index()] / secs,
-        host_load_bytes_per_s: moved[Tier::Host.index()][Direction::Load.index()] / secs,
-        disk_store_bytes_per_s: moved[Tier::Disk.index()][Direction::Store.index()] / secs,
-        disk_load_bytes_per_s: moved[Tier::Disk.index()][Direction::Load.index()] / secs,
+        host_store_bytes_per_s: moved[HOST][Direction::Store.index()] / secs,
+        host_load_bytes_per_s: moved[HOST][Direction::Load.index()] / secs,
+        disk_store_bytes_per_s: moved[DISK][Direction::Store.index()] / secs,
+        disk_load_bytes_per_s: moved[DISK][Direction::Load.index()] / secs,
         hit_ratio: (hit + miss > 0.0).then(|| hit / (hit + miss)),
         frame_latency_p50_ms: quantile_ms(0.5),
         frame_latency_p99_ms: quantile_ms(0.99),

@@ -63,30 +63,14 @@ impl TaskResult {
     }
 }
 
-/// A storage tier of a rank (label `tier`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Tier {
-    /// Host memory (`host`).
-    Host,
-    /// Local disk (`disk`).
-    Disk,
-}
+/// A storage tier of a rank (label `tier`): the one definition in the protocol core, labelled
+/// by [`Tier::name`]. Only [`Tier::PLACED`] (host, disk) have series.
+pub use tandem_proto::Tier;
 
-impl Tier {
-    /// Every tier, in exposition order.
-    pub const ALL: [Tier; 2] = [Tier::Host, Tier::Disk];
-
-    /// The label value: `host` or `disk`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Host => "host",
-            Tier::Disk => "disk",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
+/// The position of `tier` in [`Tier::PLACED`] (the series arrays' index); `None` for a tier
+/// no rank places blocks in (the device tier), which has no series.
+pub(crate) fn tier_index(tier: Tier) -> Option<usize> {
+    Tier::PLACED.iter().position(|t| *t == tier)
 }
 
 /// Which way bytes moved between the engine's pages and a tier (label `direction`).
@@ -240,9 +224,10 @@ mod tests {
         for (i, r) in TaskResult::ALL.iter().enumerate() {
             assert_eq!(r.index(), i);
         }
-        for (i, t) in Tier::ALL.iter().enumerate() {
-            assert_eq!(t.index(), i);
+        for (i, t) in Tier::PLACED.iter().enumerate() {
+            assert_eq!(tier_index(*t), Some(i));
         }
+        assert_eq!(tier_index(Tier::Device), None);
         for (i, d) in Direction::ALL.iter().enumerate() {
             assert_eq!(d.index(), i);
         }
@@ -263,7 +248,7 @@ mod tests {
             .iter()
             .map(|k| k.as_str())
             .chain(TaskResult::ALL.iter().map(|r| r.as_str()))
-            .chain(Tier::ALL.iter().map(|t| t.as_str()))
+            .chain(Tier::PLACED.iter().map(|t| t.name()))
             .chain(Direction::ALL.iter().map(|d| d.as_str()))
             .chain(GroupState::ALL.iter().map(|s| s.as_str()))
             .collect();

@@ -16,7 +16,9 @@ fn busy_agent() -> AgentMetrics {
     m.steps_sealed().add(3);
     m.tasks_started(TaskKind::Store).add(2);
     m.tasks_finished(TaskKind::Store, TaskResult::Failed).inc();
-    m.moved_bytes(Tier::Host, Direction::Store).add(65536);
+    m.moved_bytes(Tier::Host, Direction::Store)
+        .expect("a placed tier")
+        .add(65536);
     m.set_tier_occupancy(Tier::Host, 4);
     m.observe_frame_latency(Duration::from_micros(300));
     m.observe_redis_append_latency(Duration::from_micros(90));

@@ -1,7 +1,7 @@
 //! Model checking of Tandem's group protocol, and of the FlexKV FIFO protocol it replaces.
 //!
 //! Owns: stateright models and their properties. Must never: re-implement the protocol it
-//! checks; the Tandem model drives the real `tandem-proto` state machines.
+//! checks; the Tandem model drives the real rank cores (`tandem-core`) the agents run.
 //!
 //! # Layout
 //!
@@ -9,8 +9,8 @@
 //! - [`flexkv`]: the FIFO protocol of SGLang's FlexKV connector (one ordered stream of tagged
 //!   messages, receivers matching by their own call site). The checker must find its
 //!   `Tag mismatch` counterexample: that is how we know the checker can fail.
-//! - [`tandem`]: the Tandem model driving the real `tandem-proto` `Leader` and `Follower`,
-//!   with its properties and deliberately broken variants.
+//! - [`tandem`]: the Tandem model driving the real `tandem-core` `RankCore`s (leader and
+//!   followers), with its properties and deliberately broken variants.
 
 pub mod check;
 pub mod flexkv;

@@ -1,5 +1,5 @@
-//! Exhaustive check of the Tandem model, which drives the real `tandem-proto` `Leader` and
-//! `Follower` state machines; and proof that its properties can fail: deliberately broken
+//! Exhaustive check of the Tandem model, which drives the real rank cores (`tandem-core`'s
+//! `RankCore`, leader and followers) the agents run; and proof that its properties can fail: deliberately broken
 //! drivers are caught by the same properties.
 
 use stateright::{Checker, Model};

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Sizes are counts (layers, heads, tokens, blocks, steps), bytes or milliseconds where the
 /// name says so.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ConfigFingerprint {
     /// Ranks in the group, `pp_size × tp_size`.
     pub world_size: u32,

@@ -16,8 +16,8 @@ pub struct LookupResult {
     pub block_hashes: Vec<BlockHash>,
     /// How many leading blocks of `block_hashes` are cached (blocks, `<= block_hashes.len()`).
     pub matched_blocks: u32,
-    /// Whether the matched blocks are pinned (not evictable) until the request's load
-    /// finishes or its pins are released.
+    /// Whether the matched blocks are pinned (not evictable) until the request's load in the
+    /// same step starts (then until it finishes) or the step ends.
     pub pinned: bool,
 }
 
@@ -126,9 +126,10 @@ pub struct Reconciliation {
     /// Each rank's agent suppresses those its own engine already acknowledged (by task id).
     pub redelivered: Vec<TaskOutcome>,
     /// Tasks that were in flight when the old epoch ended, each with result `Aborted`.
+    ///
+    /// No pin is listed: pins are the leader's hold inside one epoch, and a new epoch's group
+    /// index is rebuilt from the ranks' manifests with none, so no pin outlives its epoch.
     pub aborted: Vec<TaskOutcome>,
-    /// Pins held in the old epoch; all released.
-    pub released_pins: Vec<BlockHash>,
 }
 
 /// Everything the group decided in step `step` of epoch `epoch`.
@@ -237,7 +238,6 @@ mod tests {
         f.reconciliation = Some(Reconciliation {
             redelivered: vec![outcome(1, OutcomeResult::Ok)],
             aborted: vec![outcome(2, OutcomeResult::Aborted)],
-            released_pins: vec![BlockHash(9)],
         });
         f.tier_ops = vec![TierOp::Demote(BlockHash(4)), TierOp::Evict(BlockHash(5))];
         assert_eq!(f.evictions().collect::<Vec<_>>(), vec![BlockHash(5)]);

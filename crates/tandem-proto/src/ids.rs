@@ -128,22 +128,69 @@ pub enum TaskKind {
     Load,
 }
 
-/// A storage tier of a rank, as the leader names it in frames. Defined once here; the store
-/// engine maps it to its own tier implementations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// The name of a storage tier of a rank, defined once for the whole workspace: frames name
+/// it, the group index places blocks by it, the store implements one slot tier per name, and
+/// the metrics label by it. Ordered fastest first (`Device < Host < Disk`).
+///
+/// The wire form (postcard variant index: host 0, disk 1, device 2) is also the manifest's
+/// on disk, so variants are only ever added at the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Tier {
-    /// Host memory: a preallocated slab of slots, microseconds, capacity in the tens of GiB.
+    /// Host DRAM in a file-backed shared-memory slab: a copy costs about a `memcpy` (tens of
+    /// µs per MiB); capacity is a share of the machine's memory, typically tens to hundreds of
+    /// GB.
     Host,
-    /// Local disk: a preallocated file of slots, tens to hundreds of microseconds, capacity in TiB.
+    /// A preallocated file on local disk with positional I/O: page-cache hits cost about a
+    /// `memcpy`, misses a device read (hundreds of µs and up); capacity is the disk, TBs.
     Disk,
+    /// GPU memory (HBM) reached through the CUDA driver: copies take microseconds over PCIe or
+    /// NVLink; capacity is what the engine leaves free, tens of GB. Implemented only with
+    /// `tandem-store`'s feature `cuda`; the group index never places a block there yet (it is
+    /// not in [`Tier::PLACED`]), so no frame names it.
+    Device,
+}
+
+impl Tier {
+    /// The tiers the group index places blocks in, fastest first: what frames name, what every
+    /// rank opens, and what the metrics label.
+    pub const PLACED: [Tier; 2] = [Tier::Host, Tier::Disk];
+
+    /// The lowercase name used in messages, metrics and logs (`host`, `disk`, `device`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Host => "host",
+            Tier::Disk => "disk",
+            Tier::Device => "device",
+        }
+    }
+
+    /// Position in the fastest-first order.
+    fn speed_rank(self) -> u8 {
+        match self {
+            Tier::Device => 0,
+            Tier::Host => 1,
+            Tier::Disk => 2,
+        }
+    }
+}
+
+impl PartialOrd for Tier {
+    fn partial_cmp(&self, other: &Tier) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Tier {
+    /// Fastest first: device, host, disk.
+    fn cmp(&self, other: &Tier) -> std::cmp::Ordering {
+        self.speed_rank().cmp(&other.speed_rank())
+    }
 }
 
 impl fmt::Display for Tier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Tier::Host => "host",
-            Tier::Disk => "disk",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -216,6 +263,11 @@ mod tests {
         assert_eq!(TaskKind::Load.to_string(), "load");
         assert_eq!(Tier::Host.to_string(), "host");
         assert_eq!(Tier::Disk.to_string(), "disk");
+        assert_eq!(Tier::Device.to_string(), "device");
+        assert!(
+            Tier::Device < Tier::Host && Tier::Host < Tier::Disk,
+            "fastest first"
+        );
         assert_eq!(Step(1).next(), Step(2));
         assert_eq!(Step(u64::MAX).next(), Step(u64::MAX));
     }
@@ -243,6 +295,14 @@ mod tests {
         assert_ne!(eight, nine);
         assert_ne!(BlockHash::from_digest(&[]), BlockHash::from_digest(&[0]));
         assert_eq!(eight.to_string(), "88000000000000000000000000000007");
+    }
+
+    #[test]
+    fn tier_wire_form_is_stable() {
+        // The manifest on disk and the frames use these indices: never renumber.
+        for (tier, byte) in [(Tier::Host, 0u8), (Tier::Disk, 1), (Tier::Device, 2)] {
+            assert_eq!(postcard::to_stdvec(&tier).unwrap(), vec![byte]);
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! # Layout
 //!
 //! - [`ids`]: `Epoch`, `Step`, `Rank`, `TaskId`, `RequestId`, `BlockHash`, `PageId`,
-//!   `GroupId`, `TaskKind`.
+//!   `GroupId`, `TaskKind`, `Tier` (the one definition of a tier's name).
 //! - [`frame`]: `Frame` (one per `(epoch, step)`), `LookupResult`, `TaskStart`,
 //!   `TaskOutcome`, `OutcomeResult`, `Reconciliation`.
 //! - [`wire`]: `message` (the `Message` enum), `codec` (the length-delimited, versioned
@@ -22,6 +22,8 @@
 //! - [`quorum`]: per-task shard reports keyed by `(epoch, task, rank)`; duplicates ignored.
 //! - [`persist`]: finished → durable → revealed pipeline of outcomes (`PersistBatch`).
 //! - [`liveness`]: heartbeat deadlines.
+//! - [`manifest`]: `RankBlocks`, the verified shards a rank publishes for the leader's
+//!   rebuild of the group index.
 //! - [`retention`]: bounded window of sealed frames shared by leader and follower.
 //! - [`leader`]: `Leader`, the one decider; seals exactly one frame per step, within the
 //!   acknowledgement window, revealing only durable outcomes, never larger than
@@ -32,6 +34,9 @@
 //! - [`mod@reconcile`]: pure builder of the step-0 `Reconciliation` and the per-rank filter that
 //!   makes each outcome reach an engine once.
 //! - [`error`]: `QuorumError`, `LeaderError`, `FollowerError`.
+//! - [`engine`]: the engine endpoint's `EngineRequest`, `EngineReply`, `AgentError` and
+//!   `CallId` (what an engine asks its agent and what it answers; `tandem-client` re-exports
+//!   them as `tandem_client::api`).
 //!
 //! # Driving a leader (one step)
 //!
@@ -84,6 +89,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod engine;
 pub mod error;
 pub mod fingerprint;
 pub mod follower;
@@ -91,6 +97,7 @@ pub mod frame;
 pub mod ids;
 pub mod leader;
 pub mod liveness;
+pub mod manifest;
 pub mod persist;
 pub mod quorum;
 pub mod reconcile;
@@ -107,6 +114,7 @@ pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, 
 pub use leader::{
     FrameBudget, Leader, LeaderConfig, LeaderEvent, LeaderStats, StepRequest, MAX_WORLD_SIZE,
 };
+pub use manifest::RankBlocks;
 pub use persist::{BatchId, PersistBatch, StartedTask};
 pub use quorum::ReportOutcome;
 pub use reconcile::{reconcile, undelivered_outcomes, InFlightTask};

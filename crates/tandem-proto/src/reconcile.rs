@@ -2,13 +2,13 @@
 //! duplicate suppression that makes every outcome reach an engine exactly once.
 //!
 //! Owns pure functions only. It never reads Redis: the driver gathers the inputs (durable
-//! outcomes not acknowledged by every engine, tasks started without a durable outcome, pins
-//! held) and passes the result to [`crate::Leader::new`]. The driver appends the `aborted`
+//! outcomes not acknowledged by every engine, tasks started without a durable outcome) and
+//! passes the result to [`crate::Leader::new`]. The driver appends the `aborted`
 //! outcomes to the durable stream before step 0 is sealed, so that they too are durable
 //! before any engine sees them.
 
 use crate::frame::{Frame, OutcomeResult, Reconciliation, TaskOutcome};
-use crate::ids::{BlockHash, RequestId, TaskId, TaskKind};
+use crate::ids::{RequestId, TaskId, TaskKind};
 use std::collections::BTreeSet;
 
 /// A task started without a (durable) outcome yet.
@@ -41,12 +41,7 @@ impl InFlightTask {
 /// - `in_flight`: tasks started in earlier epochs without a durable outcome; each reported
 ///   `Aborted` once, in task id order, unless `durable_unacked` holds an outcome for it (a
 ///   durable outcome always wins).
-/// - `pins`: block pins held when the old epoch ended; released, sorted and deduplicated.
-pub fn reconcile(
-    durable_unacked: &[TaskOutcome],
-    in_flight: &[InFlightTask],
-    pins: &[BlockHash],
-) -> Reconciliation {
+pub fn reconcile(durable_unacked: &[TaskOutcome], in_flight: &[InFlightTask]) -> Reconciliation {
     let mut seen = BTreeSet::new();
     let redelivered: Vec<TaskOutcome> = durable_unacked
         .iter()
@@ -60,11 +55,9 @@ pub fn reconcile(
         .filter(|t| seen.insert(t.task))
         .map(InFlightTask::aborted)
         .collect();
-    let released_pins: BTreeSet<BlockHash> = pins.iter().copied().collect();
     Reconciliation {
         redelivered,
         aborted,
-        released_pins: released_pins.into_iter().collect(),
     }
 }
 
@@ -109,24 +102,22 @@ mod tests {
         let r = reconcile(
             &[ok(2), ok(1), ok(2)],
             &[flying(5), flying(1), flying(3), flying(5)],
-            &[BlockHash(9), BlockHash(4), BlockHash(9)],
         );
         let seqs = |v: &[TaskOutcome]| v.iter().map(|o| o.task.seq).collect::<Vec<_>>();
         assert_eq!(seqs(&r.redelivered), vec![2, 1]);
         assert_eq!(seqs(&r.aborted), vec![3, 5]);
         assert!(r.aborted.iter().all(|o| o.result == OutcomeResult::Aborted));
-        assert_eq!(r.released_pins, vec![BlockHash(4), BlockHash(9)]);
     }
 
     #[test]
     fn empty_inputs_give_an_empty_reconciliation() {
-        assert_eq!(reconcile(&[], &[], &[]), Reconciliation::default());
+        assert_eq!(reconcile(&[], &[]), Reconciliation::default());
     }
 
     #[test]
     fn per_rank_filter_drops_acknowledged_outcomes() {
         let mut f = Frame::empty(Epoch(2), Step(0));
-        f.reconciliation = Some(reconcile(&[ok(1), ok(2)], &[flying(3)], &[]));
+        f.reconciliation = Some(reconcile(&[ok(1), ok(2)], &[flying(3)]));
         f.finished.push(TaskOutcome {
             task: TaskId { epoch: 2, seq: 0 },
             ..ok(0)

@@ -150,12 +150,10 @@ fn frame() -> impl Strategy<Value = Frame> {
     let rec = (
         prop::collection::vec(outcome(), 0..3),
         prop::collection::vec(outcome(), 0..3),
-        hashes(),
     )
-        .prop_map(|(redelivered, aborted, released_pins)| Reconciliation {
+        .prop_map(|(redelivered, aborted)| Reconciliation {
             redelivered,
             aborted,
-            released_pins,
         });
     (
         any::<u64>(),

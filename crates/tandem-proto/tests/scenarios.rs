@@ -277,7 +277,8 @@ fn window_full_until_the_slowest_follower_acks() {
             ..
         })
     ));
-    assert_eq!(g.leader.stats().window_full, 3);
+    // Steps held back by the window, each once: step W (refused twice), step W + 1.
+    assert_eq!(g.leader.stats().window_full, 2);
     // Acks never move backwards, and cannot run ahead of sealing.
     let back = Ack {
         epoch: Epoch(1),
@@ -642,50 +643,11 @@ fn silent_ranks_become_events_once() {
 }
 
 #[test]
-fn pins_are_held_until_the_load_finishes() {
-    let mut g = Group::new(1, 2, None);
-    let hashes = vec![BlockHash(1), BlockHash(2), BlockHash(3)];
-    g.leader.record_lookup(LookupResult {
-        request: RequestId(9),
-        block_hashes: hashes.clone(),
-        matched_blocks: 2,
-        pinned: true,
-    });
-    g.leader.record_lookup(LookupResult {
-        request: RequestId(8),
-        block_hashes: vec![BlockHash(5)],
-        matched_blocks: 1,
-        pinned: true,
-    });
-    assert_eq!(
-        g.leader.pins_held(),
-        vec![BlockHash(1), BlockHash(2), BlockHash(5)]
-    );
-    let load = g.leader.start_load(
-        RequestId(9),
-        hashes[..2].to_vec(),
-        vec![PageId(0), PageId(1)],
-    );
-    let f = g.seal();
-    assert_eq!(f.lookups.len(), 2);
-    g.report_all(load);
-    assert_eq!(g.leader.pins_held(), vec![BlockHash(5)]);
-    assert_eq!(g.leader.release_pins(RequestId(8)), vec![BlockHash(5)]);
-    assert!(g.leader.pins_held().is_empty());
-}
-
-#[test]
 fn a_new_epoch_reconciles_exactly_once_per_engine() {
     // Epoch 1: four stores; one revealed and acknowledged, one durable but unrevealed, one
     // finished but not durable, one never finished.
     let mut g = Group::new(1, 3, None);
     let ids: Vec<TaskId> = (0..4).map(|i| store(&mut g, i)).collect();
-    g.leader.record_lookup(LookupResult {
-        request: RequestId(7),
-        block_hashes: vec![BlockHash(70)],
-        matched_blocks: 1,
-        pinned: true,
-    });
     g.seal();
     g.report_all(ids[0]);
     g.persist();
@@ -703,7 +665,7 @@ fn a_new_epoch_reconciles_exactly_once_per_engine() {
     // The group restarts. The driver gathers what Redis and the old leader know.
     let durable_unacked = g.leader.durable_unrevealed().to_vec();
     let in_flight = g.leader.in_flight();
-    let rec = reconcile(&durable_unacked, &in_flight, &g.leader.pins_held());
+    let rec = reconcile(&durable_unacked, &in_flight);
     assert_eq!(
         rec.redelivered.iter().map(|o| o.task).collect::<Vec<_>>(),
         vec![ids[1]]
@@ -712,7 +674,6 @@ fn a_new_epoch_reconciles_exactly_once_per_engine() {
         rec.aborted.iter().map(|o| o.task).collect::<Vec<_>>(),
         vec![ids[2], ids[3]]
     );
-    assert_eq!(rec.released_pins, vec![BlockHash(70)]);
 
     let mut g2 = Group::new(2, 3, Some(rec.clone()));
     let t_new = store(&mut g2, 10);
@@ -791,14 +752,14 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
         panic!("a hello decodes as a hello");
     };
     assert_eq!(
-        leader.admit(&ours, &nonce, &hello),
+        leader.admit(&ours, &nonce, &hello, 0),
         Ok(Message::Welcome {
             epoch: Epoch(3),
             sealed_step: None
         })
     );
     assert_eq!(
-        leader.admit(&ours, &nonce, &hello),
+        leader.admit(&ours, &nonce, &hello, 0),
         Err(HandshakeError::DuplicateRank {
             rank: Rank(1),
             epoch: Epoch(3)
@@ -808,7 +769,7 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
 
     let mut old_version = membership(3);
     old_version.protocol_version = PROTOCOL_VERSION + 1;
-    let refused = leader.admit(&ours, &nonce, &old_version.hello(&nonce, Rank(2)));
+    let refused = leader.admit(&ours, &nonce, &old_version.hello(&nonce, Rank(2)), 0);
     assert_eq!(
         refused.unwrap_err().to_string(),
         format!(
@@ -819,12 +780,12 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
     let mut wrong_secret = membership(3);
     wrong_secret.secret = GroupSecret::new(b"guess".to_vec());
     assert_eq!(
-        leader.admit(&ours, &nonce, &wrong_secret.hello(&nonce, Rank(2))),
+        leader.admit(&ours, &nonce, &wrong_secret.hello(&nonce, Rank(2)), 0),
         Err(HandshakeError::BadSecret)
     );
     let stale = membership(2);
     assert_eq!(
-        leader.admit(&ours, &nonce, &stale.hello(&nonce, Rank(2))),
+        leader.admit(&ours, &nonce, &stale.hello(&nonce, Rank(2)), 0),
         Err(HandshakeError::StaleEpoch {
             ours: Epoch(3),
             theirs: Epoch(2)
@@ -832,7 +793,7 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
     );
     // The leader's own epoch counts, whatever the membership passed in says.
     assert!(leader
-        .admit(&stale, &nonce, &ours.hello(&nonce, Rank(2)))
+        .admit(&stale, &nonce, &ours.hello(&nonce, Rank(2)), 0)
         .is_ok());
     assert!(leader.all_joined());
     assert_eq!(
@@ -859,7 +820,7 @@ fn handshake_admits_each_rank_once_and_names_refusals() {
     );
     assert_eq!(leader.poll_event(), None);
     assert!(matches!(
-        leader.admit(&ours, &[2u8; 32], &ours.hello(&[2u8; 32], Rank(2))),
+        leader.admit(&ours, &[2u8; 32], &ours.hello(&[2u8; 32], Rank(2)), 0),
         Err(HandshakeError::DuplicateRank { .. })
     ));
     assert_eq!(leader.stats().ranks_lost, 1);

@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use tandem_client::PagePool;
+use tandem_client::{PagePool, StartedTask, TaskTally};
 use tandem_proto::ids::{BlockHash, PageId, TaskId, TaskKind};
 
 use crate::content::{fill_shard, verify_shard};
@@ -56,10 +56,13 @@ impl EngineBook {
         }
     }
 
-    /// A call failed while the engine was in `epoch`: the recovery clock starts (unless it
-    /// already runs).
-    pub(crate) fn failed(&mut self, epoch: u64) {
-        self.failed_at.get_or_insert((Instant::now(), epoch));
+    /// A call failed while the engine was in `epoch`, `waited_ms` ago: the recovery clock
+    /// starts then (unless it already runs).
+    pub(crate) fn failed(&mut self, epoch: u64, waited_ms: u64) {
+        let at = Instant::now()
+            .checked_sub(std::time::Duration::from_millis(waited_ms))
+            .unwrap_or_else(Instant::now);
+        self.failed_at.get_or_insert((at, epoch));
     }
 
     /// A frame of `epoch` was read: the first one after a failure in another epoch ends a
@@ -119,8 +122,9 @@ impl EngineBook {
         }
     }
 
-    pub(crate) fn finish(mut self) -> EngineReport {
-        self.report.ledger = self.ledger.finish();
+    /// End the accounting with the session's final task counters and its open (lost) tasks.
+    pub(crate) fn finish(mut self, tally: TaskTally, open: &[StartedTask]) -> EngineReport {
+        self.report.ledger = self.ledger.finish(tally, open);
         self.report
     }
 }
@@ -217,7 +221,7 @@ mod tests {
             &[PageId(2)],
             &[Some(BlockHash(3))],
         );
-        let report = book.finish();
+        let report = book.finish(TaskTally::default(), &[]);
         assert_eq!(report.blocks_verified, 8);
         assert_eq!(report.verify_failures, 5);
         assert_eq!(
@@ -258,16 +262,20 @@ mod tests {
     #[test]
     fn recovery_ends_at_the_first_frame_of_another_epoch() {
         let mut book = EngineBook::new(0);
-        book.failed(1);
+        book.failed(1, 0);
         book.frame_read(1);
-        book.failed(1);
-        book.failed(1);
+        book.failed(1, 30);
+        book.failed(1, 0);
         book.frame_read(2);
-        let report = book.finish();
+        let report = book.finish(TaskTally::default(), &[]);
         assert_eq!(
             report.recoveries_ms.len(),
             1,
             "a same-epoch blip is not a recovery"
+        );
+        assert!(
+            report.recoveries_ms[0] >= 30.0,
+            "the clock starts at the failure"
         );
         assert_eq!(report.epochs, BTreeSet::from([1, 2]));
     }

@@ -9,20 +9,19 @@
 //! flushed whenever the follower catches up with the leader).
 //!
 //! A `LeaderBehind` answer after the poll deadline only means the frame is not sealed yet.
-//! Stale epoch, not ready and broken sockets rejoin ([`crate::session`]); a new epoch is read
+//! Stale epoch, not ready and broken sockets are the engine session's
+//! ([`tandem_client::EngineSession`]): it rejoins, and after a new epoch the follower reads
 //! from step 0. The follower runs until the driver stops the run.
 
-use std::time::Instant;
-
-use tandem_client::{AgentError, ClientError};
-use tandem_proto::frame::{Frame, OutcomeResult};
+use tandem_client::{AgentError, Applied};
+use tandem_proto::frame::OutcomeResult;
 use tandem_proto::ids::{Step, TaskKind};
 
 use crate::engine::{compute_pages, EngineBook, EngineReport, PageHistory};
 use crate::error::EngineError;
 use crate::params::ReplayParams;
 use crate::pressure::{PressureClock, ReadPlan};
-use crate::session::{classify, FailedCall, Failure, Fault, Session};
+use crate::session::{Interrupt, Session};
 use crate::shared::Shared;
 use crate::view::FrameView;
 
@@ -33,7 +32,7 @@ pub(crate) fn run_follower(
     shared: &Shared,
     run_id: &str,
 ) -> Result<EngineReport, EngineError> {
-    let session = Session::open(rank, params, shared, run_id)?;
+    let mut session = Session::open(rank, params, shared, run_id)?;
     let start = loop {
         if shared.stopped() {
             return Err(EngineError::Stopped { rank });
@@ -44,11 +43,9 @@ pub(crate) fn run_follower(
         shared.set_doing(rank, "waiting for the leader to join");
         shared.sleep(std::time::Duration::from_millis(5));
     };
-    let next = if session.epoch() == start.0 {
-        start.1
-    } else {
-        0
-    };
+    if session.epoch() == start.0 {
+        session.s().seek(Step(start.1));
+    }
     let mut follower = Follower {
         rank,
         params,
@@ -56,16 +53,18 @@ pub(crate) fn run_follower(
         clock: PressureClock::new(params.pattern_for(rank), rank),
         book: EngineBook::new(rank),
         session,
-        next,
-        applied: None,
         plan: None,
-        pending_ack: None,
-        fault_since: None,
+        pending_ack: false,
         history: PageHistory::default(),
     };
     shared.set_position(rank, follower.session.epoch(), None, "starting");
-    match follower.run() {
-        Ok(()) | Err(EngineError::Stopped { .. }) => Ok(follower.book.finish()),
+    let result = follower.run();
+    let Follower { book, session, .. } = follower;
+    match result {
+        Ok(()) | Err(EngineError::Stopped { .. }) => {
+            let (tally, open) = session.close();
+            Ok(book.finish(tally, &open))
+        }
         Err(e) => Err(e),
     }
 }
@@ -77,17 +76,10 @@ struct Follower<'a> {
     session: Session,
     book: EngineBook,
     clock: PressureClock,
-    next: u64,
-    applied: Option<u64>,
     plan: Option<ReadPlan>,
-    pending_ack: Option<u64>,
-    fault_since: Option<Instant>,
+    /// An applied frame whose ack was deferred (memory pressure).
+    pending_ack: bool,
     history: PageHistory,
-}
-
-enum Interrupt {
-    Fault(Fault, &'static str),
-    Fatal(EngineError),
 }
 
 impl Follower<'_> {
@@ -96,10 +88,28 @@ impl Follower<'_> {
             match self.read_next() {
                 Ok(()) => {}
                 Err(Interrupt::Fatal(e)) => return Err(e),
-                Err(Interrupt::Fault(fault, call)) => self.recover(fault, call)?,
+                Err(Interrupt::Agent(source)) => {
+                    return Err(EngineError::Refused {
+                        rank: self.rank,
+                        call: "frame",
+                        epoch: self.session.epoch(),
+                        step: self.next(),
+                        source,
+                    })
+                }
+                Err(Interrupt::NewEpoch { from, waited_ms }) => self.new_epoch(from, waited_ms),
             }
         }
         Ok(())
+    }
+
+    /// The frame the session reads next.
+    fn next(&mut self) -> u64 {
+        self.session.s().step().0
+    }
+
+    fn applied(&mut self) -> Option<u64> {
+        self.session.s().last_applied().map(|s| s.0)
     }
 
     fn read_next(&mut self) -> Result<(), Interrupt> {
@@ -116,99 +126,84 @@ impl Follower<'_> {
                 ..plan
             });
         }
-        let step = Step(self.next);
+        let step = self.next();
+        let applied = self.applied();
         self.shared.set_position(
             self.rank,
             self.session.epoch(),
-            self.applied,
-            format!("reading frame {}", step.0),
+            applied,
+            format!("reading frame {step}"),
         );
-        let frame = match self
-            .session
-            .client()
-            .frame(step, self.params.deadlines.frame_poll)
-        {
-            Ok(frame) => frame,
-            Err(e) => return self.not_read(e),
+        let poll = self.params.deadlines.frame_poll;
+        let applied = match self.session.s().next_frame(poll) {
+            Ok(applied) => applied,
+            Err(e) => return self.not_read(self.session.sort(e, "frame", step)),
         };
-        self.fault_since = None;
-        self.check_position(&frame)?;
-        self.apply(&frame)?;
-        self.applied = Some(step.0);
-        self.next += 1;
+        self.apply(&applied)?;
         self.plan = None;
         self.shared
-            .set_position(self.rank, self.session.epoch(), self.applied, "");
+            .set_position(self.rank, self.session.epoch(), Some(step), "");
         for _ in 1..plan.reads {
             let again = self
                 .session
-                .client()
-                .frame(step, self.params.deadlines.frame_poll)
-                .map_err(|e| self.interrupt(e, "frame"))?;
-            self.book.ledger.reread(again == frame);
+                .s()
+                .reread(Step(step), poll)
+                .map_err(|e| self.session.sort(e, "frame", step))?;
+            self.book.ledger.reread(again == applied.frame);
         }
+        self.pending_ack = true;
         if plan.defer_ack {
-            self.pending_ack = Some(step.0);
             Ok(())
         } else {
-            self.ack(step.0)
+            self.ack()
         }
     }
 
-    /// The frame was not read: not sealed yet (flush a deferred ack and ask again), or a fault.
-    fn not_read(&mut self, e: ClientError) -> Result<(), Interrupt> {
-        match classify(e) {
-            Failure::Agent(AgentError::LeaderBehind { .. }) => {
-                self.fault_since = None;
-                if let Some(step) = self.pending_ack {
-                    self.ack(step)?;
+    /// The frame was not read: not sealed yet (flush a deferred ack and ask again), or worse.
+    fn not_read(&mut self, i: Interrupt) -> Result<(), Interrupt> {
+        match i {
+            Interrupt::Agent(AgentError::LeaderBehind { .. }) => {
+                if self.pending_ack {
+                    self.ack()?;
                 }
                 self.clock.flushed();
                 Ok(())
             }
-            Failure::Fault(fault) => Err(Interrupt::Fault(fault, "frame")),
-            Failure::Agent(source) => Err(self.fatal_refused("frame", source)),
-            Failure::Protocol(detail) => Err(self.fatal_protocol("frame", detail)),
+            i => Err(i),
         }
     }
 
-    fn ack(&mut self, step: u64) -> Result<(), Interrupt> {
-        self.pending_ack = Some(step);
+    /// Acknowledge every frame applied so far.
+    fn ack(&mut self) -> Result<(), Interrupt> {
+        let step = self.next();
         self.session
-            .client()
-            .ack(Step(step))
-            .map_err(|e| self.interrupt(e, "ack"))?;
-        self.book.ledger.acked(self.session.epoch(), step);
-        self.pending_ack = None;
+            .s()
+            .ack()
+            .map_err(|e| self.session.sort(e, "ack", step))?;
+        self.pending_ack = false;
         Ok(())
     }
 
-    fn check_position(&self, frame: &Frame) -> Result<(), Interrupt> {
-        if frame.epoch.0 == self.session.epoch() && frame.step.0 == self.next {
-            return Ok(());
-        }
-        let detail = format!(
-            "asked for step {} of epoch {}, got step {} of epoch {}",
-            self.next,
-            self.session.epoch(),
-            frame.step,
-            frame.epoch
-        );
-        Err(self.fatal_protocol("frame", detail))
-    }
-
-    fn apply(&mut self, frame: &Frame) -> Result<(), Interrupt> {
+    fn apply(&mut self, applied: &Applied) -> Result<(), Interrupt> {
+        let frame = &applied.frame;
         self.book.frame_read(frame.epoch.0);
         let view = FrameView::of(frame);
-        let observed = self.book.ledger.observe(&view);
-        for (outcome, start) in &observed.fresh {
-            let before = self.history.take_before(outcome.task);
+        self.book.ledger.observe(&view);
+        let when = format!("by the first frame of epoch {}", frame.epoch);
+        self.book.ledger.lost(&applied.observed.lost, &when);
+        for d in &applied.observed.outcomes {
+            let before = self.history.take_before(d.outcome.task);
             if let (TaskKind::Load, OutcomeResult::Ok, Some(start)) =
-                (outcome.kind, &outcome.result, start)
+                (d.outcome.kind, &d.outcome.result, &d.start)
             {
                 let pool = self.session.pool();
-                self.book
-                    .verify(pool, self.rank, &start.hashes, &start.pages, &before);
+                self.book.verify(
+                    pool,
+                    self.rank,
+                    &start.start.block_hashes,
+                    &start.start.page_ids,
+                    &before,
+                );
             }
         }
         for start in &view.starts {
@@ -231,74 +226,13 @@ impl Follower<'_> {
         Ok(())
     }
 
-    fn recover(&mut self, fault: Fault, call: &'static str) -> Result<(), EngineError> {
-        let (rank, epoch) = (self.rank, self.session.epoch());
-        let since = *self.fault_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > self.params.deadlines.recovery {
-            let waited_ms = since.elapsed().as_millis() as u64;
-            return Err(EngineError::Rejoin {
-                rank,
-                call,
-                epoch,
-                step: self.next,
-                waited_ms,
-                last: fault.to_string(),
-            });
-        }
-        self.book.failed(epoch);
-        self.shared.set_doing(
-            rank,
-            format!(
-                "rejoining after {call} failed at step {}: {fault}",
-                self.next
-            ),
-        );
-        let rejoined = self.session.rejoin(
-            &fault,
-            FailedCall {
-                call,
-                step: self.next,
-                mutates: false,
-            },
-            self.shared,
-        )?;
-        if rejoined.new_epoch {
-            self.next = 0;
-            self.applied = None;
-            self.pending_ack = None;
-            self.plan = None;
-            self.clock.flushed();
-            self.shared
-                .set_position(rank, rejoined.welcome.epoch.0, None, "rejoined");
-        }
-        Ok(())
-    }
-
-    fn interrupt(&self, e: ClientError, call: &'static str) -> Interrupt {
-        match classify(e) {
-            Failure::Fault(fault) => Interrupt::Fault(fault, call),
-            Failure::Agent(source) => self.fatal_refused(call, source),
-            Failure::Protocol(detail) => self.fatal_protocol(call, detail),
-        }
-    }
-
-    fn fatal_refused(&self, call: &'static str, source: AgentError) -> Interrupt {
-        Interrupt::Fatal(EngineError::Refused {
-            rank: self.rank,
-            call,
-            epoch: self.session.epoch(),
-            step: self.next,
-            source,
-        })
-    }
-
-    fn fatal_protocol(&self, call: &'static str, detail: String) -> Interrupt {
-        Interrupt::Fatal(EngineError::Protocol {
-            rank: self.rank,
-            call,
-            epoch: self.session.epoch(),
-            step: self.next,
-            detail,
-        })
+    /// The session rejoined a new epoch: read it from step 0 (the session is there already).
+    fn new_epoch(&mut self, from: u64, waited_ms: u64) {
+        self.book.failed(from, waited_ms);
+        self.pending_ack = false;
+        self.plan = None;
+        self.clock.flushed();
+        self.shared
+            .set_position(self.rank, self.session.epoch(), None, "rejoined");
     }
 }

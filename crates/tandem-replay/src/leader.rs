@@ -10,13 +10,16 @@
 //!    that finished `Ok`, free pages, plan recomputes for failed loads;
 //! 3. **ack**.
 //!
-//! After a failure in the same epoch the phase resumes (a seal whose reply was lost is read
-//! back with `frame`); after a new epoch it restarts at step 0, whose frame reconciles.
+//! Failures within an epoch are the engine session's ([`tandem_client::EngineSession`]): it
+//! rejoins and asks again (a seal whose reply was lost is read back). After a new epoch the
+//! leader restarts at step 0, whose frame settles every earlier task: outcomes, tasks that
+//! never started, tasks lost.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use tandem_proto::frame::{Frame, LookupResult};
+use tandem_client::{AgentError, Applied, SessionError};
+use tandem_proto::frame::LookupResult;
 use tandem_proto::ids::{RequestId, Step, TaskId, TaskKind};
 use tandem_trace::{HitTotals, PrefixCacheSim, TraceRecord};
 
@@ -24,11 +27,10 @@ use crate::engine::{compute_pages, EngineBook, EngineReport};
 use crate::error::{EngineError, SchedError};
 use crate::params::ReplayParams;
 use crate::scheduler::{Admission, Issue, SchedStats, Scheduler};
-use crate::session::{classify, FailedCall, Failure, Fault, Session};
+use crate::session::{Interrupt, Session};
 use crate::shared::Shared;
 use crate::source::{Head, RequestSource};
 use crate::view::FrameView;
-use tandem_client::AgentError;
 
 /// Frame-content differences described in full; the rest are only counted.
 pub(crate) const MAX_MISMATCH_SAMPLES: usize = 8;
@@ -66,17 +68,6 @@ enum Phase {
     Ack,
 }
 
-enum Interrupt {
-    Fault(Fault, FailedCall),
-    Fatal(EngineError),
-}
-
-impl From<EngineError> for Interrupt {
-    fn from(e: EngineError) -> Self {
-        Interrupt::Fatal(e)
-    }
-}
-
 /// Run the leader engine over `requests` until every request completed and every follower
 /// applied the last frame.
 pub(crate) fn run_leader<I: Iterator<Item = TraceRecord>>(
@@ -110,7 +101,6 @@ struct Leader<'a, I> {
     mismatch_samples: Vec<String>,
     steps: u64,
     last_step_at: Instant,
-    fault_since: Option<Instant>,
 }
 
 impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
@@ -138,7 +128,6 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
             last_step_at: Instant::now()
                 .checked_sub(params.min_step_interval)
                 .unwrap_or_else(Instant::now),
-            fault_since: None,
             session,
         }
     }
@@ -165,9 +154,19 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
                 }
             }
             match self.advance() {
-                Ok(()) => self.fault_since = None,
+                Ok(()) => {}
                 Err(Interrupt::Fatal(e)) => return Err(e),
-                Err(Interrupt::Fault(fault, failed)) => self.recover(fault, failed)?,
+                Err(Interrupt::Agent(source)) => {
+                    // Every call handles the refusals it expects; any other ends the engine.
+                    return Err(EngineError::Refused {
+                        rank: 0,
+                        call: "a step",
+                        epoch: self.epoch(),
+                        step: self.step,
+                        source,
+                    });
+                }
+                Err(Interrupt::NewEpoch { from, waited_ms }) => self.new_epoch(from, waited_ms)?,
             }
         }
     }
@@ -220,16 +219,15 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
             }
             Phase::Seal => {
                 self.shared.set_doing(0, format!("sealing step {step}"));
-                let (frame, ours) = self.seal(Step(step))?;
-                self.apply(&frame, ours)?;
+                let applied = self.seal(Step(step))?;
+                self.apply(&applied)?;
                 self.phase = Phase::Ack;
             }
             Phase::Ack => {
                 self.session
-                    .client()
-                    .ack(Step(step))
-                    .map_err(|e| self.interrupt(e, "ack", false))?;
-                self.book.ledger.acked(epoch, step);
+                    .s()
+                    .ack()
+                    .map_err(|e| self.interrupt(e, "ack"))?;
                 self.shared.set_position(0, epoch, Some(step), "");
                 self.shared.leader_progressed();
                 self.shared.add_step();
@@ -291,9 +289,9 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
         } else {
             let result = self
                 .session
-                .client()
-                .lookup(s, id, hashes)
-                .map_err(|e| self.interrupt(e, "lookup", false))?;
+                .s()
+                .lookup(id, &hashes)
+                .map_err(|e| self.interrupt(e, "lookup"))?;
             let matched = result.matched_blocks;
             self.lookups.push(result);
             matched
@@ -307,20 +305,16 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
         Ok(())
     }
 
-    fn issue(&mut self, s: Step, issue: Issue) -> Result<(), Interrupt> {
+    fn issue(&mut self, _: Step, issue: Issue) -> Result<(), Interrupt> {
         if issue.role.computes() {
             compute_pages(self.session.pool_mut(), 0, &issue.hashes, &issue.pages)
                 .map_err(|source| EngineError::Pool { rank: 0, source })?;
         }
         let kind = issue.role.kind();
-        let client = self.session.client();
+        let session = self.session.s();
         let result = match kind {
-            TaskKind::Load => {
-                client.load(s, issue.request, issue.hashes.clone(), issue.pages.clone())
-            }
-            TaskKind::Store => {
-                client.store(s, issue.request, issue.hashes.clone(), issue.pages.clone())
-            }
+            TaskKind::Load => session.load(issue.request, &issue.hashes, &issue.pages),
+            TaskKind::Store => session.store(issue.request, &issue.hashes, &issue.pages),
         };
         let task = match result {
             Ok(task) => task,
@@ -331,7 +325,7 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
                     "store"
                 };
                 self.sched.requeue(issue);
-                return Err(self.interrupt(e, call, true));
+                return Err(self.interrupt(e, call));
             }
         };
         self.sched
@@ -343,27 +337,24 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
         Ok(())
     }
 
-    /// Seal step `s`; returns its frame and whether this call sealed it (rather than reading
-    /// back a frame sealed by a call whose reply was lost).
-    fn seal(&mut self, s: Step) -> Result<(Frame, bool), Interrupt> {
+    /// Seal step `s` (retried while the window is full) and return what its frame brought.
+    fn seal(&mut self, s: Step) -> Result<Applied, Interrupt> {
         let t0 = Instant::now();
         loop {
             if self.shared.stopped() {
                 return Err(EngineError::Stopped { rank: 0 }.into());
             }
-            let err = match self
-                .session
-                .client()
-                .end_step(s, self.params.deadlines.end_step)
-            {
-                Ok(frame) => {
-                    self.latencies.push(t0.elapsed().as_micros() as u64);
-                    return Ok((frame, true));
+            let err = match self.session.s().end_step(self.params.deadlines.end_step) {
+                Ok(applied) => {
+                    if applied.sealed_here {
+                        self.latencies.push(t0.elapsed().as_micros() as u64);
+                    }
+                    return Ok(applied);
                 }
                 Err(e) => e,
             };
-            match classify(err) {
-                Failure::Agent(last @ AgentError::WindowFull { .. }) => {
+            match self.session.sort(err, "end_step", s.0) {
+                Interrupt::Agent(last @ AgentError::WindowFull { .. }) => {
                     if t0.elapsed() > self.params.deadlines.window {
                         let waited_ms = t0.elapsed().as_millis() as u64;
                         return Err(EngineError::SealTimeout {
@@ -378,59 +369,40 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
                         .set_doing(0, format!("sealing step {}: {last}", s.0));
                     self.shared.sleep(Duration::from_millis(2));
                 }
-                Failure::Agent(AgentError::WrongStep { expected, .. }) if expected > s => {
-                    let frame = self
-                        .session
-                        .client()
-                        .frame(s, self.params.deadlines.end_step)
-                        .map_err(|e| self.interrupt(e, "frame", false))?;
-                    return Ok((frame, false));
+                Interrupt::Agent(source) => {
+                    return Err(self.session.refused(source, "end_step", s.0))
                 }
-                Failure::Fault(fault) => {
-                    return Err(Interrupt::Fault(
-                        fault,
-                        FailedCall {
-                            call: "end_step",
-                            step: s.0,
-                            mutates: false,
-                        },
-                    ))
-                }
-                Failure::Agent(source) => return Err(self.refused("end_step", source)),
-                Failure::Protocol(detail) => return Err(self.protocol("end_step", detail)),
+                other => return Err(other),
             }
         }
     }
 
-    fn apply(&mut self, frame: &Frame, ours: bool) -> Result<(), Interrupt> {
-        if frame.epoch.0 != self.epoch() || frame.step.0 != self.step {
-            let detail = format!(
-                "asked for step {} of epoch {}, got step {} of epoch {}",
-                self.step,
-                self.epoch(),
-                frame.step,
-                frame.epoch
-            );
-            return Err(self.protocol("end_step", detail));
-        }
+    fn apply(&mut self, applied: &Applied) -> Result<(), Interrupt> {
+        let frame = &applied.frame;
         self.book.frame_read(frame.epoch.0);
         let view = FrameView::of(frame);
-        if ours {
+        self.book.ledger.observe(&view);
+        if applied.sealed_here {
             self.check_content(&view);
         }
-        let observed = self.book.ledger.observe(&view);
-        for (outcome, _) in &observed.fresh {
-            self.started.remove(&outcome.task);
+        let observed = &applied.observed;
+        for d in &observed.outcomes {
+            self.started.remove(&d.outcome.task);
             let (book, pool) = (&mut self.book, self.session.pool());
-            let result = self.sched.on_outcome(outcome, &mut |hashes, pages| {
+            let result = self.sched.on_outcome(&d.outcome, &mut |hashes, pages| {
                 book.verify(pool, 0, hashes, pages, &[])
             });
             result.map_err(|e| self.sched_error(e))?;
         }
-        for lost in &observed.lost {
-            self.sched
-                .on_lost(lost.task)
-                .map_err(|e| self.sched_error(e))?;
+        let when = format!("by the first frame of epoch {}", frame.epoch);
+        self.book.ledger.lost(&observed.lost, &when);
+        // Lost, or requested and never listed by a frame of their epoch: no outcome will come.
+        // Their requests go on as after a failure.
+        let settled = observed.lost.iter().map(|l| l.start.task);
+        let never = observed.not_started.iter().map(|r| r.task);
+        for task in settled.chain(never).collect::<Vec<_>>() {
+            self.started.remove(&task);
+            self.sched.on_lost(task).map_err(|e| self.sched_error(e))?;
         }
         for done in self.sched.take_completed() {
             self.observed.add(done.hits);
@@ -469,97 +441,36 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
         }
     }
 
-    fn recover(&mut self, fault: Fault, failed: FailedCall) -> Result<(), EngineError> {
-        let epoch = self.epoch();
-        let since = *self.fault_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > self.params.deadlines.recovery {
-            let waited_ms = since.elapsed().as_millis() as u64;
-            return Err(EngineError::Rejoin {
-                rank: 0,
-                call: failed.call,
-                epoch,
+    /// The session rejoined a new epoch: the open step's work is void; start again at step 0,
+    /// whose frame settles every earlier task.
+    fn new_epoch(&mut self, from: u64, waited_ms: u64) -> Result<(), EngineError> {
+        self.book.failed(from, waited_ms);
+        self.shared.add_epoch_change();
+        self.started.clear();
+        self.sched
+            .on_new_epoch()
+            .map_err(|source| EngineError::Scheduler {
+                epoch: from,
                 step: self.step,
-                waited_ms,
-                last: fault.to_string(),
-            });
-        }
-        self.book.failed(epoch);
-        self.shared.set_doing(
-            0,
-            format!(
-                "rejoining after {} failed at step {}: {fault}",
-                failed.call, self.step
-            ),
-        );
-        let rejoined = self.session.rejoin(&fault, failed, self.shared)?;
-        if rejoined.new_epoch {
-            self.shared.add_epoch_change();
-            // Requested but never listed by a frame of their epoch: they never started, and no
-            // outcome will come. Their requests go on as after a failure.
-            for task in std::mem::take(&mut self.started) {
-                self.sched
-                    .on_lost(task)
-                    .map_err(|source| EngineError::Scheduler {
-                        epoch,
-                        step: self.step,
-                        source,
-                    })?;
-            }
-            self.sched
-                .on_new_epoch()
-                .map_err(|source| EngineError::Scheduler {
-                    epoch,
-                    step: self.step,
-                    source,
-                })?;
-            self.step = 0;
-            self.catch_up_until = rejoined.welcome.next_step.0;
-            self.phase = Phase::Work;
-            self.lookups.clear();
-            self.shared
-                .set_position(0, rejoined.welcome.epoch.0, None, "rejoined");
-        }
+                source,
+            })?;
+        let welcome = self.session.welcome();
+        self.step = 0;
+        self.catch_up_until = welcome.next_step.0;
+        self.phase = Phase::Work;
+        self.lookups.clear();
+        self.shared
+            .set_position(0, welcome.epoch.0, None, "rejoined");
         Ok(())
     }
 
-    fn interrupt(
-        &self,
-        e: tandem_client::ClientError,
-        call: &'static str,
-        mutates: bool,
-    ) -> Interrupt {
-        match classify(e) {
-            Failure::Fault(fault) => Interrupt::Fault(
-                fault,
-                FailedCall {
-                    call,
-                    step: self.step,
-                    mutates,
-                },
-            ),
-            Failure::Agent(source) => self.refused(call, source),
-            Failure::Protocol(detail) => self.protocol(call, detail),
+    /// A failed call: a new epoch goes back to the loop; any refusal or other error here ends
+    /// the engine.
+    fn interrupt(&self, e: SessionError, call: &'static str) -> Interrupt {
+        match self.session.sort(e, call, self.step) {
+            Interrupt::Agent(source) => self.session.refused(source, call, self.step),
+            other => other,
         }
-    }
-
-    fn refused(&self, call: &'static str, source: AgentError) -> Interrupt {
-        Interrupt::Fatal(EngineError::Refused {
-            rank: 0,
-            call,
-            epoch: self.epoch(),
-            step: self.step,
-            source,
-        })
-    }
-
-    fn protocol(&self, call: &'static str, detail: String) -> Interrupt {
-        Interrupt::Fatal(EngineError::Protocol {
-            rank: 0,
-            call,
-            epoch: self.epoch(),
-            step: self.step,
-            detail,
-        })
     }
 
     fn sched_error(&self, source: SchedError) -> Interrupt {
@@ -571,6 +482,8 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
     }
 
     fn finish(self) -> LeaderReport {
+        let shard_bytes = self.session.welcome().shard_bytes;
+        let (tally, open) = self.session.close();
         LeaderReport {
             observed: self.observed,
             expected: self.expected.totals(),
@@ -579,8 +492,8 @@ impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
             step_latency_us: self.latencies,
             content_mismatches: self.content_mismatches,
             mismatch_samples: self.mismatch_samples,
-            shard_bytes: self.session.welcome().shard_bytes,
-            engine: self.book.finish(),
+            shard_bytes,
+            engine: self.book.finish(tally, &open),
         }
     }
 }

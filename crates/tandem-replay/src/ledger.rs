@@ -1,9 +1,11 @@
-//! One engine's record of what it read: every frame's digest by `(epoch, step)`, every task it
-//! saw started, and how many times it saw each task's outcome.
+//! One engine's record of what it read: every frame's digest by `(epoch, step)`, re-reads that
+//! differ, and the tasks it lost, with the counters of its session's task map.
 //!
-//! Definitions (per engine; the driver sums them over ranks):
+//! Which outcome is fresh, repeated, unseen or lost is decided once, by the engine session's
+//! task map ([`tandem_client::tasks`]); the ledger turns its counters into the replay's
+//! definitions (per engine; the driver sums them over ranks):
 //! - a **duplicate completion** is an outcome seen again after the frame that first revealed
-//!   it was acknowledged (`ack` succeeded for that step or a later one of its epoch);
+//!   it was acknowledged ([`TaskTally::duplicates`]);
 //! - a **redelivery after an unacknowledged frame** is an outcome seen again when the ack of
 //!   the frame that first revealed it never succeeded (the agent is right to deliver it once
 //!   more); it is counted apart and not applied twice;
@@ -16,13 +18,12 @@
 //!
 //! Pure bookkeeping: it never does IO and never decides what an outcome means for pages.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
-use tandem_proto::frame::TaskOutcome;
-use tandem_proto::ids::TaskId;
+use tandem_client::{StartedTask, TaskTally};
 
-use crate::view::{FrameView, StartView};
+use crate::view::FrameView;
 
 /// Counters of one engine's ledger.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -41,25 +42,11 @@ pub struct LedgerTally {
     pub reread_mismatches: u64,
 }
 
-/// What one frame brought.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Observed {
-    /// Outcomes seen for the first time, in apply order, with the task's start if seen.
-    pub fresh: Vec<(TaskOutcome, Option<StartView>)>,
-    /// Tasks of earlier epochs this frame should have settled and did not (lost).
-    pub lost: Vec<StartView>,
-}
-
 /// One engine's ledger.
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
-    started: HashMap<TaskId, StartView>,
-    open: BTreeSet<TaskId>,
-    first_seen: HashMap<TaskId, (u64, u64)>,
-    acked: HashMap<u64, u64>,
     frames: BTreeMap<(u64, u64), u64>,
-    current_epoch: Option<u64>,
-    tally: LedgerTally,
+    reread_mismatches: u64,
     lost_samples: Vec<String>,
 }
 
@@ -83,47 +70,9 @@ impl Ledger {
         Ledger::default()
     }
 
-    /// Note a task this engine started (the leader knows its tasks before their frame).
-    /// Noting the same task again changes nothing.
-    pub fn note_started(&mut self, start: StartView) {
-        if self.first_seen.contains_key(&start.task) {
-            return;
-        }
-        self.open.insert(start.task);
-        self.started.entry(start.task).or_insert(start);
-    }
-
-    /// Record a frame read for the first time and sort its outcomes into fresh and repeated.
-    pub fn observe(&mut self, view: &FrameView) -> Observed {
+    /// Record a frame read (its digest; a frame read again must not differ).
+    pub fn observe(&mut self, view: &FrameView) {
         self.check_reread(view.epoch, view.step, view.digest);
-        for start in &view.starts {
-            self.note_started(start.clone());
-        }
-        let mut observed = Observed::default();
-        for outcome in &view.outcomes {
-            if let Some(&(epoch, step)) = self.first_seen.get(&outcome.task) {
-                if self.acked.get(&epoch).is_some_and(|&a| a >= step) {
-                    self.tally.duplicate_completions += 1;
-                } else {
-                    self.tally.redelivered_unacked += 1;
-                }
-                continue;
-            }
-            self.first_seen
-                .insert(outcome.task, (view.epoch, view.step));
-            self.open.remove(&outcome.task);
-            let start = self.started.remove(&outcome.task);
-            if start.is_none() {
-                self.tally.unseen_outcomes += 1;
-            }
-            self.tally.outcomes += 1;
-            observed.fresh.push((outcome.clone(), start));
-        }
-        if self.current_epoch.is_none_or(|e| view.epoch > e) {
-            observed.lost = self.close_before(view.epoch);
-            self.current_epoch = Some(view.epoch);
-        }
-        observed
     }
 
     /// Record a digest for `(epoch, step)`: a re-read, or the first read. Returns `false`
@@ -131,7 +80,7 @@ impl Ledger {
     pub fn check_reread(&mut self, epoch: u64, step: u64, digest: u64) -> bool {
         match self.frames.insert((epoch, step), digest) {
             Some(before) if before != digest => {
-                self.tally.reread_mismatches += 1;
+                self.reread_mismatches += 1;
                 false
             }
             _ => true,
@@ -141,71 +90,42 @@ impl Ledger {
     /// A frame was read again; `same` is whether it equals the first read.
     pub fn reread(&mut self, same: bool) {
         if !same {
-            self.tally.reread_mismatches += 1;
+            self.reread_mismatches += 1;
         }
     }
 
-    /// `ack(step)` succeeded in `epoch`: every frame up to `step` is acknowledged.
-    pub fn acked(&mut self, epoch: u64, step: u64) {
-        let a = self.acked.entry(epoch).or_insert(step);
-        *a = (*a).max(step);
-    }
-
-    /// Tasks seen started and still without an outcome.
-    pub fn open_tasks(&self) -> usize {
-        self.open.len()
-    }
-
-    /// The counters so far.
-    pub fn tally(&self) -> LedgerTally {
-        self.tally
-    }
-
-    /// End the ledger: tasks still open are lost.
-    pub fn finish(mut self) -> LedgerReport {
-        let open: Vec<TaskId> = self.open.iter().copied().collect();
-        for task in open {
-            self.lose(task, "by the end of the run");
+    /// The session reported `lost` tasks (`when`: for example "by the first frame of epoch 3"):
+    /// describe the first few.
+    pub fn lost(&mut self, lost: &[StartedTask], when: &str) {
+        for s in lost {
+            if self.lost_samples.len() >= MAX_LOST_SAMPLES {
+                return;
+            }
+            self.lost_samples.push(format!(
+                "task {} ({} of request {}, {} blocks): no outcome {when}",
+                s.start.task,
+                s.kind,
+                s.start.request,
+                s.start.block_hashes.len()
+            ));
         }
+    }
+
+    /// End the ledger with the session's final counters and the tasks still open (lost).
+    pub fn finish(mut self, tally: TaskTally, open: &[StartedTask]) -> LedgerReport {
+        self.lost(open, "by the end of the run");
         LedgerReport {
             frames: self.frames,
-            tally: self.tally,
+            tally: LedgerTally {
+                outcomes: tally.outcomes,
+                duplicate_completions: tally.duplicates,
+                redelivered_unacked: tally.redelivered_unacked,
+                unseen_outcomes: tally.unseen_outcomes,
+                lost_completions: tally.lost,
+                reread_mismatches: self.reread_mismatches,
+            },
             lost_samples: self.lost_samples,
         }
-    }
-
-    /// Count `task` lost; returns its start if known.
-    fn lose(&mut self, task: TaskId, when: &str) -> Option<StartView> {
-        self.open.remove(&task);
-        self.tally.lost_completions += 1;
-        let start = self.started.remove(&task);
-        if self.lost_samples.len() < MAX_LOST_SAMPLES {
-            let what = match &start {
-                Some(s) => format!(
-                    "{} of request {}, {} blocks",
-                    s.kind,
-                    s.request,
-                    s.hashes.len()
-                ),
-                None => "unknown task".to_string(),
-            };
-            self.lost_samples
-                .push(format!("task {task} ({what}): no outcome {when}"));
-        }
-        start
-    }
-
-    fn close_before(&mut self, epoch: u64) -> Vec<StartView> {
-        let lost: Vec<TaskId> = self
-            .open
-            .iter()
-            .copied()
-            .filter(|t| t.epoch < epoch)
-            .collect();
-        let when = format!("by the first frame of epoch {epoch}");
-        lost.into_iter()
-            .filter_map(|task| self.lose(task, &when))
-            .collect()
     }
 }
 

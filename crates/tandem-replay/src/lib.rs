@@ -2,7 +2,9 @@
 //! every byte: the engine side of `tandem replay`.
 //!
 //! One thread per rank plays the inference engine of that rank, talking to its agent only
-//! through [`tandem_client::EngineClient`] and a shared-memory [`tandem_client::PagePool`].
+//! through a [`tandem_client::EngineSession`] (which keeps the step counter, delivers each
+//! task's outcome once and rejoins the group after a restart) and a shared-memory
+//! [`tandem_client::PagePool`].
 //! Rank 0 runs a scheduler over the trace (lookup, load the matched prefix, compute and store
 //! the rest, verify loads, recompute failed ones); the followers read the same frames at
 //! moments set by their own simulated memory pressure and verify their own shards. The
@@ -52,13 +54,15 @@
 //! - [`request`]: one request's parts (load, store, recompute) and their states.
 //! - [`scheduler`]: the leader's scheduler, sans IO.
 //! - [`view`]: what an engine reads from a frame, and the frame digest.
-//! - [`ledger`]: per-engine record of frames and outcomes, and the accounting definitions.
+//! - [`ledger`]: per-engine record of frames (digests, re-reads) and lost tasks, and the
+//!   accounting definitions over the engine session's task counters.
 //! - [`pressure`]: follower read patterns (simulated memory pressure).
 //! - [`params`]: [`ReplayParams`], [`Speed`], [`Deadlines`].
 //! - [`summary`]: [`ReplaySummary`], JSON and table.
 //! - [`error`]: [`SchedError`], [`EngineError`], [`ReplayError`], [`Positions`].
 //! - [`progress`]: the indicatif bar.
-//! - `session` (connection, pool, rejoin), `engine` (shared accounting), `leader`,
+//! - `session` (joining, the pool, what session errors mean for the replay), `engine`
+//!   (shared accounting), `leader`,
 //!   `follower`, `source` (pacing), `shared` (thread coordination), `driver`
 //!   ([`run_replay`]): the IO side, private.
 

@@ -1,114 +1,46 @@
-//! One engine's connection to its agent and its page pool, and the way back into the group
-//! after a failure.
+//! One engine's [`EngineSession`] and page pool, and what its errors mean for the replay.
 //!
-//! Owns: joining (connect with retry, hello, checking the world size, creating the pool with
-//! the agent's shard size, registering it), sorting call errors into faults the engine
-//! recovers from and refusals it cannot, and rejoining:
-//! - **stale epoch** (the group restarted): hello on the same connection, register the pool
-//!   again, continue at step 0 of the new epoch;
-//! - **not ready**: wait a little, hello; the same epoch continues where it stood;
-//! - **broken socket** (agent killed, or a reply past its deadline): connect again, hello,
-//!   register again. If the call that broke changed group state (a store or load) and the
-//!   group is still in the same epoch, the engine cannot know whether it took effect, so it
-//!   waits for the new epoch the supervisor must start, and gives up with
-//!   [`EngineError::Ambiguous`] after the recovery deadline.
-//!
-//! It never reconnects for any other reason: the agent counts an engine disconnect as a rank
-//! failure. Every wait is bounded by [`crate::Deadlines`].
+//! Owns joining (connect with retry, checking the world size, creating the pool with the
+//! agent's shard size, registering it) and the translation of session errors into the
+//! replay's: a new epoch is something the engine loops handle ([`Interrupt::NewEpoch`]);
+//! every other error ends the engine with an [`EngineError`] that names its rank and position.
+//! Stale epochs, "not ready" and broken sockets are the session's business
+//! ([`tandem_client::session`]): the replay does not re-implement the way back into the group.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-use tandem_client::wire::WireError;
-use tandem_client::{AgentError, ClientError, EngineClient, PagePool, Welcome};
+use tandem_client::{AgentError, EngineSession, PagePool, SessionConfig, SessionError, Welcome};
 
 use crate::error::EngineError;
-use crate::params::{Deadlines, ReplayParams};
+use crate::params::ReplayParams;
 use crate::shared::Shared;
 
-/// Pause between attempts while rejoining or joining.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// Longest single connect attempt, so the stop flag is seen.
-const CONNECT_SLICE: Duration = Duration::from_millis(500);
-
-/// A failure the engine recovers from by rejoining.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// The group moved to another epoch.
-    Stale(String),
-    /// The group is not ready in this epoch.
-    NotReady(String),
-    /// The socket broke, timed out or could not connect.
-    Broken(String),
-}
-
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fault::Stale(s) | Fault::NotReady(s) | Fault::Broken(s) => f.write_str(s),
-        }
-    }
-}
-
-/// How a failed call is handled.
+/// How a failed session call ends for an engine loop.
 #[derive(Debug)]
-pub(crate) enum Failure {
-    /// Rejoin and go on.
-    Fault(Fault),
-    /// A typed refusal the caller interprets (window full, leader behind, wrong step) or
-    /// reports as fatal.
+pub(crate) enum Interrupt {
+    /// The group restarted: the session is at step 0 of the new epoch; `waited_ms` is how long
+    /// the call spent from its first failure to the rejoin.
+    NewEpoch {
+        /// The epoch before.
+        from: u64,
+        /// Milliseconds from the failure to the rejoin.
+        waited_ms: u64,
+    },
+    /// A typed refusal the loop may handle (window full, leader behind).
     Agent(AgentError),
-    /// The agent broke the contract (a reply of the wrong kind, a malformed message).
-    Protocol(String),
+    /// The engine stops.
+    Fatal(EngineError),
 }
 
-/// Sort a client error.
-pub(crate) fn classify(err: ClientError) -> Failure {
-    match err {
-        ClientError::Agent(e @ AgentError::StaleEpoch { .. }) => {
-            Failure::Fault(Fault::Stale(e.to_string()))
-        }
-        ClientError::Agent(e @ AgentError::NotReady { .. }) => {
-            Failure::Fault(Fault::NotReady(e.to_string()))
-        }
-        ClientError::Agent(e) => Failure::Agent(e),
-        ClientError::Wire(e @ WireError::Io(_)) => Failure::Fault(Fault::Broken(e.to_string())),
-        e @ (ClientError::Connect { .. }
-        | ClientError::Timeout { .. }
-        | ClientError::Broken { .. }) => Failure::Fault(Fault::Broken(e.to_string())),
-        e @ (ClientError::Wire(_) | ClientError::UnexpectedReply { .. }) => {
-            Failure::Protocol(e.to_string())
-        }
+impl From<EngineError> for Interrupt {
+    fn from(e: EngineError) -> Self {
+        Interrupt::Fatal(e)
     }
 }
 
-/// What a rejoin found.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Rejoined {
-    /// The group is in another epoch than before the failure.
-    pub new_epoch: bool,
-    /// The agent's welcome.
-    pub welcome: Welcome,
-}
-
-/// Where the failure happened, for rejoin errors.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FailedCall {
-    /// The call.
-    pub call: &'static str,
-    /// The engine's step.
-    pub step: u64,
-    /// Whether the call changes group state (store, load): a broken socket then needs a new
-    /// epoch.
-    pub mutates: bool,
-}
-
-/// An engine's agent connection and page pool.
+/// An engine's session and page pool.
 pub(crate) struct Session {
     rank: u32,
-    client: EngineClient,
+    inner: EngineSession,
     pool: PagePool,
-    deadlines: Deadlines,
 }
 
 impl Session {
@@ -116,7 +48,7 @@ impl Session {
     ///
     /// # Errors
     /// [`EngineError::Join`], [`EngineError::WorldSize`], [`EngineError::Pool`],
-    /// [`EngineError::Refused`], [`EngineError::Stopped`].
+    /// [`EngineError::Refused`], [`EngineError::Stopped`], and as [`sort`].
     pub(crate) fn open(
         rank: u32,
         params: &ReplayParams,
@@ -128,10 +60,26 @@ impl Session {
             .get(rank as usize)
             .cloned()
             .unwrap_or_default();
-        let deadlines = params.deadlines;
-        let started = Instant::now();
-        let mut client = connect_until(rank, &socket, started, deadlines.connect, shared)?;
-        let welcome = client.welcome();
+        let config = SessionConfig {
+            connect: params.deadlines.connect,
+            recovery: params.deadlines.recovery,
+            ..SessionConfig::default()
+        };
+        let mut inner =
+            EngineSession::connect_cancellable(&socket, rank, config, Some(shared.stop_flag()))
+                .map_err(|e| match e {
+                    SessionError::Join {
+                        rank,
+                        waited_ms,
+                        source,
+                    } => EngineError::Join {
+                        rank,
+                        waited_ms,
+                        source,
+                    },
+                    e => fatal(rank, "hello", 0, 0, e),
+                })?;
+        let welcome = inner.welcome();
         if welcome.world_size != params.world_size() {
             return Err(EngineError::WorldSize {
                 rank,
@@ -142,66 +90,20 @@ impl Session {
         let path = params.pool_dir.join(format!("{run_id}-rank{rank}.pages"));
         let pool = PagePool::create(&path, u64::from(params.pool_pages), welcome.shard_bytes)
             .map_err(|source| EngineError::Pool { rank, source })?;
-        loop {
-            match client.register_buffer(&pool) {
-                Ok(_) => break,
-                Err(e) => {
-                    let detail = e.to_string();
-                    match classify(e) {
-                        Failure::Fault(Fault::Broken(_)) => {
-                            client =
-                                connect_until(rank, &socket, started, deadlines.connect, shared)?
-                        }
-                        Failure::Fault(_) => {
-                            if started.elapsed() > deadlines.connect {
-                                return Err(EngineError::Rejoin {
-                                    rank,
-                                    call: "register_buffer",
-                                    epoch: client.epoch().0,
-                                    step: 0,
-                                    waited_ms: ms(started),
-                                    last: detail,
-                                });
-                            }
-                            shared.sleep(RETRY_PAUSE);
-                            let _ = client.hello();
-                        }
-                        Failure::Agent(source) => {
-                            return Err(EngineError::Refused {
-                                rank,
-                                call: "register_buffer",
-                                epoch: client.epoch().0,
-                                step: 0,
-                                source,
-                            })
-                        }
-                        Failure::Protocol(detail) => {
-                            return Err(EngineError::Protocol {
-                                rank,
-                                call: "register_buffer",
-                                epoch: client.epoch().0,
-                                step: 0,
-                                detail,
-                            })
-                        }
-                    }
-                }
-            }
-            if shared.stopped() {
-                return Err(EngineError::Stopped { rank });
+        match inner.register_pool(&pool) {
+            // Registered in whatever epoch the group is in now.
+            Ok(_) | Err(SessionError::NewEpoch { .. }) => {}
+            Err(e) => {
+                let (epoch, step) = (inner.epoch().0, inner.step().0);
+                return Err(fatal(rank, "register_buffer", epoch, step, e));
             }
         }
-        Ok(Session {
-            rank,
-            client,
-            pool,
-            deadlines,
-        })
+        Ok(Session { rank, inner, pool })
     }
 
-    /// The client, for calls.
-    pub(crate) fn client(&mut self) -> &mut EngineClient {
-        &mut self.client
+    /// The engine session, for calls.
+    pub(crate) fn s(&mut self) -> &mut EngineSession {
+        &mut self.inner
     }
 
     /// The page pool.
@@ -216,182 +118,120 @@ impl Session {
 
     /// The epoch the engine works in.
     pub(crate) fn epoch(&self) -> u64 {
-        self.client.epoch().0
+        self.inner.epoch().0
     }
 
     /// What the last hello answered.
     pub(crate) fn welcome(&self) -> Welcome {
-        self.client.welcome()
+        self.inner.welcome()
     }
 
-    /// Get back into the group after `fault` in `failed`, within the recovery deadline.
-    ///
-    /// # Errors
-    /// [`EngineError::Rejoin`], [`EngineError::Ambiguous`], [`EngineError::Refused`],
-    /// [`EngineError::Protocol`], [`EngineError::Stopped`].
-    pub(crate) fn rejoin(
-        &mut self,
-        fault: &Fault,
-        failed: FailedCall,
-        shared: &Shared,
-    ) -> Result<Rejoined, EngineError> {
-        let rank = self.rank;
-        let old_epoch = self.epoch();
-        let started = Instant::now();
-        let mut broken = matches!(fault, Fault::Broken(_));
-        let need_new_epoch = broken && failed.mutates;
-        let mut stayed = false;
-        let mut must_register = false;
-        let mut last = fault.to_string();
-        let mut pause = !matches!(fault, Fault::Stale(_));
-        loop {
-            if shared.stopped() {
-                return Err(EngineError::Stopped { rank });
-            }
-            if started.elapsed() > self.deadlines.recovery {
-                let waited_ms = ms(started);
-                // Ambiguous only when the agent answered in the old epoch: an agent that never
-                // came back is a plain failure to rejoin.
-                return Err(if need_new_epoch && stayed {
-                    EngineError::Ambiguous {
-                        rank,
-                        call: failed.call,
-                        epoch: old_epoch,
-                        step: failed.step,
-                        waited_ms,
-                    }
-                } else {
-                    EngineError::Rejoin {
-                        rank,
-                        call: failed.call,
-                        epoch: old_epoch,
-                        step: failed.step,
-                        waited_ms,
-                        last,
-                    }
-                });
-            }
-            if pause {
-                shared.sleep(RETRY_PAUSE);
-            }
-            pause = true;
-            let welcome = if broken {
-                // The same client reconnects, so the outcomes it already received stay
-                // suppressed when the new epoch redelivers them.
-                match self.client.reconnect(CONNECT_SLICE) {
-                    Ok(w) => {
-                        broken = false;
-                        must_register = true;
-                        w
-                    }
-                    Err(e) => {
-                        last = e.to_string();
-                        continue;
-                    }
-                }
-            } else {
-                match self.client.hello() {
-                    Ok(w) => w,
-                    Err(e) => {
-                        last = e.to_string();
-                        broken = self.settle(e, "hello", failed.step)?;
-                        continue;
-                    }
-                }
-            };
-            let new_epoch = welcome.epoch.0 != old_epoch;
-            if !new_epoch && need_new_epoch {
-                stayed = true;
-                last = format!("the group is still in epoch {old_epoch}");
-                continue;
-            }
-            if new_epoch || must_register {
-                if let Err(e) = self.client.register_buffer(&self.pool) {
-                    last = e.to_string();
-                    must_register = true;
-                    broken = self.settle(e, "register_buffer", failed.step)?;
-                    continue;
-                }
-            }
-            return Ok(Rejoined { new_epoch, welcome });
-        }
+    /// Sort `e`, met in `call` at the engine's `step` (see [`sort`]).
+    pub(crate) fn sort(&self, e: SessionError, call: &'static str, step: u64) -> Interrupt {
+        sort(self.rank, self.epoch(), step, call, e)
     }
 
-    /// Sort an error met while rejoining: `Ok(true)` when the socket broke, `Ok(false)` to
-    /// retry on the same connection, `Err` when no retry can help.
-    fn settle(&self, e: ClientError, call: &'static str, step: u64) -> Result<bool, EngineError> {
-        let (rank, epoch) = (self.rank, self.epoch());
-        match classify(e) {
-            Failure::Fault(Fault::Broken(_)) => Ok(true),
-            Failure::Fault(_) => Ok(false),
-            Failure::Agent(source) => Err(EngineError::Refused {
-                rank,
-                call,
-                epoch,
-                step,
-                source,
-            }),
-            Failure::Protocol(detail) => Err(EngineError::Protocol {
-                rank,
-                call,
-                epoch,
-                step,
-                detail,
-            }),
-        }
+    /// A refusal no loop handles, at the engine's `step`: the engine stops.
+    pub(crate) fn refused(&self, source: AgentError, call: &'static str, step: u64) -> Interrupt {
+        Interrupt::Fatal(EngineError::Refused {
+            rank: self.rank,
+            call,
+            epoch: self.epoch(),
+            step,
+            source,
+        })
+    }
+
+    /// End the run: the counters of the task map and the tasks still open (lost).
+    pub(crate) fn close(self) -> (tandem_client::TaskTally, Vec<tandem_client::StartedTask>) {
+        self.inner.close()
     }
 }
 
-fn connect_until(
+/// What a session error means for an engine at `step` of `epoch`: a new epoch and typed
+/// refusals go back to the loop, the rest ends the engine.
+pub(crate) fn sort(
     rank: u32,
-    socket: &PathBuf,
-    started: Instant,
-    deadline: Duration,
-    shared: &Shared,
-) -> Result<EngineClient, EngineError> {
-    loop {
-        if shared.stopped() {
-            return Err(EngineError::Stopped { rank });
-        }
-        match EngineClient::connect(socket, rank, CONNECT_SLICE) {
-            Ok(c) => return Ok(c),
-            Err(source) => {
-                if started.elapsed() > deadline {
-                    return Err(EngineError::Join {
-                        rank,
-                        waited_ms: ms(started),
-                        source,
-                    });
-                }
-                if let Failure::Agent(refusal) = classify_ref(&source) {
-                    return Err(EngineError::Refused {
-                        rank,
-                        call: "hello",
-                        epoch: 0,
-                        step: 0,
-                        source: refusal,
-                    });
-                }
-                shared.sleep(RETRY_PAUSE);
-            }
-        }
-    }
-}
-
-/// Whether a join error is a refusal no retry can fix (for example a rank mismatch).
-fn classify_ref(e: &ClientError) -> Failure {
+    epoch: u64,
+    step: u64,
+    call: &'static str,
+    e: SessionError,
+) -> Interrupt {
     match e {
-        ClientError::Agent(
-            a @ (AgentError::BadRequest { .. }
-            | AgentError::NotLeader { .. }
-            | AgentError::Buffer { .. }),
-        ) => Failure::Agent(a.clone()),
-        _ => Failure::Fault(Fault::NotReady(e.to_string())),
+        SessionError::NewEpoch {
+            from, waited_ms, ..
+        } => Interrupt::NewEpoch {
+            from: from.0,
+            waited_ms,
+        },
+        SessionError::Agent(a) => Interrupt::Agent(a),
+        e => Interrupt::Fatal(fatal(rank, call, epoch, step, e)),
     }
 }
 
-fn ms(since: Instant) -> u64 {
-    since.elapsed().as_millis() as u64
+/// The engine error for a session error no loop handles.
+fn fatal(rank: u32, call: &'static str, epoch: u64, step: u64, e: SessionError) -> EngineError {
+    match e {
+        SessionError::Agent(source) => EngineError::Refused {
+            rank,
+            call,
+            epoch,
+            step,
+            source,
+        },
+        SessionError::Rejoin {
+            call,
+            epoch,
+            step,
+            waited_ms,
+            last,
+            ..
+        } => EngineError::Rejoin {
+            rank,
+            call,
+            epoch: epoch.0,
+            step: step.0,
+            waited_ms,
+            last,
+        },
+        SessionError::Ambiguous {
+            call,
+            epoch,
+            step,
+            waited_ms,
+            ..
+        } => EngineError::Ambiguous {
+            rank,
+            call,
+            epoch: epoch.0,
+            step: step.0,
+            waited_ms,
+        },
+        SessionError::Cancelled { .. } => EngineError::Stopped { rank },
+        SessionError::Join {
+            waited_ms, source, ..
+        } => EngineError::Join {
+            rank,
+            waited_ms,
+            source,
+        },
+        SessionError::Protocol { detail, .. } => EngineError::Protocol {
+            rank,
+            call,
+            epoch,
+            step,
+            detail,
+        },
+        e @ (SessionError::NewEpoch { .. }
+        | SessionError::Client(_)
+        | SessionError::PageOutOfRange { .. }) => EngineError::Protocol {
+            rank,
+            call,
+            epoch,
+            step,
+            detail: e.to_string(),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -400,60 +240,49 @@ mod tests {
     use tandem_proto::ids::{Epoch, Step};
 
     #[test]
-    fn errors_are_sorted_into_faults_refusals_and_violations() {
-        let stale = ClientError::Agent(AgentError::StaleEpoch {
-            ours: Epoch(3),
-            theirs: Epoch(2),
-        });
-        assert!(
-            matches!(classify(stale), Failure::Fault(Fault::Stale(s)) if s == "stale epoch: request for epoch 2, the group is at epoch 3")
-        );
-        let not_ready = ClientError::Agent(AgentError::NotReady {
-            reason: "joining".into(),
-        });
+    fn new_epochs_and_refusals_go_back_to_the_loop_and_the_rest_is_fatal() {
+        let e = SessionError::NewEpoch {
+            call: "frame",
+            from: Epoch(2),
+            to: Epoch(3),
+            waited_ms: 40,
+        };
         assert!(matches!(
-            classify(not_ready),
-            Failure::Fault(Fault::NotReady(_))
+            sort(1, 2, 7, "frame", e),
+            Interrupt::NewEpoch {
+                from: 2,
+                waited_ms: 40
+            }
         ));
-        let eof = ClientError::Wire(WireError::Io(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "eof",
-        )));
-        assert!(matches!(classify(eof), Failure::Fault(Fault::Broken(_))));
-        let behind = ClientError::Agent(AgentError::LeaderBehind {
+        let behind = SessionError::Agent(AgentError::LeaderBehind {
             rank: 1,
             epoch: Epoch(1),
             wanted: Step(3),
             sealed: None,
         });
         assert!(matches!(
-            classify(behind),
-            Failure::Agent(AgentError::LeaderBehind { .. })
+            sort(1, 1, 3, "frame", behind),
+            Interrupt::Agent(AgentError::LeaderBehind { .. })
         ));
-        let odd = ClientError::UnexpectedReply {
-            request: "ack",
-            reply: "Acked".into(),
+        let gone = SessionError::Rejoin {
+            rank: 1,
+            call: "frame",
+            epoch: Epoch(1),
+            step: Step(3),
+            waited_ms: 60_000,
+            last: "engine socket: eof".into(),
         };
-        assert!(
-            matches!(classify(odd), Failure::Protocol(s) if s == "unexpected reply to ack: Acked")
-        );
-        let malformed = ClientError::Wire(WireError::Malformed("bad".into()));
-        assert!(matches!(classify(malformed), Failure::Protocol(_)));
-        assert!(matches!(
-            classify_ref(&ClientError::Agent(AgentError::BadRequest {
-                reason: "rank".into()
-            })),
-            Failure::Agent(_)
-        ));
-        assert!(matches!(
-            classify_ref(&ClientError::Agent(AgentError::NotReady {
-                reason: "x".into()
-            })),
-            Failure::Fault(_)
-        ));
+        let Interrupt::Fatal(e) = sort(1, 1, 3, "frame", gone) else {
+            panic!("a failed rejoin ends the engine")
+        };
         assert_eq!(
-            Fault::Broken("engine socket: eof".into()).to_string(),
-            "engine socket: eof"
+            e.to_string(),
+            "rank 1: could not rejoin the group within 60000 ms after frame failed at step 3 of epoch 1; last error: engine socket: eof"
         );
+        let Interrupt::Fatal(e) = sort(2, 4, 0, "hello", SessionError::Cancelled { call: "hello" })
+        else {
+            panic!("cancelled is a stop")
+        };
+        assert!(matches!(e, EngineError::Stopped { rank: 2 }));
     }
 }

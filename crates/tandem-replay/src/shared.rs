@@ -6,7 +6,7 @@
 //! propagated, since every field stays consistent on its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -30,7 +30,7 @@ pub struct ReplayProgress {
 
 /// State shared by the engine threads and the driver of one replay.
 pub(crate) struct Shared {
-    stop: AtomicBool,
+    stop: Arc<AtomicBool>,
     positions: Mutex<Vec<RankPosition>>,
     start: Mutex<Option<(u64, u64)>>,
     target: Mutex<Option<(u64, u64)>>,
@@ -55,7 +55,7 @@ impl Shared {
             })
             .collect();
         Shared {
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
             positions: Mutex::new(positions),
             start: Mutex::new(None),
             target: Mutex::new(None),
@@ -70,6 +70,11 @@ impl Shared {
     /// Ask every engine to stop.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// The stop flag itself, for the engine sessions' waits.
+    pub(crate) fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
     }
 
     pub(crate) fn stopped(&self) -> bool {

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::checksum::Checksum;
-use crate::tier::TierKind;
+use crate::tier::Tier;
 
 /// The chained prefix hash of a block, shared with the protocol core so that frames, engines
 /// and tiers name blocks with one type.
@@ -21,7 +21,7 @@ pub type SlotId = u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
     /// The tier holding the shard.
-    pub tier: TierKind,
+    pub tier: Tier,
     /// The slot in that tier.
     pub slot: SlotId,
     /// Checksum of the shard bytes, verified on every read.

@@ -2,7 +2,8 @@
 //!
 //! Owns [`EngineBuffers`] (the registry of an agent's engine regions), [`RegionSpec`] and
 //! [`BufferError`]. An engine registers a region `(name, size_bytes, page_size_bytes)` and
-//! publishes it as a shared-memory file; the agent maps it and hands out validated page views.
+//! publishes it as a shared-memory file, or passes its descriptor (a memfd); the agent maps it
+//! ([`EngineBuffers::map`], [`EngineBuffers::map_fd`]) and hands out validated page views.
 //! It must never copy block bytes itself (the store does) and never hand out a view before
 //! every page id and the total length have been checked.
 //!
@@ -14,6 +15,7 @@
 //! against 512-token blocks) without forcing a layout on them.
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use crate::shm::{ShmError, ShmFile};
@@ -182,6 +184,24 @@ impl EngineBuffers {
             .ok_or_else(|| unregistered(name))?;
         let file =
             ShmFile::open(path, region.spec.size_bytes).map_err(|source| BufferError::Map {
+                name: name.to_string(),
+                source,
+            })?;
+        region.map = Some(file);
+        Ok(())
+    }
+
+    /// Maps a registered region from a descriptor the engine passed (its region holds at least
+    /// `size_bytes`). Mapping again replaces the previous mapping.
+    ///
+    /// Errors: [`BufferError::Unregistered`], [`BufferError::Map`].
+    pub fn map_fd(&mut self, name: &str, fd: OwnedFd) -> Result<(), BufferError> {
+        let region = self
+            .regions
+            .get_mut(name)
+            .ok_or_else(|| unregistered(name))?;
+        let file =
+            ShmFile::from_fd(fd, region.spec.size_bytes).map_err(|source| BufferError::Map {
                 name: name.to_string(),
                 source,
             })?;
@@ -414,6 +434,13 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("engine region late: shared memory "));
+        let fd: OwnedFd = std::fs::File::open(dir.path().join("eng")).unwrap().into();
+        let e = bufs.map_fd("late", fd).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("engine region late: shared memory descriptor "),
+            "{e}"
+        );
         bufs.unmap("eng").unwrap();
         assert!(matches!(
             bufs.pages("eng", &[PageId(0)], 64),

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use crate::block::{BlockHash, SlotId};
 use crate::checksum::{copy_parts, Checksum, ShardHasher};
-use crate::tier::{check_slot, Tier, TierError, TierKind};
+use crate::tier::{check_slot, Tier, TierError, TierSlots};
 
 /// Why the device tier could not start or copy.
 #[derive(Debug, thiserror::Error)]
@@ -118,9 +118,9 @@ fn tier_error(e: DeviceError) -> TierError {
     TierError::Device(e.to_string())
 }
 
-impl Tier for DeviceTier {
-    fn kind(&self) -> TierKind {
-        TierKind::Device
+impl TierSlots for DeviceTier {
+    fn kind(&self) -> Tier {
+        Tier::Device
     }
 
     fn capacity_slots(&self) -> u64 {
@@ -138,13 +138,7 @@ impl Tier for DeviceTier {
         seed: BlockHash,
     ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
-        check_slot(
-            TierKind::Device,
-            slot,
-            self.capacity,
-            self.slot_bytes,
-            total,
-        )?;
+        check_slot(Tier::Device, slot, self.capacity, self.slot_bytes, total)?;
         let mut hasher = ShardHasher::new(seed);
         copy_parts(&mut [&mut self.staging[..]], src, &mut hasher);
         let range = self.range(slot);
@@ -165,13 +159,7 @@ impl Tier for DeviceTier {
         seed: BlockHash,
     ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
-        check_slot(
-            TierKind::Device,
-            slot,
-            self.capacity,
-            self.slot_bytes,
-            total,
-        )?;
+        check_slot(Tier::Device, slot, self.capacity, self.slot_bytes, total)?;
         let range = self.range(slot);
         let view = self.slots.slice(range);
         self.stream
@@ -212,7 +200,7 @@ mod tests {
             e.to_string(),
             "device tier: CUDA driver error during allocate: OUT_OF_MEMORY"
         );
-        assert_eq!(TierKind::Device.to_string(), "device");
+        assert_eq!(Tier::Device.to_string(), "device");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::block::{BlockHash, SlotId};
 use crate::checksum::{copy_parts, Checksum, ShardHasher};
 use crate::shm::FileOrigin;
-use crate::tier::{check_slot, Tier, TierError, TierKind};
+use crate::tier::{check_slot, Tier, TierError, TierSlots};
 
 /// The file name of the disk tier inside the disk directory.
 pub const DISK_SLAB_FILE: &str = "disk.slab";
@@ -85,7 +85,7 @@ impl DiskTier {
         mode: IoMode,
     ) -> Result<(DiskTier, FileOrigin), TierError> {
         let bad = TierError::InvalidGeometry {
-            tier: TierKind::Disk,
+            tier: Tier::Disk,
             slot_bytes,
             capacity,
         };
@@ -153,9 +153,9 @@ impl DiskTier {
     }
 }
 
-impl Tier for DiskTier {
-    fn kind(&self) -> TierKind {
-        TierKind::Disk
+impl TierSlots for DiskTier {
+    fn kind(&self) -> Tier {
+        Tier::Disk
     }
 
     fn capacity_slots(&self) -> u64 {
@@ -173,7 +173,7 @@ impl Tier for DiskTier {
         seed: BlockHash,
     ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
-        check_slot(TierKind::Disk, slot, self.capacity, self.slot_bytes, total)?;
+        check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
         let base = slot * self.stride;
         let mut hasher = ShardHasher::new(seed);
         match self.bounce.as_mut() {
@@ -217,7 +217,7 @@ impl Tier for DiskTier {
         seed: BlockHash,
     ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
-        check_slot(TierKind::Disk, slot, self.capacity, self.slot_bytes, total)?;
+        check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
         let base = slot * self.stride;
         let mut hasher = ShardHasher::new(seed);
         match self.bounce.as_mut() {
@@ -312,7 +312,7 @@ pub fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> TierError + 'a {
     move |source| TierError::Io {
-        tier: TierKind::Disk,
+        tier: Tier::Disk,
         op,
         path: path.to_path_buf(),
         source,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::block::{BlockHash, SlotId};
 use crate::checksum::{copy_parts, Checksum, ShardHasher};
 use crate::shm::{FileOrigin, ShmError, ShmFile};
-use crate::tier::{check_slot, Tier, TierError, TierKind};
+use crate::tier::{check_slot, Tier, TierError, TierSlots};
 
 /// The file name of the slab inside the host directory.
 pub const HOST_SLAB_FILE: &str = "host.slab";
@@ -40,7 +40,7 @@ impl HostTier {
             .checked_mul(capacity)
             .filter(|&s| s > 0 && usize::try_from(s).is_ok())
             .ok_or(TierError::InvalidGeometry {
-                tier: TierKind::Host,
+                tier: Tier::Host,
                 slot_bytes,
                 capacity,
             })?;
@@ -66,9 +66,9 @@ impl HostTier {
     }
 }
 
-impl Tier for HostTier {
-    fn kind(&self) -> TierKind {
-        TierKind::Host
+impl TierSlots for HostTier {
+    fn kind(&self) -> Tier {
+        Tier::Host
     }
 
     fn capacity_slots(&self) -> u64 {
@@ -86,7 +86,7 @@ impl Tier for HostTier {
         seed: BlockHash,
     ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
-        check_slot(TierKind::Host, slot, self.capacity, self.slot_bytes, total)?;
+        check_slot(Tier::Host, slot, self.capacity, self.slot_bytes, total)?;
         let range = self.range(slot);
         let mut hasher = ShardHasher::new(seed);
         copy_parts(&mut [&mut self.slab.bytes_mut()[range]], src, &mut hasher);
@@ -100,7 +100,7 @@ impl Tier for HostTier {
         seed: BlockHash,
     ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
-        check_slot(TierKind::Host, slot, self.capacity, self.slot_bytes, total)?;
+        check_slot(Tier::Host, slot, self.capacity, self.slot_bytes, total)?;
         let range = self.range(slot);
         let mut hasher = ShardHasher::new(seed);
         copy_parts(dst, &[&self.slab.bytes()[range]], &mut hasher);
@@ -117,7 +117,7 @@ fn shm_error(path: &Path, e: ShmError) -> TierError {
         ),
     };
     TierError::Io {
-        tier: TierKind::Host,
+        tier: Tier::Host,
         op,
         path: PathBuf::from(path),
         source,

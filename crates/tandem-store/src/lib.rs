@@ -2,15 +2,17 @@
 //!
 //! Block shards move between the engine's KV pages (shared memory) and this rank's tiers (host
 //! DRAM in a shared-memory slab, then a preallocated file on local disk), with a checksum on
-//! every slot verified on every read. The leader keeps the [`index::GroupIndex`]: which blocks
-//! are complete on every rank, LRU eviction per tier, pins, and the moves every rank applies.
-//! Nothing here opens sockets, spawns threads or reads clocks (the tier benchmark lives in the
-//! `tandem-bench` crate); the agent's StoreActor drives a [`store::Store`], the leader's
-//! ProtocolActor a [`index::GroupIndex`].
+//! every slot verified on every read. It never decides placement: which blocks the group keeps,
+//! in which tier, what is evicted, demoted or promoted is the leader's group index
+//! (`tandem-core`), whose tier operations every rank applies in order
+//! ([`store::Store::apply`]). Nothing here opens sockets, spawns threads or reads clocks (the
+//! tier benchmark lives in the `tandem-bench` crate); the agent's StoreActor drives a
+//! [`store::Store`].
 //!
 //! # Layout
-//! - [`tier`]: tier names ([`TierKind`], defined once, with latency and capacity) and the
-//!   [`tier::Tier`] trait: fixed-size slots written from and read into byte slices.
+//! - [`tier`]: the [`tier::TierSlots`] trait (fixed-size slots written from and read into
+//!   byte slices) and the tier names ([`Tier`], defined once in the protocol core, with
+//!   latency and capacity).
 //! - [`checksum`]: the per-shard checksum (three CRC-32C lanes), computed in the same pass as
 //!   the copy.
 //! - [`shm`]: file-backed shared memory (create, open, map).
@@ -26,9 +28,6 @@
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
 //! - `recover`: [`store::Store::open`], which takes over the manifest's entries on (re)start
 //!   without reading shards (each read verifies), and [`store::Store::scrub`].
-//! - [`index`]: the leader's [`index::GroupIndex`]: membership, LRU, pins, plans of moves.
-//! - [`rebuild`]: the index rebuilt after a restart from the intersection of the ranks'
-//!   manifests.
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
 //!
 //! # Invariants
@@ -45,14 +44,12 @@ pub mod cuda;
 pub mod disk;
 pub mod fence;
 pub mod host;
-pub mod index;
 pub mod lock;
 pub mod manifest;
-pub mod rebuild;
 mod recover;
 pub mod shm;
 pub mod store;
 pub mod tier;
 
 pub use block::{BlockHash, Location};
-pub use tier::TierKind;
+pub use tier::Tier;

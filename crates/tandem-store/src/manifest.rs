@@ -248,7 +248,7 @@ impl Manifest {
 mod tests {
     use super::*;
     use crate::checksum::Checksum;
-    use crate::tier::TierKind;
+    use crate::tier::Tier;
 
     fn sample() -> Manifest {
         let geometry = Geometry {
@@ -260,7 +260,7 @@ mod tests {
         m.entries.insert(
             BlockHash(7),
             Location {
-                tier: TierKind::Host,
+                tier: Tier::Host,
                 slot: 1,
                 checksum: Checksum([1, 2, 3]),
             },
@@ -268,7 +268,7 @@ mod tests {
         m.entries.insert(
             BlockHash(9),
             Location {
-                tier: TierKind::Disk,
+                tier: Tier::Disk,
                 slot: 5,
                 checksum: Checksum([4, 5, 6]),
             },
@@ -303,7 +303,7 @@ mod tests {
             m.entries.insert(
                 BlockHash::from(n * 7919 % 1000),
                 Location {
-                    tier: TierKind::Disk,
+                    tier: Tier::Disk,
                     slot: n,
                     checksum: Checksum([n as u32, 0, 1]),
                 },
@@ -315,7 +315,7 @@ mod tests {
         #[derive(Serialize)]
         struct Pairs(Vec<(BlockHash, Location)>);
         let loc = |slot| Location {
-            tier: TierKind::Host,
+            tier: Tier::Host,
             slot,
             checksum: Checksum([0, 0, 0]),
         };

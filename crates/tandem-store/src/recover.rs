@@ -5,7 +5,7 @@
 //! file was reused, its slot inside the tier and listed once), without reading any shard:
 //! the manifest carries each shard's checksum, and every read of a shard (a load, a
 //! demotion, a promotion) verifies it and drops a shard that fails, which the leader then
-//! drops from the group like any corrupt block (README invariants 2 and 6). So a restart
+//! drops from the group like any corrupt block (README invariants 2 and 3). So a restart
 //! costs the manifest's size, not the tier's: reading every shard back took about one second
 //! per 4 GB at the copy speeds in docs/BENCHMARKS.md, minutes for a large disk tier.
 //! [`Store::scrub`] still reads everything, for an operator who wants the check up front.
@@ -18,7 +18,7 @@ use crate::lock::TierLock;
 use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
 use crate::shm::FileOrigin;
 use crate::store::{OpenReport, ScrubReport, Store, StoreConfig, StoreError};
-use crate::tier::TierKind;
+use crate::tier::Tier;
 
 impl Store {
     /// Locks this rank's tiers ([`TierLock`], held by the store until it is dropped), opens
@@ -182,8 +182,8 @@ impl Store {
         let mut invalid = Vec::new();
         for (&hash, loc) in &old.entries {
             let (used, origin) = match loc.tier {
-                TierKind::Host => (&mut used_host, host_origin),
-                TierKind::Disk => (&mut used_disk, disk_origin),
+                Tier::Host => (&mut used_host, host_origin),
+                Tier::Disk => (&mut used_disk, disk_origin),
                 #[allow(unreachable_patterns)]
                 _ => {
                     invalid.push(hash);

@@ -10,6 +10,7 @@
 //! is what keeps such writes away from pages being copied.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
@@ -107,6 +108,46 @@ impl ShmFile {
         .map_err(io(path, "map"))?;
         Ok(ShmFile {
             path: path.to_path_buf(),
+            map,
+            _file: file,
+        })
+    }
+
+    /// Maps the first `size` bytes of the region behind `fd` (a descriptor an engine passed:
+    /// a memfd, or any file of at least `size` bytes), read-write and shared. The mapping keeps
+    /// `fd`. Errors name the region `descriptor N (target)`, the target read from
+    /// `/proc/self/fd` (for example `/memfd:kv (deleted)`).
+    ///
+    /// Errors: [`ShmError::ZeroSize`], [`ShmError::TooSmall`], [`ShmError::Io`] (`stat`, or
+    /// `map` for a descriptor that cannot be mapped read-write: a pipe, a socket, a directory,
+    /// a file opened read-only).
+    pub fn from_fd(fd: OwnedFd, size: u64) -> Result<ShmFile, ShmError> {
+        let raw = fd.as_raw_fd();
+        let path = match std::fs::read_link(format!("/proc/self/fd/{raw}")) {
+            Ok(target) => PathBuf::from(format!("descriptor {raw} ({})", target.display())),
+            Err(_) => PathBuf::from(format!("descriptor {raw}")),
+        };
+        if size == 0 {
+            return Err(ShmError::ZeroSize { path });
+        }
+        let file = File::from(fd);
+        let actual = file.metadata().map_err(io(&path, "stat"))?.len();
+        if actual < size {
+            return Err(ShmError::TooSmall {
+                path,
+                needed: size,
+                actual,
+            });
+        }
+        // SAFETY: as in `open`: shared by design, and the length is within the file.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(size as usize)
+                .map_mut(&file)
+        }
+        .map_err(io(&path, "map"))?;
+        Ok(ShmFile {
+            path,
             map,
             _file: file,
         })
@@ -235,6 +276,41 @@ mod tests {
         assert_eq!(origin, FileOrigin::Fresh);
         assert_eq!(d.len(), 8192);
         assert!(d.bytes().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_descriptor_maps_the_same_bytes_and_bad_ones_are_typed_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let mut a = ShmFile::create(&path, 4096).unwrap();
+        a.bytes_mut()[7] = 3;
+        let fd: OwnedFd = File::options()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .into();
+        let mut b = ShmFile::from_fd(fd, 4096).unwrap();
+        assert_eq!(b.bytes()[7], 3);
+        b.bytes_mut()[8] = 4;
+        assert_eq!(a.bytes()[8], 4, "both mappings share the bytes");
+        assert!(b.path().display().to_string().starts_with("descriptor "));
+        let fd: OwnedFd = File::open(&path).unwrap().into();
+        let e = ShmFile::from_fd(fd, 8192).unwrap_err();
+        assert!(
+            e.to_string().ends_with("file holds 4096 bytes, need 8192"),
+            "{e}"
+        );
+        // Read-only: cannot be mapped for writing.
+        let fd: OwnedFd = File::open(&path).unwrap().into();
+        let e = ShmFile::from_fd(fd, 4096).unwrap_err();
+        assert!(matches!(e, ShmError::Io { op: "map", .. }), "{e}");
+        // A directory is no region.
+        let fd: OwnedFd = File::open(dir.path()).unwrap().into();
+        assert!(matches!(
+            ShmFile::from_fd(fd, 10),
+            Err(ShmError::Io { .. } | ShmError::TooSmall { .. })
+        ));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! reads this rank's shards, verifies every read against the checksum recorded at write time,
 //! drops a shard that fails (it is never served), and keeps the manifest. It must never decide
 //! placement: which tier a shard goes to, what is demoted, promoted or dropped comes from the
-//! leader's [`crate::index::GroupIndex`] as [`Move`]s, applied in order on every rank.
+//! leader's group index (`tandem-core`) as [`TierOp`]s, applied in order on every rank.
 //!
 //! Validation comes before any write: a refused store leaves the tiers and the manifest as
 //! they were, a refused load leaves the engine's pages as they were. Every write to a slot and
@@ -23,11 +23,10 @@ use crate::checksum::Checksum;
 use crate::disk::{DiskTier, IoMode};
 use crate::fence::{Fence, Fenced};
 use crate::host::HostTier;
-use crate::index::Move;
 use crate::lock::{LockError, TierLock};
 use crate::manifest::{Geometry, Manifest, ManifestError};
-use crate::rebuild::RankBlocks;
-use crate::tier::{Tier, TierError, TierKind};
+use crate::tier::{Tier, TierError, TierSlots};
+use tandem_proto::{RankBlocks, TierOp};
 
 /// Where and how big this rank's tiers are. Sizes come from the configuration (the shard size
 /// from the model layout, capacities in blocks).
@@ -104,7 +103,7 @@ pub enum StoreError {
         /// The block.
         hash: BlockHash,
         /// Where it is.
-        tier: TierKind,
+        tier: Tier,
     },
     /// The block has no shard on this rank.
     #[error("block {hash} is not stored on this rank")]
@@ -116,13 +115,13 @@ pub enum StoreError {
     #[error("{tier} tier is disabled on this rank (capacity 0)")]
     TierDisabled {
         /// The tier.
-        tier: TierKind,
+        tier: Tier,
     },
     /// No free slot: the leader's index believed there was room, so this rank has diverged.
     #[error("{tier} tier has no free slot ({capacity_blocks} blocks): this rank disagrees with the group index")]
     NoFreeSlot {
         /// The tier.
-        tier: TierKind,
+        tier: Tier,
         /// Its capacity, in blocks.
         capacity_blocks: u64,
     },
@@ -132,7 +131,7 @@ pub enum StoreError {
         /// The block.
         hash: BlockHash,
         /// The tier read.
-        tier: TierKind,
+        tier: Tier,
         /// The slot read.
         slot: SlotId,
         /// The checksum recorded at write time.
@@ -222,17 +221,17 @@ impl Store {
     }
 
     /// Free slots in a tier, in blocks.
-    pub fn free_slots(&self, tier: TierKind) -> u64 {
+    pub fn free_slots(&self, tier: Tier) -> u64 {
         match tier {
-            TierKind::Host => self.free_host.len() as u64,
-            TierKind::Disk => self.free_disk.len() as u64,
+            Tier::Host => self.free_host.len() as u64,
+            Tier::Disk => self.free_disk.len() as u64,
             #[allow(unreachable_patterns)]
             _ => 0,
         }
     }
 
     /// This rank's shards (as the manifest lists them; each is verified when read), for the
-    /// leader's [`crate::index::GroupIndex::rebuild`].
+    /// leader's rebuild of the group index.
     pub fn rank_blocks(&self) -> RankBlocks {
         RankBlocks {
             rank: self.config.rank,
@@ -251,7 +250,7 @@ impl Store {
     pub fn store_shard(
         &mut self,
         hash: BlockHash,
-        tier: TierKind,
+        tier: Tier,
         src: &[u8],
     ) -> Result<Location, StoreError> {
         self.store_parts(hash, tier, &[src])
@@ -264,7 +263,7 @@ impl Store {
     pub fn store_pages(
         &mut self,
         hash: BlockHash,
-        tier: TierKind,
+        tier: Tier,
         buffers: &EngineBuffers,
         region: &str,
         pages: &[PageId],
@@ -282,7 +281,7 @@ impl Store {
     pub fn store_parts(
         &mut self,
         hash: BlockHash,
-        tier: TierKind,
+        tier: Tier,
         parts: &[&[u8]],
     ) -> Result<Location, StoreError> {
         self.fence.check()?;
@@ -387,14 +386,14 @@ impl Store {
     /// Errors: [`StoreError::UnknownBlock`], [`StoreError::TierDisabled`],
     /// [`StoreError::NoFreeSlot`], [`StoreError::ChecksumMismatch`], [`StoreError::Tier`].
     pub fn demote(&mut self, hash: BlockHash) -> Result<Location, StoreError> {
-        self.relocate(hash, TierKind::Host, TierKind::Disk)
+        self.relocate(hash, Tier::Host, Tier::Disk)
     }
 
     /// Moves a shard from disk to host (verified on the way).
     ///
     /// Errors: as [`Store::demote`].
     pub fn promote(&mut self, hash: BlockHash) -> Result<Location, StoreError> {
-        self.relocate(hash, TierKind::Disk, TierKind::Host)
+        self.relocate(hash, Tier::Disk, Tier::Host)
     }
 
     /// Forgets a shard and frees its slot; false if it was not held.
@@ -409,24 +408,24 @@ impl Store {
         }
     }
 
-    /// Applies one move of a leader's plan. Moves are idempotent: demoting a shard already on
-    /// disk, promoting one already on host, or dropping one not held does nothing, so that a
-    /// rebuild's moves apply to every rank whatever it held.
+    /// Applies one tier operation of the leader's. Operations are idempotent: demoting a shard
+    /// already on disk, promoting one already on host, or evicting one not held does nothing,
+    /// so that a rebuild's operations apply to every rank whatever it held.
     ///
     /// Errors: as [`Store::demote`] and [`Store::promote`].
-    pub fn apply(&mut self, mv: Move) -> Result<(), StoreError> {
-        match mv {
-            Move::Demote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Host) => {
+    pub fn apply(&mut self, op: TierOp) -> Result<(), StoreError> {
+        match op {
+            TierOp::Demote(h) if self.location(h).is_some_and(|l| l.tier == Tier::Host) => {
                 self.demote(h).map(drop)
             }
-            Move::Promote(h) if self.location(h).is_some_and(|l| l.tier == TierKind::Disk) => {
+            TierOp::Promote(h) if self.location(h).is_some_and(|l| l.tier == Tier::Disk) => {
                 self.promote(h).map(drop)
             }
-            Move::Drop(h) => {
+            TierOp::Evict(h) => {
                 self.evict(h);
                 Ok(())
             }
-            Move::Demote(_) | Move::Promote(_) => Ok(()),
+            TierOp::Demote(_) | TierOp::Promote(_) => Ok(()),
         }
     }
 
@@ -448,12 +447,7 @@ impl Store {
         &self.manifest_path
     }
 
-    fn relocate(
-        &mut self,
-        hash: BlockHash,
-        from: TierKind,
-        to: TierKind,
-    ) -> Result<Location, StoreError> {
+    fn relocate(&mut self, hash: BlockHash, from: Tier, to: Tier) -> Result<Location, StoreError> {
         self.fence.check()?;
         let loc = self
             .location(hash)
@@ -489,7 +483,7 @@ impl Store {
         &mut self,
         hash: BlockHash,
         loc: Location,
-        to: TierKind,
+        to: Tier,
         slot: SlotId,
         scratch: &mut [u8],
     ) -> Result<Checksum, StoreError> {
@@ -530,21 +524,21 @@ impl Store {
         loc
     }
 
-    pub(crate) fn tier_mut(&mut self, tier: TierKind) -> Option<&mut dyn Tier> {
+    pub(crate) fn tier_mut(&mut self, tier: Tier) -> Option<&mut dyn TierSlots> {
         match tier {
-            TierKind::Host => self.host.as_mut().map(|t| t as &mut dyn Tier),
-            TierKind::Disk => self.disk.as_mut().map(|t| t as &mut dyn Tier),
+            Tier::Host => self.host.as_mut().map(|t| t as &mut dyn TierSlots),
+            Tier::Disk => self.disk.as_mut().map(|t| t as &mut dyn TierSlots),
             #[allow(unreachable_patterns)]
             _ => None,
         }
     }
 
-    fn take_slot(&mut self, tier: TierKind) -> Result<SlotId, StoreError> {
+    fn take_slot(&mut self, tier: Tier) -> Result<SlotId, StoreError> {
         let (free, capacity) = match tier {
-            TierKind::Host if self.host.is_some() => {
+            Tier::Host if self.host.is_some() => {
                 (&mut self.free_host, self.config.host_capacity_blocks)
             }
-            TierKind::Disk if self.disk.is_some() => {
+            Tier::Disk if self.disk.is_some() => {
                 (&mut self.free_disk, self.config.disk_capacity_blocks)
             }
             _ => return Err(StoreError::TierDisabled { tier }),
@@ -555,10 +549,10 @@ impl Store {
         })
     }
 
-    fn give_slot(&mut self, tier: TierKind, slot: SlotId) {
+    fn give_slot(&mut self, tier: Tier, slot: SlotId) {
         match tier {
-            TierKind::Host => self.free_host.push(slot),
-            TierKind::Disk => self.free_disk.push(slot),
+            Tier::Host => self.free_host.push(slot),
+            Tier::Disk => self.free_disk.push(slot),
             #[allow(unreachable_patterns)]
             _ => {}
         }
@@ -588,7 +582,7 @@ mod tests {
         assert_eq!(
             StoreError::AlreadyStored {
                 hash: h,
-                tier: TierKind::Disk
+                tier: Tier::Disk
             }
             .to_string(),
             format!("block {h} is already stored on this rank (disk tier)")
@@ -598,15 +592,12 @@ mod tests {
             format!("block {h} is not stored on this rank")
         );
         assert_eq!(
-            StoreError::TierDisabled {
-                tier: TierKind::Disk
-            }
-            .to_string(),
+            StoreError::TierDisabled { tier: Tier::Disk }.to_string(),
             "disk tier is disabled on this rank (capacity 0)"
         );
         assert_eq!(
             StoreError::NoFreeSlot {
-                tier: TierKind::Host,
+                tier: Tier::Host,
                 capacity_blocks: 4
             }
             .to_string(),
@@ -614,7 +605,7 @@ mod tests {
         );
         let e = StoreError::ChecksumMismatch {
             hash: h,
-            tier: TierKind::Host,
+            tier: Tier::Host,
             slot: 3,
             expected: Checksum([1, 2, 3]),
             actual: Checksum([1, 2, 4]),

@@ -1,50 +1,18 @@
-//! Storage tiers: their names, defined once, and the one trait every tier implements.
+//! Storage tiers: the one trait every tier implements.
 //!
-//! Owns [`TierKind`] (the tier names with their latency and capacity), the [`Tier`] trait
-//! (fixed-size slots written from and read into byte slices, with the checksum computed in
-//! the same pass) and [`TierError`]. It must never decide which block goes where: placement
-//! belongs to the group index, slot bookkeeping to the per-rank store.
+//! Owns the [`TierSlots`] trait (fixed-size slots written from and read into byte slices, with
+//! the checksum computed in the same pass) and [`TierError`]. The tier names, with their
+//! latency and capacity, are defined once in the protocol core ([`Tier`], re-exported here).
+//! It must never decide which block goes where: placement belongs to the group index
+//! (`tandem-core`), slot bookkeeping to the per-rank store.
 
 use std::path::PathBuf;
-
-use serde::{Deserialize, Serialize};
 
 use crate::block::{BlockHash, SlotId};
 use crate::checksum::Checksum;
 
-/// The name of a storage tier, fastest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TierKind {
-    /// GPU memory (HBM) reached through the CUDA driver: copies take microseconds over PCIe or
-    /// NVLink; capacity is what the engine leaves free, tens of GB. Only with feature `cuda`.
-    #[cfg(feature = "cuda")]
-    Device,
-    /// Host DRAM in a file-backed shared-memory slab: a copy costs about a `memcpy` (tens of
-    /// µs per MiB); capacity is a share of the machine's memory, typically tens to hundreds of GB.
-    Host,
-    /// A preallocated file on local disk with positional I/O: page-cache hits cost about a
-    /// `memcpy`, misses a device read (hundreds of µs and up); capacity is the disk, TBs.
-    Disk,
-}
-
-impl TierKind {
-    /// The lowercase name used in messages, metrics and the manifest (`host`, `disk`, `device`).
-    pub fn name(self) -> &'static str {
-        match self {
-            #[cfg(feature = "cuda")]
-            TierKind::Device => "device",
-            TierKind::Host => "host",
-            TierKind::Disk => "disk",
-        }
-    }
-}
-
-impl std::fmt::Display for TierKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The name of a storage tier, defined once in the protocol core.
+pub use tandem_proto::ids::Tier;
 
 /// Why a tier refused or failed a slot operation.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +21,7 @@ pub enum TierError {
     #[error("{tier} tier: slot {slot} out of range (capacity {capacity} slots)")]
     SlotOutOfRange {
         /// The tier.
-        tier: TierKind,
+        tier: Tier,
         /// The slot asked for.
         slot: SlotId,
         /// The capacity in slots.
@@ -63,7 +31,7 @@ pub enum TierError {
     #[error("{tier} tier: wrong length, slot holds {expected} bytes, got {got} bytes")]
     WrongLength {
         /// The tier.
-        tier: TierKind,
+        tier: Tier,
         /// The slot size in bytes.
         expected: usize,
         /// The total length of the parts given, in bytes.
@@ -73,7 +41,7 @@ pub enum TierError {
     #[error("{tier} tier: invalid geometry, {slot_bytes} bytes per slot × {capacity} slots")]
     InvalidGeometry {
         /// The tier.
-        tier: TierKind,
+        tier: Tier,
         /// The slot size asked for, in bytes.
         slot_bytes: usize,
         /// The capacity asked for, in slots.
@@ -91,7 +59,7 @@ pub enum TierError {
     #[error("{tier} tier: {op} {path} failed: {source}")]
     Io {
         /// The tier.
-        tier: TierKind,
+        tier: Tier,
         /// What was being done (`open`, `allocate`, `read`, `write`, `map`).
         op: &'static str,
         /// The backing file.
@@ -109,9 +77,9 @@ pub enum TierError {
 /// Writes and reads take the shard as a list of parts (engine pages, or one slice) whose
 /// lengths add up to exactly one slot; the checksum of the bytes is computed in the same pass
 /// as the copy (see [`crate::checksum`]), seeded with the block hash.
-pub trait Tier {
+pub trait TierSlots {
     /// Which tier this is.
-    fn kind(&self) -> TierKind;
+    fn kind(&self) -> Tier;
     /// Capacity in slots (one block shard per slot).
     fn capacity_slots(&self) -> u64;
     /// Size of one slot in bytes (the shard size).
@@ -129,7 +97,7 @@ pub trait Tier {
     /// Copies `slot` into the concatenation of `dst` and returns the checksum of the bytes read,
     /// seeded with `seed`. The caller compares it with the checksum recorded at write time.
     ///
-    /// Errors: as [`Tier::write_slot`]; on an I/O error `dst` holds unspecified bytes.
+    /// Errors: as [`TierSlots::write_slot`]; on an I/O error `dst` holds unspecified bytes.
     fn read_slot(
         &mut self,
         slot: SlotId,
@@ -139,9 +107,9 @@ pub trait Tier {
 }
 
 /// Checks `slot` against `capacity` and the total length of `lens` against `slot_bytes`; the
-/// shared precondition of every [`Tier`] operation.
+/// shared precondition of every [`TierSlots`] operation.
 pub(crate) fn check_slot(
-    tier: TierKind,
+    tier: Tier,
     slot: SlotId,
     capacity: u64,
     slot_bytes: usize,
@@ -169,16 +137,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tier_names_are_lowercase() {
-        assert_eq!(TierKind::Host.to_string(), "host");
-        assert_eq!(TierKind::Disk.to_string(), "disk");
-        assert!(TierKind::Host < TierKind::Disk, "faster tiers sort first");
-    }
-
-    #[test]
     fn error_messages() {
         let e = TierError::SlotOutOfRange {
-            tier: TierKind::Host,
+            tier: Tier::Host,
             slot: 9,
             capacity: 8,
         };
@@ -187,7 +148,7 @@ mod tests {
             "host tier: slot 9 out of range (capacity 8 slots)"
         );
         let e = TierError::WrongLength {
-            tier: TierKind::Disk,
+            tier: Tier::Disk,
             expected: 4096,
             got: 100,
         };
@@ -196,7 +157,7 @@ mod tests {
             "disk tier: wrong length, slot holds 4096 bytes, got 100 bytes"
         );
         let e = TierError::InvalidGeometry {
-            tier: TierKind::Host,
+            tier: Tier::Host,
             slot_bytes: 0,
             capacity: 4,
         };
@@ -212,7 +173,7 @@ mod tests {
             .to_string()
             .starts_with("disk tier: O_DIRECT is not supported for /x: "));
         let e = TierError::Io {
-            tier: TierKind::Disk,
+            tier: Tier::Disk,
             op: "read",
             path: "/d".into(),
             source: std::io::Error::other("boom"),
@@ -226,13 +187,13 @@ mod tests {
 
     #[test]
     fn check_slot_rejects_out_of_range_then_length() {
-        assert!(check_slot(TierKind::Host, 0, 1, 8, 8).is_ok());
+        assert!(check_slot(Tier::Host, 0, 1, 8, 8).is_ok());
         assert!(matches!(
-            check_slot(TierKind::Host, 1, 1, 8, 8),
+            check_slot(Tier::Host, 1, 1, 8, 8),
             Err(TierError::SlotOutOfRange { slot: 1, .. })
         ));
         assert!(matches!(
-            check_slot(TierKind::Host, 0, 1, 8, 7),
+            check_slot(Tier::Host, 0, 1, 8, 7),
             Err(TierError::WrongLength { got: 7, .. })
         ));
     }

@@ -9,10 +9,9 @@ use tandem_proto::ids::Rank;
 use tandem_store::buffer::{BufferError, EngineBuffers, PageId, RegionSpec};
 use tandem_store::disk::{IoMode, DISK_SLAB_FILE};
 use tandem_store::host::HOST_SLAB_FILE;
-use tandem_store::index::{GroupIndex, IndexConfig};
 use tandem_store::shm::ShmFile;
 use tandem_store::store::{Store, StoreConfig, StoreError};
-use tandem_store::{BlockHash, TierKind};
+use tandem_store::{BlockHash, Tier};
 
 /// Odd on purpose: not a multiple of the checksum group or of the disk alignment.
 const SHARD: usize = 64 * 1024 + 40;
@@ -74,21 +73,14 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         assert_eq!(report.adopted, 0);
         let mut shards = Vec::new();
         for n in 0..8u64 {
-            let tier = if n % 2 == 0 {
-                TierKind::Host
-            } else {
-                TierKind::Disk
-            };
+            let tier = if n % 2 == 0 { Tier::Host } else { Tier::Disk };
             let data = random(&mut rng, SHARD);
             let loc = store.store_shard(BlockHash::from(n), tier, &data).unwrap();
             assert_eq!(loc.tier, tier);
             shards.push(data);
         }
         assert_eq!(
-            (
-                store.free_slots(TierKind::Host),
-                store.free_slots(TierKind::Disk)
-            ),
+            (store.free_slots(Tier::Host), store.free_slots(Tier::Disk)),
             (0, 0)
         );
         for (n, data) in shards.iter().enumerate() {
@@ -103,8 +95,8 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
         store.demote(BlockHash(0)).unwrap();
         store.evict(BlockHash(2));
         store.promote(BlockHash(3)).unwrap();
-        assert_eq!(store.location(BlockHash(0)).unwrap().tier, TierKind::Disk);
-        assert_eq!(store.location(BlockHash(3)).unwrap().tier, TierKind::Host);
+        assert_eq!(store.location(BlockHash(0)).unwrap().tier, Tier::Disk);
+        assert_eq!(store.location(BlockHash(3)).unwrap().tier, Tier::Host);
         for n in [0usize, 3] {
             let mut out = vec![0u8; SHARD];
             store
@@ -136,10 +128,7 @@ fn pages_in_and_out_of_an_engine_region() {
     bufs.map("eng", &region_path).unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), shard)).unwrap();
     let src_pages = [PageId(5), PageId(1), PageId(9), PageId(2)];
-    for (tier, hash) in [
-        (TierKind::Host, BlockHash(10)),
-        (TierKind::Disk, BlockHash(11)),
-    ] {
+    for (tier, hash) in [(Tier::Host, BlockHash(10)), (Tier::Disk, BlockHash(11))] {
         store
             .store_pages(hash, tier, &bufs, "eng", &src_pages)
             .unwrap();
@@ -164,20 +153,12 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
     let host = shm_dir();
     let disk = tempfile::tempdir().unwrap();
     let (mut store, _) = Store::open(config(host.path(), disk.path(), SHARD)).unwrap();
-    let mut index = GroupIndex::new(IndexConfig {
-        world_size: 1,
-        host_capacity_blocks: 4,
-        disk_capacity_blocks: 4,
-    })
-    .unwrap();
     let a = BlockHash(0xa);
     let b = BlockHash(0xb);
-    for (hash, tier) in [(a, TierKind::Host), (b, TierKind::Disk)] {
-        let plan = index.begin_store(hash).unwrap();
+    for (hash, tier) in [(a, Tier::Host), (b, Tier::Disk)] {
         store
             .store_shard(hash, tier, &random(&mut rng, SHARD))
             .unwrap();
-        index.finish_store(plan.pin).unwrap();
     }
     let host_slot = store.location(a).unwrap().slot;
     flip_byte(
@@ -190,8 +171,7 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
         &disk.path().join(DISK_SLAB_FILE),
         disk_slot * stride + SHARD as u64 - 1,
     );
-    for (hash, tier) in [(a, TierKind::Host), (b, TierKind::Disk)] {
-        let load = index.begin_load(hash).unwrap();
+    for (hash, tier) in [(a, Tier::Host), (b, Tier::Disk)] {
         let mut out = vec![0u8; SHARD];
         match store.load_shard(hash, &mut out) {
             Err(StoreError::ChecksumMismatch {
@@ -199,18 +179,16 @@ fn corrupt_slots_are_detected_dropped_and_never_served() {
             }) => assert_eq!((h, t), (hash, tier)),
             other => panic!("expected a checksum mismatch for {hash}, got {other:?}"),
         }
-        // The agent reports the failed load; the leader drops the block for the whole group.
-        assert!(index.drop_block(hash).is_some());
-        index.finish_load(load.pin).unwrap();
+        // The agent reports the failed load; the leader's group index (tandem-core) then
+        // drops the block for the whole group.
         assert!(!store.contains(hash));
         assert!(matches!(
             store.load_shard(hash, &mut out),
             Err(StoreError::UnknownBlock { .. })
         ));
-        assert_eq!(index.lookup_prefix(&[hash]), 0);
     }
     assert_eq!(
-        store.free_slots(TierKind::Host),
+        store.free_slots(Tier::Host),
         4,
         "the corrupt slot is free again"
     );
@@ -253,7 +231,7 @@ fn engine_buffer_refusals_write_nothing() {
     let (mut store, _) = Store::open(config(host.path(), disk.path(), 2 * page)).unwrap();
     let kept = BlockHash(1);
     store
-        .store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(0), PageId(1)])
+        .store_pages(kept, Tier::Host, &bufs, "eng", &[PageId(0), PageId(1)])
         .unwrap();
     let before = snapshot(&store, host.path(), &engine);
     let fresh = BlockHash(2);
@@ -284,7 +262,7 @@ fn engine_buffer_refusals_write_nothing() {
     ];
     for (region, pages, is_expected) in &cases {
         let e = store
-            .store_pages(fresh, TierKind::Host, &bufs, region, pages)
+            .store_pages(fresh, Tier::Host, &bufs, region, pages)
             .unwrap_err();
         assert!(is_expected(&e), "store {region} {pages:?}: {e}");
         let e = store
@@ -314,11 +292,11 @@ fn engine_buffer_refusals_write_nothing() {
         .unwrap_err();
     assert!(matches!(e, StoreError::UnknownBlock { .. }), "{e}");
     let e = store
-        .store_pages(kept, TierKind::Host, &bufs, "eng", &[PageId(3), PageId(4)])
+        .store_pages(kept, Tier::Host, &bufs, "eng", &[PageId(3), PageId(4)])
         .unwrap_err();
     assert!(matches!(e, StoreError::AlreadyStored { .. }), "{e}");
     let e = store
-        .store_shard(fresh, TierKind::Host, &[0u8; 10])
+        .store_shard(fresh, Tier::Host, &[0u8; 10])
         .unwrap_err();
     assert!(matches!(e, StoreError::WrongLength { got: 10, .. }), "{e}");
     let mut short = [0u8; 10];
@@ -341,41 +319,31 @@ fn full_and_disabled_tiers_are_typed_refusals() {
     cfg.disk_capacity_blocks = 0;
     let (mut store, _) = Store::open(cfg).unwrap();
     store
-        .store_shard(BlockHash(1), TierKind::Host, &[1u8; 64])
+        .store_shard(BlockHash(1), Tier::Host, &[1u8; 64])
         .unwrap();
     let e = store
-        .store_shard(BlockHash(2), TierKind::Host, &[2u8; 64])
+        .store_shard(BlockHash(2), Tier::Host, &[2u8; 64])
         .unwrap_err();
     assert!(
         matches!(
             e,
             StoreError::NoFreeSlot {
-                tier: TierKind::Host,
+                tier: Tier::Host,
                 capacity_blocks: 1
             }
         ),
         "{e}"
     );
     let e = store
-        .store_shard(BlockHash(2), TierKind::Disk, &[2u8; 64])
+        .store_shard(BlockHash(2), Tier::Disk, &[2u8; 64])
         .unwrap_err();
     assert!(
-        matches!(
-            e,
-            StoreError::TierDisabled {
-                tier: TierKind::Disk
-            }
-        ),
+        matches!(e, StoreError::TierDisabled { tier: Tier::Disk }),
         "{e}"
     );
     let e = store.demote(BlockHash(1)).unwrap_err();
     assert!(
-        matches!(
-            e,
-            StoreError::TierDisabled {
-                tier: TierKind::Disk
-            }
-        ),
+        matches!(e, StoreError::TierDisabled { tier: Tier::Disk }),
         "{e}"
     );
     assert_eq!(store.len(), 1);
@@ -390,8 +358,8 @@ fn reopening_keeps_the_manifest_s_shards_and_discards_another_geometry() {
     let (mut store, _) = Store::open(cfg.clone()).unwrap();
     let a = random(&mut rng, SHARD);
     let b = random(&mut rng, SHARD);
-    store.store_shard(BlockHash(1), TierKind::Host, &a).unwrap();
-    store.store_shard(BlockHash(2), TierKind::Disk, &b).unwrap();
+    store.store_shard(BlockHash(1), Tier::Host, &a).unwrap();
+    store.store_shard(BlockHash(2), Tier::Disk, &b).unwrap();
     assert!(store.flush_manifest().unwrap());
     assert!(!store.flush_manifest().unwrap(), "nothing changed since");
     drop(store);
@@ -428,11 +396,7 @@ fn open_reads_no_shard_and_a_shard_that_rotted_meanwhile_fails_its_first_read() 
     let (mut store, _) = Store::open(cfg.clone()).unwrap();
     let shards: Vec<Vec<u8>> = (0..4).map(|_| random(&mut rng, SHARD)).collect();
     for (n, data) in shards.iter().enumerate() {
-        let tier = if n % 2 == 0 {
-            TierKind::Host
-        } else {
-            TierKind::Disk
-        };
+        let tier = if n % 2 == 0 { Tier::Host } else { Tier::Disk };
         store
             .store_shard(BlockHash::from(n as u64), tier, data)
             .unwrap();

@@ -14,7 +14,7 @@ use tandem_store::host::HOST_SLAB_FILE;
 use tandem_store::lock::{LockError, TierLock, LOCK_FILE};
 use tandem_store::manifest::{ManifestError, MANIFEST_FILE};
 use tandem_store::store::{Store, StoreConfig, StoreError};
-use tandem_store::{BlockHash, TierKind};
+use tandem_store::{BlockHash, Tier};
 
 const SHARD: usize = 4096 + 8;
 
@@ -57,7 +57,7 @@ fn a_second_open_of_the_same_tiers_is_refused_and_touches_nothing() {
     let cfg = config(root.path());
     let (mut store, _) = Store::open(cfg.clone()).unwrap();
     store
-        .store_shard(BlockHash(1), TierKind::Host, &shard(1))
+        .store_shard(BlockHash(1), Tier::Host, &shard(1))
         .unwrap();
     store.flush_manifest().unwrap();
     let before = snapshot(root.path());
@@ -85,10 +85,8 @@ fn a_writer_that_lost_the_lock_changes_nothing() {
     let lock_a = TierLock::acquire(&cfg, &[]).unwrap();
     let (mut a, _) = Store::open_locked(cfg.clone(), &lock_a).unwrap();
     a.begin_epoch(3).unwrap();
-    a.store_shard(BlockHash(1), TierKind::Host, &shard(1))
-        .unwrap();
-    a.store_shard(BlockHash(2), TierKind::Disk, &shard(2))
-        .unwrap();
+    a.store_shard(BlockHash(1), Tier::Host, &shard(1)).unwrap();
+    a.store_shard(BlockHash(2), Tier::Disk, &shard(2)).unwrap();
     a.flush_manifest().unwrap();
     // A loses the lock (as a process stopped while another took over would, had the lock
     // failed); B takes the tiers over, in a later epoch, and rewrites slots.
@@ -98,14 +96,13 @@ fn a_writer_that_lost_the_lock_changes_nothing() {
     assert_eq!(report.adopted, 2);
     b.begin_epoch(4).unwrap();
     b.evict(BlockHash(1));
-    b.store_shard(BlockHash(3), TierKind::Host, &shard(3))
-        .unwrap();
+    b.store_shard(BlockHash(3), Tier::Host, &shard(3)).unwrap();
     b.flush_manifest().unwrap();
     let before = snapshot(root.path());
 
     // Every write, move, load and manifest save of A is refused, typed, naming both writers.
     let e = a
-        .store_shard(BlockHash(9), TierKind::Host, &shard(9))
+        .store_shard(BlockHash(9), Tier::Host, &shard(9))
         .unwrap_err();
     match &e {
         StoreError::Fenced(Fenced::Overtaken { ours, current, .. }) => {

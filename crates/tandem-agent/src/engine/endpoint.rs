@@ -5,19 +5,24 @@
 //! be read from a body that does not decode) and the connection closes (the byte stream cannot
 //! be trusted after a bad length); an engine disconnect is logged and reported to the
 //! `ProtocolActor`, which counts it as the engine's failure.
+//!
+//! Bytes are read with `recvmsg` so that a page pool's descriptor passed with a
+//! `RegisterBuffer` (`SCM_RIGHTS`, see `tandem_client::fdpass`) reaches the `StoreActor` with
+//! that request; a descriptor that arrives with any other request is closed.
 
 use std::path::{Path, PathBuf};
 
 use actix::Addr;
-use tandem_client::api::{AgentError, CallId, EngineReply, EngineRequest};
-use tandem_client::wire::{check_len, decode_call, encode, encode_call, WireError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tandem_client::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
+use tandem_client::fdpass::{recv_with_fds, FdLedger, MessageFds};
+use tandem_client::wire::{decode_call, encode, encode_call, split_message, WireError};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 
 use crate::protocol::{EngineCall, EngineDisconnected};
 use crate::router::Router;
-use crate::store_actor::{RegisterBuffer, StoreActor};
+use crate::store_actor::{PoolSource, RegisterBuffer, StoreActor};
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -88,34 +93,17 @@ async fn serve_one(
     store: &Addr<StoreActor>,
     attached: &mut bool,
 ) -> Result<(), WireError> {
-    let mut payload = Vec::new();
+    let mut inbound = Inbound::new();
     loop {
-        let mut header = [0u8; 4];
-        match stream.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-        let len = match check_len(header) {
-            Ok(len) => len,
-            Err(e) => {
+        let (payload, fds) = match inbound.next(&stream).await {
+            Ok(Some(message)) => message,
+            Ok(None) => return Ok(()),
+            Err(e @ WireError::TooLarge { .. }) => {
                 reply(&mut stream, Some(CallId::NONE), &bad_request(&e)).await?;
                 return Err(e);
             }
+            Err(e) => return Err(e),
         };
-        // Grow the buffer as bytes arrive, never to the claimed length up front: a header that
-        // claims the limit and then idles costs nothing.
-        payload.clear();
-        let got = (&mut stream)
-            .take(len as u64)
-            .read_to_end(&mut payload)
-            .await?;
-        if got < len {
-            return Err(WireError::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "engine closed mid-message",
-            )));
-        }
         let (req, call) = match decode_call::<EngineRequest>(&payload) {
             Ok(r) => r,
             Err(e) => {
@@ -124,27 +112,132 @@ async fn serve_one(
             }
         };
         let hello = matches!(req, EngineRequest::Hello { .. });
-        let answer = route(req, router, store).await;
+        let answer = route(req, fds, router, store).await;
         *attached |= hello && matches!(answer, EngineReply::Welcome { .. });
         reply(&mut stream, call, &answer).await?;
     }
 }
 
-async fn route(req: EngineRequest, router: &Router, store: &Addr<StoreActor>) -> EngineReply {
+/// Bytes read from the engine socket at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The reading side of one engine connection: whole requests, each with the descriptors that
+/// arrived with it. Every byte is read with `recvmsg`, so a descriptor is never dropped by a
+/// plain read, and each one goes to the request it came with ([`FdLedger`]).
+struct Inbound {
+    /// Bytes read and not yet part of a whole request (the buffer grows as bytes arrive, never
+    /// to a header's claimed length up front).
+    buf: Vec<u8>,
+    /// Stream position of `buf[0]`.
+    start: u64,
+    fds: FdLedger,
+    chunk: Box<[u8]>,
+}
+
+impl Inbound {
+    fn new() -> Self {
+        Self {
+            buf: Vec::new(),
+            start: 0,
+            fds: FdLedger::default(),
+            chunk: vec![0u8; READ_CHUNK].into_boxed_slice(),
+        }
+    }
+
+    /// The next whole request's payload and descriptors; `None` when the engine closed the
+    /// connection between requests.
+    ///
+    /// # Errors
+    /// [`WireError::TooLarge`] as soon as a header claims more than the limit;
+    /// [`WireError::Io`] when the socket fails or closes mid-request.
+    async fn next(
+        &mut self,
+        stream: &UnixStream,
+    ) -> Result<Option<(Vec<u8>, MessageFds)>, WireError> {
+        loop {
+            if let Some((range, used)) = split_message(&self.buf)? {
+                let payload = self.buf[range].to_vec();
+                let fds = self.fds.take(self.start, self.start + used as u64);
+                self.buf.drain(..used);
+                self.start += used as u64;
+                return Ok(Some((payload, fds)));
+            }
+            let chunk = &mut self.chunk;
+            let got = stream
+                .async_io(Interest::READABLE, || recv_with_fds(stream, chunk))
+                .await?;
+            if got.bytes == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(WireError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "engine closed mid-message",
+                )));
+            }
+            self.buf.extend_from_slice(&self.chunk[..got.bytes]);
+            let end = self.start + self.buf.len() as u64;
+            self.fds.received(end, got);
+        }
+    }
+}
+
+/// The pool a `RegisterBuffer` names, or why it cannot be had: a request by descriptor must
+/// bring exactly one.
+fn pool_source(source: BufferSource, mut fds: MessageFds) -> Result<PoolSource, AgentError> {
+    match source {
+        BufferSource::Path(path) => Ok(PoolSource::Path(path)),
+        BufferSource::Descriptor if fds.truncated || fds.fds.len() != 1 => {
+            Err(AgentError::Buffer {
+                reason: format!(
+                    "register_buffer by descriptor arrived with {}{} descriptors; exactly one expected",
+                    fds.fds.len(),
+                    if fds.truncated { " (more were cut)" } else { "" }
+                ),
+            })
+        }
+        BufferSource::Descriptor => Ok(PoolSource::Descriptor(fds.fds.remove(0))),
+    }
+}
+
+async fn route(
+    req: EngineRequest,
+    fds: MessageFds,
+    router: &Router,
+    store: &Addr<StoreActor>,
+) -> EngineReply {
     let unavailable = |e: actix::MailboxError| {
         EngineReply::Error(AgentError::NotReady {
             reason: format!("agent is restarting: {e}"),
         })
     };
+    let is_register_fd = matches!(
+        req,
+        EngineRequest::RegisterBuffer {
+            source: BufferSource::Descriptor,
+            ..
+        }
+    );
+    if !fds.fds.is_empty() && !is_register_fd {
+        // Descriptors no request asked for: closed here (dropped), the request goes on.
+        tracing::warn!(
+            descriptors = fds.fds.len(),
+            "engine passed descriptors with a request that takes none; closed them"
+        );
+    }
     match req {
         EngineRequest::RegisterBuffer {
-            path,
+            source,
             size_bytes,
             page_size_bytes,
         } => {
+            let source = match pool_source(source, fds) {
+                Ok(s) => s,
+                Err(e) => return EngineReply::Error(e),
+            };
             match store
                 .send(RegisterBuffer {
-                    path,
+                    source,
                     size_bytes,
                     page_size_bytes,
                 })

@@ -6,8 +6,8 @@
 //! - [`connect`]: a follower's connection to the leader and its side of the handshake.
 //!
 //! This module moves bytes and runs the handshake's IO. Every decision (admit, refuse, what a
-//! message means) is made by the sans-IO `Membership`, `Leader` or `Follower` inside the
-//! `ProtocolActor`.
+//! message means) is made by the rank's core (`tandem_core::RankCore`, with the sans-IO
+//! `Membership`, `Leader` or `Follower`), which the `ProtocolActor` drives.
 
 pub mod connect;
 pub mod io;

@@ -1,7 +1,7 @@
 //! The group index at scale: memory per block and the cost of a lookup, an insert and an
 //! eviction with 10^5, 10^6 and 10^7 blocks in it, and the leader's rebuild from every rank's
-//! manifest at that size. Uses only `tandem_store`'s public API (`GroupIndex`, `RankBlocks`),
-//! so it keeps measuring the index wherever it moves.
+//! manifest at that size. Uses only the public API (`tandem_core::index::GroupIndex`,
+//! `tandem_proto::RankBlocks`).
 //!
 //! Owns [`bench_index`] and its rows. Block hashes are uniformly random 128-bit values (as an
 //! engine's digests are), drawn from a fixed seed. Each figure is a mean over a batch of
@@ -13,10 +13,8 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use serde::Serialize;
-use tandem_proto::ids::Rank;
-use tandem_store::index::{GroupIndex, IndexConfig};
-use tandem_store::rebuild::RankBlocks;
-use tandem_store::{BlockHash, TierKind};
+use tandem_core::index::{GroupIndex, IndexConfig};
+use tandem_proto::{BlockHash, Rank, RankBlocks, Tier};
 
 use super::heap::heap_in_use;
 
@@ -158,7 +156,7 @@ fn one_size(n: u64, world_size: u32, batch: usize) -> IndexRow {
     sorted.sort_unstable();
     let manifest = RankBlocks {
         rank: Rank(0),
-        blocks: sorted.iter().map(|&h| (h, TierKind::Host)).collect(),
+        blocks: sorted.iter().map(|&h| (h, Tier::Host)).collect(),
     };
     drop(sorted);
     let encoded: Vec<Vec<u8>> = (0..world_size)

@@ -25,7 +25,7 @@ use tandem_store::checksum::checksum;
 use tandem_store::disk::{DiskTier, DISK_SLAB_FILE};
 use tandem_store::manifest::{Manifest, MANIFEST_FILE};
 use tandem_store::store::{Store, StoreConfig, StoreError};
-use tandem_store::{BlockHash, Location, TierKind};
+use tandem_store::{BlockHash, Location, Tier};
 
 /// How a tier was filled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -132,7 +132,7 @@ pub fn fill_disk_tier(
             manifest.entries.insert(
                 hash,
                 Location {
-                    tier: TierKind::Disk,
+                    tier: Tier::Disk,
                     slot,
                     checksum: checksum(hash, &buf),
                 },

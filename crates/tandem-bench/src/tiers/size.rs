@@ -13,7 +13,7 @@ use tandem_store::buffer::{EngineBuffers, PageId, RegionSpec};
 use tandem_store::disk::{preallocate, IoMode};
 use tandem_store::shm::ShmFile;
 use tandem_store::store::{Store, StoreConfig, StoreError};
-use tandem_store::tier::{TierError, TierKind};
+use tandem_store::tier::{Tier, TierError};
 
 use super::{io, BenchError};
 
@@ -162,9 +162,9 @@ impl SizeBench {
             .flatten()
             {
                 let tier = if store.config().host_capacity_blocks > 0 {
-                    TierKind::Host
+                    Tier::Host
                 } else {
-                    TierKind::Disk
+                    Tier::Disk
                 };
                 store.store_pages(BlockHash::from(s), tier, &self.bufs, REGION, &page)?;
             }
@@ -257,7 +257,7 @@ impl SizeBench {
                     self.host.evict(BlockHash::from(slot));
                     self.host.store_pages(
                         BlockHash::from(slot),
-                        TierKind::Host,
+                        Tier::Host,
                         &self.bufs,
                         REGION,
                         &[page],
@@ -307,7 +307,7 @@ impl SizeBench {
                         store.evict(BlockHash::from(slot));
                         store.store_pages(
                             BlockHash::from(slot),
-                            TierKind::Disk,
+                            Tier::Disk,
                             &self.bufs,
                             REGION,
                             &[page],

@@ -9,14 +9,16 @@ use thiserror::Error;
 /// deliberately broken driver, used to show that the properties can fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// Frames reach engines through the real `Follower` (positional reads, epoch fencing), and
-    /// each rank filters outcomes its engine already acknowledged (`undelivered_outcomes`).
+    /// Frames reach engines through the real follower core (positional reads, epoch fencing),
+    /// and each rank filters outcomes its engine already acknowledged (the core's frame-0
+    /// filter and the engine client's `undelivered_outcomes`).
     Correct,
     /// FlexKV's mistake: a follower's engine applies whatever frame arrives next on its link
-    /// as its next step, without asking the `Follower` for `(epoch, step)`.
+    /// as its next step, without asking its core for `(epoch, step)`.
     ApplyByArrival,
-    /// The per-rank filter is skipped: an engine applies every outcome of a frame, including
-    /// redelivered ones it already acknowledged.
+    /// Both per-rank filters are skipped (the cores start knowing no acknowledgement, the
+    /// engine keeps none): an engine applies every outcome of a frame, including redelivered
+    /// ones it already acknowledged.
     NoEngineDedup,
 }
 

@@ -1,96 +1,215 @@
-//! The driver glue of the Tandem model: what a production agent does with each input and
-//! each `poll_*` output of the `Leader` and `Follower`, one model action at a time.
+//! The driver glue of the Tandem model: what the agent's actors do with each input and output
+//! of the rank cores, one model action at a time. The same `RankCore`s run in the agents.
 //!
-//! Owns the transitions' bodies. Must never: decide what the protocol decides; which outcomes
-//! an engine still needs and what a new epoch reconciles come from `tandem-proto`
-//! (`undelivered_outcomes`, `reconcile`).
+//! Owns the transitions' bodies: feeding a core an input, and carrying its outputs to the
+//! links, the engines and the durable store. Must never: decide what the protocol decides;
+//! which outcomes an engine still needs and what a new epoch reconciles come from
+//! `tandem-proto` (`undelivered_outcomes`, `reconcile`), everything else from the cores.
 
+use std::collections::BTreeSet;
+
+use tandem_core::{
+    CallRef, ConnId, CoreConfig, EpochStart, Event, Output, Peer, RankCore, StoreCommand,
+};
+use tandem_proto::engine::{EngineReply, EngineRequest};
+use tandem_proto::wire::handshake::{GroupSecret, Membership, PROTOCOL_VERSION};
 use tandem_proto::{
-    reconcile, Epoch, FollowerError, FollowerEvent, Frame, InFlightTask, LeaderError, Message,
-    Rank, ShardReport, Step, TaskId,
+    BlockHash, ConfigFingerprint, Epoch, Frame, GroupId, InFlightTask, Message, PageId, Rank,
+    RankBlocks, RequestId, Step, TaskId,
 };
 
 use super::config::Variant;
 use super::model::TandemModel;
-use super::state::TandemState;
+use super::state::{follower_of, leader_of, TandemState};
+
+/// The calls an engine has in flight: at most one of each kind, so fixed ids keep equal
+/// states equal.
+const END_STEP: CallRef = CallRef(1);
+const STORE: CallRef = CallRef(2);
+const FRAME: CallRef = CallRef(3);
+const REREAD: CallRef = CallRef(4);
+const ACK: CallRef = CallRef(5);
+
+/// Rank `r`'s connection to the leader.
+fn conn(rank: u32) -> ConnId {
+    ConnId(u64::from(rank))
+}
+
+fn membership(epoch: Epoch, world_size: u32) -> Membership {
+    Membership {
+        protocol_version: PROTOCOL_VERSION,
+        group_id: GroupId("model".into()),
+        fingerprint: ConfigFingerprint::default(),
+        secret: GroupSecret::new(b"model".to_vec()),
+        epoch,
+        world_size,
+    }
+}
+
+/// Times the model never reaches: heartbeats and their deadlines are left to the cores' own
+/// tests (the model's clock moves only when a wait deadline fires).
+const NEVER_MS: u64 = u64::MAX / 4;
 
 impl TandemModel {
-    pub(super) fn seal(&self, s: &mut TandemState) -> Option<()> {
-        let step = s.leader.open_step();
-        let frame = match s.leader.seal(step, s.now_ms) {
-            Ok(frame) => frame,
-            // The window is full: nothing is sealed (the leader only bumps a counter).
-            Err(LeaderError::WindowFull { .. }) => return None,
-            Err(e) => {
-                s.anomalies.push(format!("seal: {e}"));
-                return Some(());
-            }
-        };
-        if let Some(previous) = s.sealed.insert((frame.epoch, frame.step), frame.clone()) {
-            if previous != frame {
-                s.anomalies.push(format!(
-                    "two frames sealed for ({}, {})",
-                    frame.epoch, frame.step
-                ));
-            }
+    fn core_config(&self, epoch: Epoch, rank: u32) -> CoreConfig {
+        let world_size = self.config.world_size();
+        CoreConfig {
+            epoch,
+            rank: Rank(rank),
+            world_size,
+            shard_bytes: 64,
+            window_steps: self.config.window_steps,
+            retention_steps: self.config.retention_steps,
+            max_frame_bytes: 16 << 20,
+            heartbeat_interval_ms: NEVER_MS,
+            heartbeat_timeout_ms: NEVER_MS,
+            host_capacity_blocks: 64,
+            disk_capacity_blocks: 0,
+            durable: true,
+            membership: membership(epoch, world_size),
+            leader_addr: "leader".into(),
         }
-        let dedup = self.dedup();
-        if let Some(engine) = s.engines.get_mut(0) {
-            engine.apply(&frame, dedup);
-        }
-        while let Some((rank, msg)) = s.leader.poll_transmit() {
-            let link = usize::try_from(rank.0).ok().and_then(|r| r.checked_sub(1));
-            match link.and_then(|l| s.to_follower.get_mut(l)) {
-                Some(queue) => queue.push_back(msg),
-                None => s
-                    .anomalies
-                    .push(format!("leader sent to rank {rank}, outside the group")),
-            }
-        }
-        Some(())
     }
 
-    /// Rank `rank`'s engine applies `frame` and, with acknowledgements on, acks the step.
-    pub(super) fn apply_at_follower(&self, s: &mut TandemState, rank: u32, frame: &Frame) {
+    /// The cores of `epoch`, every follower admitted and the leader's index rebuilt from
+    /// (empty) manifests: the state an epoch's engines start from. The engines' acknowledged
+    /// outcomes are their durable delivery record (`acknowledged[rank]`).
+    pub(super) fn cores(
+        &self,
+        epoch: Epoch,
+        mut start: EpochStart,
+        acknowledged: &[BTreeSet<TaskId>],
+    ) -> Option<(RankCore, Vec<RankCore>)> {
         let dedup = self.dedup();
-        let acks = self.config.acks;
-        let Some((follower, engine)) = s.follower_mut(rank) else {
-            return;
+        let ack_of = |r: usize| {
+            if dedup {
+                acknowledged.get(r).cloned().unwrap_or_default()
+            } else {
+                BTreeSet::new()
+            }
         };
-        let step = engine.next_step;
-        engine.apply(frame, dedup);
-        if !acks || self.config.variant == Variant::ApplyByArrival {
-            return;
-        }
-        let msg = follower.ack(step);
-        let link = usize::try_from(rank).ok().and_then(|r| r.checked_sub(1));
-        match msg {
-            Ok(msg) => {
-                if let Some(queue) = link.and_then(|l| s.to_leader.get_mut(l)) {
-                    queue.push_back(msg);
+        start.acknowledged = ack_of(0);
+        let mut leader = RankCore::new(self.core_config(epoch, 0), start, 0).ok()?;
+        let mut followers = Vec::new();
+        let m = membership(epoch, self.config.world_size());
+        for r in 1..=self.config.followers {
+            let start = EpochStart {
+                acknowledged: ack_of(r as usize),
+                ..EpochStart::default()
+            };
+            let mut f = RankCore::new(self.core_config(epoch, r), start, 0).ok()?;
+            let nonce = [r as u8; 32];
+            leader
+                .handle_admit(conn(r), &nonce, &m.hello(&nonce, Rank(r)), 0)
+                .ok()?;
+            f.handle_leader_linked(0);
+            // The first heartbeat reaches the leader before anything else happens.
+            while let Some(out) = f.poll_output() {
+                if let Output::Send { msg, .. } = out {
+                    leader.handle_peer_message(conn(r), Rank(r), &msg, 0);
                 }
             }
-            Err(e) => s.anomalies.push(format!("rank {rank} ack: {e}")),
+            followers.push(f);
+        }
+        let empty: Vec<Option<Vec<u8>>> = (0..self.config.world_size())
+            .map(|r| {
+                let blocks = RankBlocks {
+                    rank: Rank(r),
+                    blocks: Vec::new(),
+                };
+                Some(blocks.encode())
+            })
+            .collect();
+        leader.handle_manifests(&empty, 0);
+        while leader.poll_output().is_some() {}
+        leader.ready().then_some((leader, followers))
+    }
+
+    /// Carry out the leader core's outputs.
+    pub(super) fn route_leader(&self, s: &mut TandemState) {
+        while let Some(out) = s.leader.poll_output() {
+            self.carry_leader(s, out);
         }
     }
 
-    /// Hand every event of follower `rank` to its engine: a ready frame is applied, a failed
-    /// wait takes the rank down with its typed error.
-    pub(super) fn drain_follower_events(&self, s: &mut TandemState, rank: u32) {
-        loop {
-            let Some((follower, engine)) = s.follower_mut(rank) else {
-                return;
-            };
-            let Some(event) = follower.poll_event() else {
-                return;
-            };
-            match event {
-                FollowerEvent::FrameReady { wait, frame } => {
-                    if engine.wait != Some(wait) {
-                        s.anomalies
-                            .push(format!("rank {rank}: frame for a wait nobody holds"));
-                        continue;
+    /// Carry out one output of the leader core.
+    fn carry_leader(&self, s: &mut TandemState, out: Output) {
+        {
+            match out {
+                Output::Reply { call, reply } => self.leader_reply(s, call, reply),
+                Output::Send {
+                    to: Peer::Followers(conns),
+                    msg,
+                } => {
+                    for c in conns {
+                        let link = usize::try_from(c.0).ok().and_then(|r| r.checked_sub(1));
+                        match link.and_then(|l| s.to_follower.get_mut(l)) {
+                            Some(q) => q.push_back(msg.clone()),
+                            None => s.anomalies.push(format!("leader sent on connection {c}")),
+                        }
                     }
+                }
+                Output::Store(StoreCommand::CopyStores { tasks, .. }) => {
+                    if let Some(e) = s.engines.get_mut(0) {
+                        for t in tasks {
+                            e.shards.entry(t.task).or_insert(0);
+                        }
+                    }
+                }
+                Output::Append(a) => s.persisting = Some((a, false)),
+                Output::Event(Event::Failed { reason, .. }) => {
+                    s.anomalies.push(format!("leader failed: {reason}"))
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn leader_reply(&self, s: &mut TandemState, call: CallRef, reply: EngineReply) {
+        match (call, reply) {
+            (END_STEP, EngineReply::Frame(frame)) => {
+                s.sealing = false;
+                // The ghost keeps the frame as sealed; rank 0's engine gets it as its core
+                // answered (frame 0 without what it already acknowledged).
+                let sealed = leader_of(&s.leader)
+                    .and_then(|l| l.leader().frame(frame.step).ok().flatten().cloned())
+                    .unwrap_or_else(|| (*frame).clone());
+                let key = (sealed.epoch, sealed.step);
+                if let Some(previous) = s.sealed.insert(key, sealed.clone()) {
+                    if previous != sealed {
+                        s.anomalies.push(format!(
+                            "two frames sealed for ({}, {})",
+                            frame.epoch, frame.step
+                        ));
+                    }
+                }
+                let dedup = self.dedup();
+                if let Some(engine) = s.engines.get_mut(0) {
+                    engine.apply(&frame, dedup);
+                }
+            }
+            (STORE, EngineReply::Started { .. }) => {}
+            (call, reply) => {
+                if call == END_STEP {
+                    s.sealing = false;
+                }
+                s.anomalies.push(format!("leader call {call}: {reply:?}"));
+            }
+        }
+    }
+
+    /// Carry out follower `rank`'s core outputs.
+    pub(super) fn route_follower(&self, s: &mut TandemState, rank: u32) -> Option<()> {
+        loop {
+            let (core, engine) = s.follower_mut(rank)?;
+            let Some(out) = core.poll_output() else {
+                return Some(());
+            };
+            match out {
+                Output::Reply {
+                    call: FRAME,
+                    reply: EngineReply::Frame(frame),
+                } => {
                     engine.wait = None;
                     if frame.step != engine.next_step {
                         s.anomalies
@@ -99,30 +218,148 @@ impl TandemModel {
                     }
                     self.apply_at_follower(s, rank, &frame);
                 }
-                FollowerEvent::WaitFailed { wait, error } => {
-                    if engine.wait == Some(wait) {
-                        engine.wait = None;
-                    }
+                Output::Reply {
+                    call: FRAME,
+                    reply: EngineReply::Error(error),
+                } => {
+                    engine.wait = None;
                     engine.failed = Some(error);
                 }
+                Output::Reply {
+                    call: ACK,
+                    reply: EngineReply::Acked,
+                } => {}
+                Output::Reply { call, reply } => s
+                    .anomalies
+                    .push(format!("rank {rank} call {call}: {reply:?}")),
+                Output::Send {
+                    to: Peer::Leader,
+                    msg,
+                } => {
+                    let link = usize::try_from(rank).ok()?.checked_sub(1)?;
+                    s.to_leader.get_mut(link)?.push_back(msg);
+                }
+                Output::Store(
+                    StoreCommand::CopyStores { tasks, .. } | StoreCommand::CopyLoads { tasks, .. },
+                ) => {
+                    for t in tasks {
+                        engine.shards.entry(t.task).or_insert(0);
+                    }
+                }
+                Output::Event(Event::Failed { reason, .. }) => {
+                    s.anomalies.push(format!("rank {rank} failed: {reason}"))
+                }
+                _ => {}
             }
         }
     }
 
-    /// A message from an older epoch must be rejected as stale; anything else is an anomaly.
-    pub(super) fn expect_stale(
-        s: &mut TandemState,
-        at: &str,
-        stale: bool,
-        result: Result<(), String>,
-    ) {
-        match (stale, result) {
-            (false, Ok(())) => {}
-            (true, Err(_)) => {}
-            (true, Ok(())) => s
+    /// Rank `rank`'s engine applies `frame` and, with acknowledgements on, acks the step.
+    pub(super) fn apply_at_follower(&self, s: &mut TandemState, rank: u32, frame: &Frame) {
+        let dedup = self.dedup();
+        let acks = self.config.acks;
+        let now = s.now_ms;
+        let Some((core, engine)) = s.follower_mut(rank) else {
+            return;
+        };
+        let step = engine.next_step;
+        let epoch = engine.epoch;
+        engine.apply(frame, dedup);
+        if !acks || self.config.variant == Variant::ApplyByArrival {
+            return;
+        }
+        // Its outputs (the ack to the leader, the copies it releases) are carried by the caller.
+        core.handle_engine(ACK, EngineRequest::Ack { epoch, step }, now);
+    }
+
+    /// The leader engine starts a store of one new block in the open step.
+    pub(super) fn start_store(&self, s: &mut TandemState) {
+        let n = u64::from(s.stores_started);
+        let req = EngineRequest::Store {
+            epoch: s.epoch,
+            step: s.open_step(),
+            request: RequestId(n),
+            block_hashes: vec![BlockHash::from(n)],
+            page_ids: vec![PageId(u32::from(s.stores_started))],
+        };
+        s.leader.handle_engine(STORE, req, s.now_ms);
+        s.stores_started += 1;
+        self.route_leader(s);
+    }
+
+    /// The leader engine ends the open step (the core appends first when it must). An
+    /// `end_step` the full window would only hold, with nothing to append, is not a move: the
+    /// state would differ by a pending call alone, and the engine can ask again once an
+    /// acknowledgement opened the window (this keeps the state space small).
+    pub(super) fn seal(&self, s: &mut TandemState) -> Option<()> {
+        let req = EngineRequest::EndStep {
+            epoch: s.epoch,
+            step: s.open_step(),
+            deadline_ms: NEVER_MS,
+        };
+        let mut probe = s.leader.clone();
+        probe.handle_engine(END_STEP, req, s.now_ms);
+        let mut outs = std::iter::from_fn(|| probe.poll_output()).collect::<Vec<_>>();
+        let moves = outs
+            .iter()
+            .any(|o| matches!(o, Output::Append(_) | Output::Reply { call: END_STEP, .. }));
+        if !moves {
+            return None;
+        }
+        // The probe is the leader now; its outputs are carried as the core gave them.
+        s.sealing = true;
+        s.leader = probe;
+        for out in outs.drain(..) {
+            self.carry_leader(s, out);
+        }
+        self.route_leader(s);
+        Some(())
+    }
+
+    /// The append lands in the durable stream (not yet confirmed to the core).
+    pub(super) fn persist(s: &mut TandemState) -> Option<()> {
+        let (append, durable) = s.persisting.as_mut()?;
+        if *durable {
+            return None;
+        }
+        *durable = true;
+        s.durable
+            .started
+            .extend(append.started.iter().map(|t| InFlightTask {
+                task: t.start.task,
+                kind: t.kind,
+                request: t.start.request,
+            }));
+        s.durable.outcomes.extend(append.finished.iter().cloned());
+        Some(())
+    }
+
+    /// The driver confirms the append to the core: the step is sealed.
+    pub(super) fn persist_confirm(&self, s: &mut TandemState) -> Option<()> {
+        match s.persisting.take()? {
+            (_, true) => {
+                s.leader.handle_appended(Ok(()), s.now_ms);
+                self.route_leader(s);
+                Some(())
+            }
+            pending => {
+                s.persisting = Some(pending);
+                None
+            }
+        }
+    }
+
+    /// A message of an older epoch must be refused (its counter moves); a message of this
+    /// epoch must be taken (no rejection counter moves).
+    fn expect_stale(s: &mut TandemState, at: &str, stale: bool, before: u64, after: u64) {
+        match (stale, after > before) {
+            (false, false) | (true, true) => {}
+            (true, false) => s
                 .anomalies
                 .push(format!("{at}: a message of an older epoch was taken")),
-            (false, Err(e)) => s.anomalies.push(format!("{at}: {e}")),
+            (false, true) => s
+                .anomalies
+                .push(format!("{at}: a message of this epoch was refused")),
         }
     }
 
@@ -141,39 +378,34 @@ impl TandemModel {
             return None;
         }
         *sent = if twice { 2 } else { 1 };
+        let times = *sent;
         if twice {
             if s.duplicates_sent >= self.config.duplicate_reports {
                 return None;
             }
             s.duplicates_sent += 1;
         }
-        for _ in 0..*sent {
+        for _ in 0..times {
             if rank == 0 {
-                let report = ShardReport {
-                    epoch: s.epoch,
-                    task,
-                    rank: Rank(0),
-                    result: Ok(()),
-                };
-                let stale = Epoch(task.epoch) < s.epoch;
-                let result = s
-                    .leader
-                    .handle_report(&report)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
-                Self::expect_stale(s, "leader report from rank 0", stale, result);
+                s.leader.handle_shard_done(task, Ok(()), s.now_ms);
+                self.route_leader(s);
             } else {
-                let (follower, _) = s.follower_mut(rank)?;
-                let msg = follower.report(task, Ok(()));
-                s.to_leader
-                    .get_mut(usize::try_from(rank).ok()? - 1)?
-                    .push_back(msg);
+                let (core, _) = s.follower_mut(rank)?;
+                core.handle_shard_done(task, Ok(()), 0);
+                self.route_follower(s, rank)?;
             }
         }
         Some(())
     }
 
-    pub(super) fn deliver_to_leader(s: &mut TandemState, rank: u32) -> Option<()> {
+    fn leader_rejections(s: &TandemState) -> u64 {
+        leader_of(&s.leader).map_or(0, |l| {
+            let st = l.stats();
+            st.stale_epoch_rejected + st.future_epoch_rejected + st.rejected_reports
+        })
+    }
+
+    pub(super) fn deliver_to_leader(&self, s: &mut TandemState, rank: u32) -> Option<()> {
         let msg = s
             .to_leader
             .get_mut(usize::try_from(rank).ok()? - 1)?
@@ -182,13 +414,12 @@ impl TandemModel {
             Message::ShardReport(r) => r.epoch < s.epoch || Epoch(r.task.epoch) < s.epoch,
             other => other.epoch().is_some_and(|e| e < s.epoch),
         };
-        let now = s.now_ms;
-        let result = s
-            .leader
-            .handle_message(Rank(rank), &msg, now)
-            .map(|_| ())
-            .map_err(|e| e.to_string());
-        Self::expect_stale(s, &format!("leader from rank {rank}"), stale, result);
+        let before = Self::leader_rejections(s);
+        s.leader
+            .handle_peer_message(conn(rank), Rank(rank), &msg, s.now_ms);
+        let after = Self::leader_rejections(s);
+        Self::expect_stale(s, &format!("leader from rank {rank}"), stale, before, after);
+        self.route_leader(s);
         Some(())
     }
 
@@ -208,30 +439,61 @@ impl TandemModel {
             return Some(());
         }
         let stale = msg.epoch().is_some_and(|e| e < s.epoch);
-        let (follower, _) = s.follower_mut(rank)?;
-        let result = follower.handle_message(msg).map_err(|e| e.to_string());
-        Self::expect_stale(s, &format!("rank {rank}"), stale, result);
-        self.drain_follower_events(s, rank);
-        Some(())
+        let rejected = |s: &mut TandemState| {
+            s.follower_mut(rank)
+                .and_then(|(core, _)| follower_of(core).map(|f| f.stats().stale_epoch_rejected))
+                .unwrap_or(0)
+        };
+        let before = rejected(s);
+        let now = s.now_ms;
+        let (core, _) = s.follower_mut(rank)?;
+        core.handle_leader_message(msg, now);
+        let after = rejected(s);
+        Self::expect_stale(s, &format!("rank {rank}"), stale, before, after);
+        self.route_follower(s, rank)
     }
 
+    /// Follower `rank`'s engine asks for its next step, with a deadline.
     pub(super) fn read(&self, s: &mut TandemState, rank: u32) -> Option<()> {
-        let deadline = s.now_ms.saturating_add(self.config.wait_timeout_ms);
-        let (follower, engine) = s.follower_mut(rank)?;
-        let id = follower.wait(engine.next_step, deadline);
-        engine.wait = Some(id);
-        self.drain_follower_events(s, rank);
-        Some(())
+        let timeout = self.config.wait_timeout_ms;
+        let now = s.now_ms;
+        let (core, engine) = s.follower_mut(rank)?;
+        let req = EngineRequest::Frame {
+            epoch: engine.epoch,
+            step: engine.next_step,
+            deadline_ms: timeout,
+        };
+        engine.wait = Some(FRAME);
+        core.handle_engine(FRAME, req, now);
+        self.route_follower(s, rank)
     }
 
+    /// Follower `rank`'s engine reads the step it applied last, again: the same frame, or a
+    /// typed error once it left the retention. Nothing changes, so the move makes no state
+    /// unless the answer is wrong.
     pub(super) fn reread(s: &mut TandemState, rank: u32) -> Option<()> {
-        let (follower, engine) = s.follower_mut(rank)?;
+        let now = s.now_ms;
+        let (core, engine) = s.follower_mut(rank)?;
         let step = Step(engine.next_step.0.checked_sub(1)?);
-        let held = engine.applied.get(&(engine.epoch, step))?;
-        match follower.read(step) {
-            Ok(Some(frame)) if frame == held => None,
+        let held = engine.applied.get(&(engine.epoch, step))?.clone();
+        let mut probe = core.clone();
+        let req = EngineRequest::Frame {
+            epoch: engine.epoch,
+            step,
+            deadline_ms: 0,
+        };
+        probe.handle_engine(REREAD, req, now);
+        let answer = std::iter::from_fn(|| probe.poll_output()).find_map(|o| match o {
+            Output::Reply {
+                call: REREAD,
+                reply,
+            } => Some(reply),
+            _ => None,
+        });
+        match answer {
+            Some(EngineReply::Frame(f)) if *f == held => None,
             // Expired from the retention: the engine gets a typed error, not another frame.
-            Err(FollowerError::FrameExpired { .. }) => None,
+            Some(EngineReply::Error(tandem_proto::engine::AgentError::FrameExpired { .. })) => None,
             other => {
                 let text = format!("rank {rank}: reread of step {step} gave {other:?}");
                 s.anomalies.push(text);
@@ -240,20 +502,21 @@ impl TandemModel {
         }
     }
 
+    /// The model clock reaches follower `rank`'s wait deadline.
     pub(super) fn timeout(&self, s: &mut TandemState, rank: u32) -> Option<()> {
         let now = s.now_ms;
-        let (follower, _) = s.follower_mut(rank)?;
-        let deadline = follower.poll_timeout()?;
+        let (core, engine) = s.follower_mut(rank)?;
+        engine.wait?;
+        let deadline = core.poll_timeout()?;
         let now = now.max(deadline);
-        follower.handle_timeout(now);
+        core.handle_timeout(now);
         s.now_ms = now;
-        self.drain_follower_events(s, rank);
-        Some(())
+        self.route_follower(s, rank)
     }
 
-    /// The supervisor restarts the group in the next epoch. The driver of the new leader
-    /// builds the reconciliation from the durable store and appends its aborted outcomes to
-    /// the stream before anything is sealed. Messages of the old epoch stay in flight.
+    /// The supervisor restarts the group in the next epoch: new cores, the leader's with the
+    /// reconciliation built from the durable store (its aborts are appended with the epoch's
+    /// first record, before frame 0 reveals them). Messages of the old epoch stay in flight.
     pub(super) fn crash(&self, s: &mut TandemState) -> Option<()> {
         let epoch = Epoch(s.epoch.0 + 1);
         let acked_by_all = |task: &TaskId| s.engines.iter().all(|e| e.acknowledged.contains(task));
@@ -271,13 +534,14 @@ impl TandemModel {
             .filter(|t| !s.durable.outcomes.iter().any(|o| o.task == t.task))
             .copied()
             .collect();
-        let reconciliation = reconcile(&durable_unacked, &in_flight, &[]);
-        s.durable
-            .outcomes
-            .extend(reconciliation.aborted.iter().cloned());
-        s.leader = self.leader(epoch, Some(reconciliation))?;
-        s.followers = self.followers(epoch);
+        let start = EpochStart::leader(&durable_unacked, &in_flight, BTreeSet::new());
+        let acknowledged: Vec<BTreeSet<TaskId>> =
+            s.engines.iter().map(|e| e.acknowledged.clone()).collect();
+        let (leader, followers) = self.cores(epoch, start, &acknowledged)?;
+        s.leader = leader;
+        s.followers = followers;
         s.persisting = None;
+        s.sealing = false;
         for engine in &mut s.engines {
             engine.epoch = epoch;
             engine.next_step = Step(0);
@@ -288,8 +552,8 @@ impl TandemModel {
             engine.shards.clear();
         }
         s.epoch = epoch;
-        // Times are compared only within one epoch's state machines, and all of them are new:
-        // the model clock restarts with the epoch.
+        // Times are compared only within one epoch's cores, and all of them are new: the
+        // model clock restarts with the epoch.
         s.now_ms = 0;
         Some(())
     }

@@ -1,6 +1,6 @@
-//! The Tandem model: a leader and followers of the real `tandem-proto` state machines, the
-//! network, the engines, the durable store and crashes, checked against the invariants of
-//! docs/DESIGN.md.
+//! The Tandem model: the rank cores the agents run (`tandem-core`'s `RankCore`, a leader's and
+//! the followers'), the network, the engines, the durable store and crashes, checked against
+//! the invariants of docs/DESIGN.md.
 //!
 //! Owns the model and its properties. Must never: re-implement a protocol decision.
 //!
@@ -8,15 +8,18 @@
 //!
 //! - [`config`]: bounds (ranks, epochs, steps, stores, duplicates, window) and the variant.
 //! - [`model`]: the actions and the stateright `Model`.
-//! - `driver`: the body of each action (what an agent does with the state machines' outputs).
-//! - [`state`]: the state: state machines, links, engines, durable store, ghost frames.
+//! - `driver`: the body of each action (what an agent's actors do with the cores' inputs and
+//!   outputs).
+//! - [`state`]: the state: cores, links, engines, durable store, ghost frames.
 //! - [`properties`]: `always` invariants and `sometimes` examples, by name.
 //! - [`trace`]: readable traces of paths.
 //!
 //! # What one state holds
 //!
-//! - the current epoch's `Leader` (rank 0) and `Follower`s (ranks 1..), untouched library
-//!   state machines;
+//! - the current epoch's rank cores: rank 0's (`LeaderCore`: the `Leader`, the group index,
+//!   pins, the append before a seal, admission, the window) and the followers'
+//!   (`FollowerCore`: the `Follower`, frame waits, copies held until the engine acknowledged,
+//!   reports, acks, the frame-0 filter), the very code the agents drive;
 //! - one ordered queue per direction per follower link; messages of an older epoch stay in
 //!   flight after a restart and may still arrive;
 //! - per rank, an engine: the frames it applied (by the `(epoch, step)` it applied them as),
@@ -27,32 +30,40 @@
 //!
 //! # Modelling choices
 //!
-//! - Rank 0's engine applies each frame when it is sealed. A follower engine asks for its next
-//!   step at its own moments, with a deadline (`Follower::wait`: the frame at once if it is
-//!   there, otherwise a bounded wait), rereads the step it applied last (`Follower::read`),
-//!   or does nothing for a while. A plain read that finds nothing changes nothing, so it is
-//!   not a separate move.
+//! - Rank 0's engine ends a step with `end_step`; its core appends the step's starts and
+//!   outcomes first (the `Persist` move lands the append in the durable store, `PersistConfirm`
+//!   answers the core, which then seals), and rank 0's engine applies the frame when it is
+//!   sealed. An `end_step` the full window would only hold (nothing to append) is not a move:
+//!   the engine asks again once an acknowledgement opened the window. A follower engine asks
+//!   its core for its next step at its own moments, with a deadline (the frame at once if it
+//!   is there, otherwise a bounded wait), rereads the step it applied last, or does nothing
+//!   for a while. A plain read that finds nothing changes nothing, so it is not a separate
+//!   move.
 //! - An engine acknowledges an outcome in the same atomic step as it applies it.
-//! - A crash of any rank restarts the whole group: the driver builds the reconciliation from
-//!   the durable store with `tandem_proto::reconcile` and appends the aborted outcomes before
-//!   step 0 is sealed.
+//! - A crash of any rank restarts the whole group: new cores, the leader's started with the
+//!   reconciliation built from the durable store (`tandem_core::EpochStart::leader`); its core
+//!   appends the aborted outcomes with the epoch's first record, before frame 0 reveals them.
+//!   Each core is started with what its engine acknowledged (its durable delivery record), as
+//!   the agent's recovery gives it.
 //! - A rank whose wait or read ended in a typed error is down: from then on the only move is
 //!   the group restart (none when the epochs are used up), as the supervisor would do.
-//! - Each rank reports each shard once, at any moment after it applied the frame that
-//!   started the task; a bounded number of those reports, from any rank, are sent twice back
-//!   to back (a retransmission the leader must ignore, stale if a restart comes between).
+//! - Each rank reports each shard once, at any moment after its core asked its store for the
+//!   copy (the leader at the seal, a follower once its engine acknowledged the step); a
+//!   bounded number of those reports, from any rank, are sent twice back to back (a
+//!   retransmission the leader must ignore, stale if a restart comes between).
 //! - A restart ends the copies in progress with the agents (their tasks are aborted); their
 //!   reports already sent may still be in flight.
-//! - A seal refused by the window leaves the state unchanged (the leader's refusal counter is
-//!   not kept), so retries do not grow the state space.
+//! - Every follower is admitted and the leader's index rebuilt (from empty manifests) when an
+//!   epoch starts; heartbeats and their deadlines never fire.
 //! - Time moves only when a wait deadline fires, and counts from the start of the epoch (only
 //!   the current epoch's state machines ever compare times).
 //!
 //! # Not modelled
 //!
-//! Left to `tandem-proto`'s own tests and the integration tests: loads, prefix lookups and
+//! Left to `tandem-core`'s and `tandem-proto`'s own tests and the integration tests (the
+//! cores hold these rules, the model does not exercise them yet): loads, prefix lookups and
 //! pins, tier operations, refused tasks, failed shard copies, failed appends to the durable
-//! store, heartbeats and the handshake.
+//! store, heartbeats, the handshake's refusals and the rebuild from real manifests.
 
 pub mod config;
 mod driver;

@@ -1,18 +1,18 @@
-//! The Tandem model: the stateright `Model` whose transitions drive the real `tandem-proto`
-//! `Leader` and `Follower` through every interleaving of engine operations, shard reports,
-//! message deliveries, engine reads, wait deadlines, persistence and crashes.
+//! The Tandem model: the stateright `Model` whose transitions drive the rank cores the agents
+//! run (`tandem-core`'s `RankCore`: the leader's and the followers') through every
+//! interleaving of engine operations, shard reports, message deliveries, engine reads, wait
+//! deadlines, appends and crashes.
 //!
-//! Owns the actions and the driver glue (what a production agent does with each `poll_*`
-//! output). Must never: re-implement a protocol decision; when the driver needs one (which
-//! outcomes a rank's engine still needs, what a new epoch reconciles) it calls `tandem-proto`.
+//! Owns the actions and the driver glue (what an agent's actors do with each output of a
+//! core). Must never: re-implement a protocol decision; when the driver needs one (which
+//! outcomes a rank's engine still needs, what a new epoch reconciles) it calls `tandem-proto`
+//! or `tandem-core`.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use stateright::{Model, Property};
-use tandem_proto::{
-    BlockHash, Epoch, Follower, InFlightTask, Leader, LeaderConfig, PageId, Rank, RequestId,
-    TaskId, Tier,
-};
+use tandem_core::EpochStart;
+use tandem_proto::{Epoch, TaskId};
 
 use super::config::{ConfigError, TandemConfig, Variant};
 use super::properties;
@@ -23,11 +23,12 @@ use super::state::{DurableLog, EngineState, TandemState};
 pub enum TandemAction {
     /// The leader's engine starts a store in the open step.
     StartStore,
-    /// The leader seals the open step; rank 0's engine applies the frame at once.
+    /// The leader's engine ends the open step: sealed at once (rank 0's engine applies the
+    /// frame), or after the append the core asks for, or once the window opens.
     Seal,
-    /// The driver takes the leader's next persist batch and appends it to the durable log.
+    /// The append the leader's core asked for lands in the durable log.
     Persist,
-    /// The driver confirms the append to the leader (`handle_persisted`).
+    /// The driver confirms the append to the core (`handle_appended`): the step is sealed.
     PersistConfirm,
     /// `rank` finished its shard of `task` and reports it; `twice`: the report is sent twice
     /// back to back (a retransmission, a duplicate the leader must ignore).
@@ -89,29 +90,6 @@ impl TandemModel {
         Ok(TandemModel { config })
     }
 
-    pub(super) fn leader(
-        &self,
-        epoch: Epoch,
-        reconciliation: Option<tandem_proto::Reconciliation>,
-    ) -> Option<Leader> {
-        let config = LeaderConfig {
-            epoch,
-            world_size: self.config.world_size(),
-            window_steps: self.config.window_steps,
-            retention_steps: self.config.retention_steps,
-            heartbeat_timeout_ms: u64::MAX / 4,
-            start_ms: 0,
-            max_frame_bytes: 16 << 20,
-        };
-        Leader::new(config, reconciliation).ok()
-    }
-
-    pub(super) fn followers(&self, epoch: Epoch) -> Vec<Follower> {
-        (1..=self.config.followers)
-            .map(|r| Follower::new(epoch, Rank(r), self.config.retention_steps))
-            .collect()
-    }
-
     pub(super) fn dedup(&self) -> bool {
         self.config.variant != Variant::NoEngineDedup
     }
@@ -122,17 +100,18 @@ impl Model for TandemModel {
     type Action = TandemAction;
 
     fn init_states(&self) -> Vec<TandemState> {
-        let Some(leader) = self.leader(FIRST_EPOCH, None) else {
+        let Some((leader, followers)) = self.cores(FIRST_EPOCH, EpochStart::default(), &[]) else {
             return Vec::new();
         };
         let links = usize::try_from(self.config.followers).unwrap_or(0);
         vec![TandemState {
             epoch: FIRST_EPOCH,
             leader,
-            followers: self.followers(FIRST_EPOCH),
+            followers,
             to_follower: vec![VecDeque::new(); links],
             to_leader: vec![VecDeque::new(); links],
             persisting: None,
+            sealing: false,
             durable: DurableLog::default(),
             engines: (0..=links).map(|_| EngineState::new(FIRST_EPOCH)).collect(),
             sealed: BTreeMap::new(),
@@ -151,16 +130,19 @@ impl Model for TandemModel {
             }
             return;
         }
-        let open = s.leader.open_step();
+        let open = s.open_step();
         if open.0 < self.config.steps_per_epoch {
             if s.stores_started < self.config.stores {
                 actions.push(TandemAction::StartStore);
             }
-            actions.push(TandemAction::Seal);
+            if !s.sealing {
+                actions.push(TandemAction::Seal);
+            }
         }
         match s.persisting {
-            None => actions.push(TandemAction::Persist),
-            Some(_) => actions.push(TandemAction::PersistConfirm),
+            Some((_, false)) => actions.push(TandemAction::Persist),
+            Some((_, true)) => actions.push(TandemAction::PersistConfirm),
+            None => {}
         }
         for (rank, engine) in s.engines.iter().enumerate() {
             let rank = rank as u32;
@@ -203,10 +185,7 @@ impl Model for TandemModel {
                 actions.push(TandemAction::Read { rank });
                 actions.push(TandemAction::Reread { rank });
             }
-            if s.followers
-                .get(i - 1)
-                .is_some_and(|f| f.poll_timeout().is_some())
-            {
+            if engine.wait.is_some() {
                 actions.push(TandemAction::Timeout { rank });
             }
         }
@@ -218,39 +197,13 @@ impl Model for TandemModel {
     fn next_state(&self, last: &TandemState, action: TandemAction) -> Option<TandemState> {
         let mut s = last.clone();
         match action {
-            TandemAction::StartStore => {
-                let n = u64::from(s.stores_started);
-                let page = PageId(u32::from(s.stores_started));
-                s.leader.start_store(
-                    RequestId(n),
-                    vec![BlockHash::from(n)],
-                    vec![page],
-                    vec![Tier::Host],
-                );
-                s.stores_started += 1;
-            }
+            TandemAction::StartStore => self.start_store(&mut s),
             TandemAction::Seal => self.seal(&mut s)?,
-            TandemAction::Persist => {
-                let batch = s.leader.poll_persist()?;
-                s.durable
-                    .started
-                    .extend(batch.started.iter().map(|t| InFlightTask {
-                        task: t.start.task,
-                        kind: t.kind,
-                        request: t.start.request,
-                    }));
-                s.durable.outcomes.extend(batch.outcomes.iter().cloned());
-                s.persisting = Some(batch.id);
-            }
-            TandemAction::PersistConfirm => {
-                let id = s.persisting.take()?;
-                if let Err(e) = s.leader.handle_persisted(id) {
-                    s.anomalies.push(format!("persist confirm: {e}"));
-                }
-            }
+            TandemAction::Persist => Self::persist(&mut s)?,
+            TandemAction::PersistConfirm => self.persist_confirm(&mut s)?,
             TandemAction::Report { rank, task, twice } => self.report(&mut s, rank, task, twice)?,
             TandemAction::DeliverToFollower { rank } => self.deliver_to_follower(&mut s, rank)?,
-            TandemAction::DeliverToLeader { rank } => Self::deliver_to_leader(&mut s, rank)?,
+            TandemAction::DeliverToLeader { rank } => self.deliver_to_leader(&mut s, rank)?,
             TandemAction::Read { rank } => self.read(&mut s, rank)?,
             TandemAction::Reread { rank } => Self::reread(&mut s, rank)?,
             TandemAction::Timeout { rank } => self.timeout(&mut s, rank)?,

@@ -7,10 +7,11 @@
 use std::collections::BTreeSet;
 
 use stateright::Property;
-use tandem_proto::{FollowerError, OutcomeResult, TaskId};
+use tandem_proto::engine::AgentError;
+use tandem_proto::{Frame, OutcomeResult, TaskId};
 
 use super::model::TandemModel;
-use super::state::TandemState;
+use super::state::{follower_of, leader_of, TandemState};
 
 /// Invariants 1 and 2: every frame an engine applied as `(epoch, step)` is the frame the
 /// leader sealed for `(epoch, step)`.
@@ -50,11 +51,27 @@ pub const EX_WAIT_TIMED_OUT: &str = "a wait ends at its deadline with LeaderBehi
 pub const EX_QUIESCENT_AFTER_RESTART: &str =
     "a restarted group becomes quiescent with outcomes delivered";
 
+/// `applied` is the leader's `sealed` frame, as this rank's agent hands it to its engine:
+/// frame 0 without redeliveries the engine had already acknowledged, nothing else changed.
+fn same_decision(applied: &Frame, sealed: &Frame) -> bool {
+    if applied == sealed {
+        return true;
+    }
+    let (Some(a), Some(s)) = (&applied.reconciliation, &sealed.reconciliation) else {
+        return false;
+    };
+    let mut filtered = sealed.clone();
+    if let Some(r) = filtered.reconciliation.as_mut() {
+        r.redelivered.retain(|o| a.redelivered.contains(o));
+    }
+    a.redelivered.len() <= s.redelivered.len() && &filtered == applied
+}
+
 fn applies_leader_decision(_: &TandemModel, s: &TandemState) -> bool {
     s.engines.iter().all(|e| {
         e.applied
             .iter()
-            .all(|(key, frame)| s.sealed.get(key) == Some(frame))
+            .all(|(key, frame)| s.sealed.get(key).is_some_and(|f| same_decision(frame, f)))
     })
 }
 
@@ -130,20 +147,20 @@ fn ex_aborted(_: &TandemModel, s: &TandemState) -> bool {
 }
 
 fn ex_stale_rejected(_: &TandemModel, s: &TandemState) -> bool {
-    s.leader.stats().stale_epoch_rejected > 0
+    leader_of(&s.leader).is_some_and(|l| l.stats().stale_epoch_rejected > 0)
         || s.followers
             .iter()
-            .any(|f| f.stats().stale_epoch_rejected > 0)
+            .any(|f| follower_of(f).is_some_and(|f| f.stats().stale_epoch_rejected > 0))
 }
 
 fn ex_duplicate_report(_: &TandemModel, s: &TandemState) -> bool {
-    s.leader.stats().duplicate_reports > 0
+    leader_of(&s.leader).is_some_and(|l| l.stats().duplicate_reports > 0)
 }
 
 fn ex_wait_timed_out(_: &TandemModel, s: &TandemState) -> bool {
     s.engines
         .iter()
-        .any(|e| matches!(e.failed, Some(FollowerError::LeaderBehind { .. })))
+        .any(|e| matches!(e.failed, Some(AgentError::LeaderBehind { .. })))
 }
 
 fn ex_quiescent_after_restart(_: &TandemModel, s: &TandemState) -> bool {

@@ -25,18 +25,32 @@ fn describe(state: &TandemState, action: &TandemAction) -> String {
             .map(describe_message)
     };
     match action {
-        TandemAction::StartStore => format!("leader engine starts a store in step {}", state.leader.open_step()),
+        TandemAction::StartStore => {
+            format!("leader engine starts a store in step {}", state.open_step())
+        }
         TandemAction::Seal => format!(
-            "leader seals ({}, {}); rank 0's engine applies it",
+            "leader engine ends step ({}, {}) (sealed once durable and within the window)",
             state.epoch,
-            state.leader.open_step()
+            state.open_step()
         ),
-        TandemAction::Persist => "driver appends the leader's persist batch (task starts, outcomes) to the durable stream".into(),
-        TandemAction::PersistConfirm => "driver confirms the append to the leader".into(),
-        TandemAction::Report { rank, task, twice: false } => {
+        TandemAction::Persist => {
+            "the driver's append (task starts, outcomes) lands in the durable stream".into()
+        }
+        TandemAction::PersistConfirm => {
+            "driver confirms the append to the leader's core: the step is sealed".into()
+        }
+        TandemAction::Report {
+            rank,
+            task,
+            twice: false,
+        } => {
             format!("rank {rank} reports its shard of task {task}")
         }
-        TandemAction::Report { rank, task, twice: true } => {
+        TandemAction::Report {
+            rank,
+            task,
+            twice: true,
+        } => {
             format!("rank {rank} reports its shard of task {task}, twice (a duplicate)")
         }
         TandemAction::DeliverToFollower { rank } => format!(
@@ -48,7 +62,11 @@ fn describe(state: &TandemState, action: &TandemAction) -> String {
             link(&state.to_leader, *rank).unwrap_or_else(|| "nothing".into())
         ),
         TandemAction::Read { rank } => {
-            let step = state.engines.get(*rank as usize).map(|e| e.next_step.0).unwrap_or(0);
+            let step = state
+                .engines
+                .get(*rank as usize)
+                .map(|e| e.next_step.0)
+                .unwrap_or(0);
             format!("rank {rank}'s engine asks for step {step} (bounded wait)")
         }
         TandemAction::Reread { rank } => format!("rank {rank}'s engine rereads its last step"),

@@ -30,7 +30,9 @@ pub struct LeaderConfig {
 pub struct LeaderStats {
     /// Frames sealed.
     pub steps_sealed: u64,
-    /// Seal calls refused because the window was full.
+    /// Steps whose seal the full window refused (each counted once, however often the driver
+    /// tries again: the count says how often the window held the group back, not how a driver
+    /// retries).
     pub window_full: u64,
     /// Messages rejected because they belong to an older epoch.
     pub stale_epoch_rejected: u64,

@@ -76,7 +76,6 @@ pub struct Leader {
     sealed: FrameStore,
     /// Highest step each follower acknowledged (`None`: none yet). Rank 0 may ack too.
     acks: BTreeMap<Rank, Option<Step>>,
-    pins: BTreeMap<RequestId, Vec<BlockHash>>,
     /// Follower ranks admitted by the handshake in this epoch.
     joined: BTreeSet<Rank>,
     /// Admitted ranks whose connection was lost; they stay in `joined`, so they cannot
@@ -86,6 +85,8 @@ pub struct Leader {
     transmit: VecDeque<(Rank, Message)>,
     events: VecDeque<LeaderEvent>,
     stats: LeaderStats,
+    /// The last step whose seal the window refused (counted once in `stats.window_full`).
+    window_refused: Option<Step>,
     budget: FrameBudget,
 }
 
@@ -139,13 +140,13 @@ impl Leader {
             persist: PersistQueue::new(config.epoch),
             sealed: FrameStore::new(usize::try_from(config.retention_steps).unwrap_or(usize::MAX)),
             acks: (0..config.world_size).map(|r| (Rank(r), None)).collect(),
-            pins: BTreeMap::new(),
             joined: BTreeSet::new(),
             lost: BTreeSet::new(),
             liveness: Liveness::new(followers, config.start_ms, config.heartbeat_timeout_ms),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             stats: LeaderStats::default(),
+            window_refused: None,
             budget,
             config,
         })
@@ -230,13 +231,9 @@ impl Leader {
         Ok(())
     }
 
-    /// Record a prefix-match decision in the open step. A pinned lookup pins its matched
-    /// blocks until the request's load finishes or [`Self::release_pins`] is called.
+    /// Record a prefix-match decision in the open step. The pins a lookup takes are the group
+    /// index's (`tandem-core`), not the leader's: this only records what the frame shows.
     pub fn record_lookup(&mut self, lookup: LookupResult) {
-        let pinned = lookup.pinned_hashes().to_vec();
-        if !pinned.is_empty() {
-            self.pins.insert(lookup.request, pinned);
-        }
         self.budget.lookup(&lookup);
         self.open.lookups.push(lookup);
     }
@@ -319,11 +316,6 @@ impl Leader {
         self.open.tier_ops.push(op);
     }
 
-    /// Release the pins of `request`; returns the hashes that were pinned.
-    pub fn release_pins(&mut self, request: RequestId) -> Vec<BlockHash> {
-        self.pins.remove(&request).unwrap_or_default()
-    }
-
     /// Fence a message's epoch, counting rejections.
     fn fence(&mut self, theirs: Epoch) -> Result<(), LeaderError> {
         let ours = self.config.epoch;
@@ -365,9 +357,6 @@ impl Leader {
                 match outcome.result {
                     OutcomeResult::Ok => self.stats.tasks_ok += 1,
                     _ => self.stats.tasks_failed += 1,
-                }
-                if outcome.kind == TaskKind::Load {
-                    self.pins.remove(&outcome.request);
                 }
                 self.budget.outcome(outcome);
                 self.persist.push_finished(outcome.clone());
@@ -447,7 +436,10 @@ impl Leader {
         if self.config.world_size > 1 {
             let base = slowest_ack.map_or(0, |a| a.0.saturating_add(1));
             if step.0 >= base.saturating_add(self.config.window_steps) {
-                self.stats.window_full += 1;
+                if self.window_refused != Some(step) {
+                    self.window_refused = Some(step);
+                    self.stats.window_full += 1;
+                }
                 return Err(LeaderError::WindowFull {
                     step,
                     slowest_ack,
@@ -613,11 +605,5 @@ impl Leader {
     /// Outcomes durable but not yet revealed in a sealed frame.
     pub fn durable_unrevealed(&self) -> &[TaskOutcome] {
         self.persist.durable_unrevealed()
-    }
-
-    /// Every block pin held, sorted and deduplicated.
-    pub fn pins_held(&self) -> Vec<BlockHash> {
-        let set: BTreeSet<BlockHash> = self.pins.values().flatten().copied().collect();
-        set.into_iter().collect()
     }
 }

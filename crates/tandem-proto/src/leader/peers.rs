@@ -13,9 +13,10 @@ use crate::wire::{Hello, Message};
 use std::collections::BTreeSet;
 
 impl Leader {
-    /// Leader side of the handshake for a follower that answered `nonce` with `hello`.
-    /// Checks it against `membership` (with this leader's epoch and world size), records the
-    /// rank as joined and returns the `Welcome` to send.
+    /// Leader side of the handshake for a follower that answered `nonce` with `hello`, at
+    /// `now_ms`. Checks it against `membership` (with this leader's epoch and world size),
+    /// records the rank as joined (and as heard from at `now_ms`: its heartbeat deadline
+    /// counts from its admission) and returns the `Welcome` to send.
     ///
     /// Errors: the [`HandshakeError`] naming the differing field (send it back as
     /// `Message::Refused { reason }` and close the connection); a rank that already joined
@@ -25,6 +26,7 @@ impl Leader {
         membership: &Membership,
         nonce: &Nonce,
         hello: &Hello,
+        now_ms: u64,
     ) -> Result<Message, HandshakeError> {
         let mut ours = membership.clone();
         ours.epoch = self.config.epoch;
@@ -32,6 +34,7 @@ impl Leader {
         match ours.check_hello(nonce, hello, &self.joined) {
             Ok(rank) => {
                 self.joined.insert(rank);
+                self.liveness.touch(rank, now_ms);
                 self.stats.handshakes_admitted += 1;
                 Ok(Message::Welcome {
                     epoch: self.config.epoch,

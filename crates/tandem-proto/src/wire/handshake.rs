@@ -23,8 +23,8 @@ use thiserror::Error;
 
 /// The protocol version this build speaks (frame semantics, message set, handshake rules).
 /// Version 2: 128-bit block hashes, and every setting the leader decides with in the
-/// configuration fingerprint.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// configuration fingerprint. Version 3: frame 0's reconciliation carries no pin list.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// 32 random bytes the leader sends in a challenge.
 pub type Nonce = [u8; 32];
@@ -274,13 +274,19 @@ mod tests {
                 theirs: 9
             })
         );
-        // A rank of the 64-bit-hash release is refused by name.
-        let mut p = membership();
-        p.protocol_version = 1;
-        assert_eq!(
-            check(&p, 1).map_err(|e| e.to_string()),
-            Err(HandshakeError::ProtocolVersion { ours: 2, theirs: 1 }.to_string())
-        );
+        // Ranks of earlier releases (64-bit hashes; pins in frame 0) are refused by name.
+        for old in [1, 2] {
+            let mut p = membership();
+            p.protocol_version = old;
+            assert_eq!(
+                check(&p, 1).map_err(|e| e.to_string()),
+                Err(HandshakeError::ProtocolVersion {
+                    ours: 3,
+                    theirs: old
+                }
+                .to_string())
+            );
+        }
 
         let mut p = membership();
         p.group_id = GroupId("other".into());

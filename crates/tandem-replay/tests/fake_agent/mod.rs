@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use tandem_client::api::{AgentError, EngineReply, EngineRequest};
+use tandem_client::api::{AgentError, BufferSource, EngineReply, EngineRequest};
 use tandem_client::wire::{read_call, write_call};
 use tandem_proto::frame::{
     Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart,
@@ -218,10 +218,17 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
             next_step: Step(s.next_step),
         },
         EngineRequest::RegisterBuffer {
-            path,
+            source,
             size_bytes,
             page_size_bytes,
         } => {
+            // The replay's pools have a path; the fake reads requests with plain reads, which
+            // cannot take a descriptor.
+            let BufferSource::Path(path) = source else {
+                return EngineReply::Error(AgentError::Buffer {
+                    reason: "the fake agent maps pools by path only".into(),
+                });
+            };
             let file = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -496,6 +503,5 @@ fn restart(s: &mut State) {
     s.open.reconciliation = Some(Reconciliation {
         redelivered: Vec::new(),
         aborted,
-        released_pins: Vec::new(),
     });
 }

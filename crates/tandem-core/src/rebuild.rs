@@ -1,28 +1,17 @@
 //! Rebuilding the group index after a restart, from every rank's manifest.
 //!
-//! Owns [`RankBlocks`] (what one rank reports from its manifest after opening its tiers) and
-//! [`GroupIndex::rebuild`]. A block survives only if every rank holds its shard; all others
-//! are dropped on every rank. The leader only intersects; the shards' bytes are checked where
-//! they are read (every load verifies its checksum; a shard that fails leaves the rank, and
-//! the failed load makes the leader drop the block from the group).
+//! Owns [`GroupIndex::rebuild`], from one [`RankBlocks`] per rank (what each reports from its
+//! manifest after opening its tiers, `tandem_proto::manifest`). A block survives only if every
+//! rank holds its shard; all others are dropped on every rank. The leader only intersects;
+//! the shards' bytes are checked where they are read (every load verifies its checksum; a
+//! shard that fails leaves the rank, and the failed load makes the leader drop the block from
+//! the group).
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
-use tandem_proto::ids::Rank;
+use tandem_proto::{BlockHash, Rank, RankBlocks, Tier, TierOp};
 
-use crate::block::BlockHash;
-use crate::index::{GroupIndex, IndexConfig, IndexError, Move};
-use crate::tier::TierKind;
-
-/// The shards of one rank: block hash and the tier holding it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankBlocks {
-    /// The reporting rank.
-    pub rank: Rank,
-    /// Its shards, as its manifest lists them.
-    pub blocks: Vec<(BlockHash, TierKind)>,
-}
+use crate::index::{GroupIndex, IndexConfig, IndexError};
 
 /// The outcome of a rebuild.
 #[derive(Debug)]
@@ -32,7 +21,7 @@ pub struct Rebuild {
     /// Moves every rank applies (drops of blocks missing somewhere or over capacity, demotions
     /// of blocks that some rank holds on host and another on disk, or that spill to disk),
     /// in order.
-    pub moves: Vec<Move>,
+    pub moves: Vec<TierOp>,
     /// Blocks kept, in blocks.
     pub kept: usize,
     /// Blocks dropped because some rank lacked them or there was no room, sorted.
@@ -71,7 +60,7 @@ impl GroupIndex {
         // Every rank's list in hash order, each block once (a manifest from
         // `Store::rank_blocks` already is; any other is sorted here, that rank only), then one
         // pass over their union in hash order: no map of every block on every rank.
-        let lists: Vec<Cow<'_, [(BlockHash, TierKind)]>> = ranks
+        let lists: Vec<Cow<'_, [(BlockHash, Tier)]>> = ranks
             .iter()
             .map(|r| {
                 if r.blocks.windows(2).all(|w| w[0].0 < w[1].0) {
@@ -103,31 +92,31 @@ impl GroupIndex {
                 if let Some(&(h, tier)) = l.get(*i) {
                     if h == hash {
                         count += 1;
-                        disk_count += u32::from(tier != TierKind::Host);
+                        disk_count += u32::from(tier != Tier::Host);
                         *i += 1;
                     }
                 }
             }
             let on_disk = disk_count > 0;
-            let host_room = index.occupancy(TierKind::Host) < config.host_capacity_blocks;
-            let disk_room = index.occupancy(TierKind::Disk) < config.disk_capacity_blocks;
+            let host_room = index.occupancy(Tier::Host) < config.host_capacity_blocks;
+            let disk_room = index.occupancy(Tier::Disk) < config.disk_capacity_blocks;
             if count < config.world_size {
-                moves.push(Move::Drop(hash));
+                moves.push(TierOp::Evict(hash));
                 dropped.push(hash);
             } else if !on_disk && host_room {
-                index.insert_complete(hash, TierKind::Host);
+                index.insert_complete(hash, Tier::Host);
                 kept += 1;
             } else if disk_room {
                 // Only the ranks that hold it on host move it; when every rank has it on
                 // disk already there is nothing to move (a restart of a full disk tier would
                 // otherwise plan one no-op per block).
                 if disk_count < count {
-                    moves.push(Move::Demote(hash));
+                    moves.push(TierOp::Demote(hash));
                 }
-                index.insert_complete(hash, TierKind::Disk);
+                index.insert_complete(hash, Tier::Disk);
                 kept += 1;
             } else {
-                moves.push(Move::Drop(hash));
+                moves.push(TierOp::Evict(hash));
                 dropped.push(hash);
             }
         }
@@ -152,7 +141,7 @@ mod tests {
         }
     }
 
-    fn rank(r: u32, blocks: &[(u64, TierKind)]) -> RankBlocks {
+    fn rank(r: u32, blocks: &[(u64, Tier)]) -> RankBlocks {
         RankBlocks {
             rank: Rank(r),
             blocks: blocks
@@ -164,7 +153,7 @@ mod tests {
 
     #[test]
     fn keeps_the_intersection_and_reconciles_tiers() {
-        use TierKind::{Disk, Host};
+        use Tier::{Disk, Host};
         let ranks = [
             rank(0, &[(1, Host), (2, Host), (3, Disk), (4, Host)]),
             rank(1, &[(1, Host), (2, Disk), (3, Disk)]),
@@ -174,7 +163,7 @@ mod tests {
         assert_eq!(r.dropped, vec![BlockHash(4)]);
         assert_eq!(
             r.moves,
-            vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(4))],
+            vec![TierOp::Demote(BlockHash(2)), TierOp::Evict(BlockHash(4))],
             "block 3 is on disk on every rank already: nothing to move"
         );
         assert_eq!(r.index.tier_of(BlockHash(1)), Some(Host));
@@ -189,19 +178,19 @@ mod tests {
 
     #[test]
     fn over_capacity_spills_to_disk_then_drops() {
-        use TierKind::Host;
+        use Tier::Host;
         let ranks = [rank(0, &[(1, Host), (2, Host), (3, Host)])];
         let r = GroupIndex::rebuild(cfg(1, 1, 1), &ranks).unwrap();
         assert_eq!(
             r.moves,
-            vec![Move::Demote(BlockHash(2)), Move::Drop(BlockHash(3))]
+            vec![TierOp::Demote(BlockHash(2)), TierOp::Evict(BlockHash(3))]
         );
         assert_eq!(r.dropped, vec![BlockHash(3)]);
     }
 
     #[test]
     fn unsorted_lists_and_repeats_give_the_same_rebuild() {
-        use TierKind::{Disk, Host};
+        use Tier::{Disk, Host};
         let sorted = [
             rank(0, &[(1, Host), (2, Host), (3, Disk), (4, Host)]),
             rank(1, &[(1, Host), (2, Disk), (3, Disk)]),
@@ -213,6 +202,7 @@ mod tests {
         let a = GroupIndex::rebuild(cfg(2, 4, 4), &sorted).unwrap();
         let b = GroupIndex::rebuild(cfg(2, 4, 4), &shuffled).unwrap();
         assert_eq!((a.moves, a.kept, a.dropped), (b.moves, b.kept, b.dropped));
+        assert_eq!(a.index, b.index, "the same index, however built");
         // Rank 0 listing block 4 twice does not stand in for rank 1.
         let twice = [rank(0, &[(4, Host), (4, Host)]), rank(1, &[])];
         let r = GroupIndex::rebuild(cfg(2, 4, 4), &twice).unwrap();

@@ -1,18 +1,20 @@
 //! The engine endpoint's messages: what an engine asks its local agent and what it answers.
 //!
-//! Owns the request and reply types and the agent's typed refusals. It never does IO; the
-//! [`crate::EngineClient`] (engine side) and the agent's endpoint (agent side) carry these over a
-//! Unix domain socket with [`crate::wire`] framing.
+//! Owns the request and reply types and the agent's typed refusals. They live in the sans-IO
+//! layer because the rank cores (`tandem-core`) take requests and give replies as plain data;
+//! `tandem-client` re-exports them as `tandem_client::api`. It never does IO: the engine client
+//! (engine side) and the agent's endpoint (agent side) carry these over a Unix domain socket
+//! with `tandem_client::wire` framing.
 
+use crate::frame::{Frame, LookupResult};
+use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 use serde::{Deserialize, Serialize};
-use tandem_proto::frame::{Frame, LookupResult};
-use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
 /// The id of one call on one engine connection: chosen by the client (from 1, one more for
 /// every request it sends on the connection) and echoed by the agent in the reply, so that a
 /// reply is only ever taken as the answer to the request that asked for it.
 ///
-/// On the wire it follows the message body as a postcard varint (see [`crate::wire`]). `0`
+/// On the wire it follows the message body as a postcard varint (see `tandem_client::wire`). `0`
 /// ([`CallId::NONE`]) names no call: the agent answers with it a request whose id it could not
 /// read.
 #[derive(
@@ -32,7 +34,7 @@ impl std::fmt::Display for CallId {
 }
 
 /// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineRequest {
     /// Introduce the engine; answered with [`EngineReply::Welcome`].
     Hello {
@@ -40,10 +42,12 @@ pub enum EngineRequest {
         rank: u32,
     },
     /// Register the engine's KV page pool: a file-backed shared-memory region of
-    /// `size_bytes` bytes holding pages of `page_size_bytes` bytes (one block shard per page).
+    /// `size_bytes` bytes holding pages of `page_size_bytes` bytes (one block shard per page),
+    /// named by path or passed as a descriptor ([`BufferSource`]). Registering again replaces
+    /// the pool.
     RegisterBuffer {
-        /// Path of the region's file (for example under `/dev/shm`).
-        path: String,
+        /// Where the region is.
+        source: BufferSource,
         /// Bytes of the region; a multiple of `page_size_bytes`.
         size_bytes: u64,
         /// Bytes of one page; equal to the group's block-shard size.
@@ -115,8 +119,19 @@ pub enum EngineRequest {
     },
 }
 
+/// Where the agent finds an engine's page pool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BufferSource {
+    /// The region's file (for example under `/dev/shm`), opened by the agent.
+    Path(String),
+    /// The region's descriptor (for example a memfd), passed as `SCM_RIGHTS` ancillary data
+    /// with this request's bytes ([`crate::fdpass`]). A request that arrives without exactly
+    /// one descriptor is refused with [`AgentError::Buffer`].
+    Descriptor,
+}
+
 /// The agent's answer to one [`EngineRequest`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineReply {
     /// Answer to `Hello`: where the group stands.
     Welcome {
@@ -153,7 +168,7 @@ pub enum EngineReply {
 }
 
 /// Why an agent refused an engine's request. Positions are step numbers within an epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 pub enum AgentError {
     /// A leader-only request reached a follower.
     #[error(

@@ -1,26 +1,44 @@
-//! The leader's task decisions: prefix lookups (with their pins), stores and loads started
-//! or refused against the group index, and what a finished task gives back to the index.
-//! Every decision is recorded in the open step of the sans-IO `Leader`, and every request is
-//! first checked against the frame limit (`Leader::check_request`), before the index changes:
-//! a request that could make a frame the leader cannot send is refused with
-//! `AgentError::FrameTooLarge` and leaves nothing behind.
+//! The leader's task decisions (docs/DESIGN.md invariants 2 and 3): prefix lookups with their
+//! pins, stores and loads started or refused against the group index, and what a finished
+//! task gives back to the index.
+//!
+//! Every request is first checked against the frame limit (`Leader::check_request`) before
+//! the index changes: a request that could make a frame the leader cannot send is refused
+//! with `AgentError::FrameTooLarge` and leaves nothing behind. Every decision is recorded in
+//! the open step of the sans-IO `Leader`. One pin mechanism: the index's move-only pins, held
+//! here per lookup (until the request's load in the same step, or the step's end) and per task
+//! (until its outcome).
 
-use tandem_client::api::{AgentError, EngineReply};
-use tandem_proto::frame::{LookupResult, OutcomeResult, TaskOutcome};
-use tandem_proto::ids::{BlockHash, PageId, RequestId, TaskKind};
-use tandem_proto::StepRequest;
-use tandem_store::index::{IndexError, Pin};
+use tandem_proto::engine::{AgentError, EngineReply};
+use tandem_proto::{
+    BlockHash, LookupResult, OutcomeResult, PageId, RequestId, StepRequest, TaskKind, TaskOutcome,
+};
 
-use super::{kind_index, map_leader_error, LeaderRole, TaskPins};
+use super::{Held, LeaderCore, TaskPins};
+use crate::cadence::TIER_OPS_PER_BLOCK;
+use crate::index::IndexError;
+use crate::shared::leader_refusal;
 
-/// The most tier operations the group index records for one block of a lookup (a promotion
-/// from disk, and the demotion and drop that make host room for it) or of a store (the
-/// demotion and drop that make room, and the drop of a refused store).
-const TIER_OPS_PER_BLOCK: u64 = 3;
-use crate::tiers::{frame_tier, tier_op};
+/// Block and page lists of one request have the same length.
+pub(super) fn check_lists(hashes: &[BlockHash], pages: &[PageId]) -> Result<(), AgentError> {
+    if hashes.len() != pages.len() {
+        return Err(AgentError::BadRequest {
+            reason: format!("{} block hashes but {} page ids", hashes.len(), pages.len()),
+        });
+    }
+    Ok(())
+}
 
-impl LeaderRole {
-    /// A task reached quorum: return its pins to the index (and evict what failed).
+fn kind_index(kind: TaskKind) -> usize {
+    match kind {
+        TaskKind::Store => 0,
+        TaskKind::Load => 1,
+    }
+}
+
+impl LeaderCore {
+    /// A task reached quorum: its pins go back to the index; a failed store's blocks and a
+    /// failed load's blocks leave the group.
     pub(super) fn finished(&mut self, outcome: &TaskOutcome) {
         let result = match outcome.result {
             OutcomeResult::Ok => 0,
@@ -32,13 +50,13 @@ impl LeaderRole {
             return;
         };
         let ok = outcome.result == OutcomeResult::Ok;
-        for pin in t.pins {
+        for Held(pin) in t.pins {
             let hash = pin.hash();
             let result = match (t.kind, ok) {
                 (TaskKind::Store, true) => self.index.finish_store(pin),
-                (TaskKind::Store, false) => self.index.abort_store(pin).map(|moves| {
-                    for m in moves {
-                        self.record(tier_op(m));
+                (TaskKind::Store, false) => self.index.abort_store(pin).map(|ops| {
+                    for op in ops {
+                        self.record(op);
                     }
                 }),
                 (TaskKind::Load, ok) => {
@@ -46,8 +64,8 @@ impl LeaderRole {
                     // A failed load may mean a corrupt or missing shard on some rank: the
                     // block is no longer complete everywhere, so it leaves the group.
                     if !ok {
-                        if let Some(m) = self.index.drop_block(hash) {
-                            self.record(tier_op(m));
+                        if let Some(op) = self.index.drop_block(hash) {
+                            self.record(op);
                         }
                     }
                     r
@@ -64,10 +82,10 @@ impl LeaderRole {
         let epoch = self.leader.epoch();
         self.leader
             .check_request(request)
-            .map_err(|e| map_leader_error(e, epoch))
+            .map_err(|e| leader_refusal(e, epoch))
     }
 
-    /// The longest cached prefix, pinned for a load in this step.
+    /// The longest cached prefix, pinned for a load in this step (promotions planned).
     pub(super) fn lookup(
         &mut self,
         request: RequestId,
@@ -90,10 +108,10 @@ impl LeaderRole {
         for hash in &block_hashes[..prefix] {
             match self.index.begin_load(*hash) {
                 Ok(plan) => {
-                    for m in plan.moves {
-                        self.record(tier_op(m));
+                    for op in plan.moves {
+                        self.record(op);
                     }
-                    pins.push(plan.pin);
+                    pins.push(Held(plan.pin));
                 }
                 // Promotion impossible (host full of pins): the prefix ends here.
                 Err(_) => break,
@@ -133,21 +151,13 @@ impl LeaderRole {
         for (hash, page) in block_hashes.into_iter().zip(page_ids) {
             match self.index.begin_store(hash) {
                 Ok(plan) => {
-                    for m in plan.moves {
-                        self.record(tier_op(m));
+                    for op in plan.moves {
+                        self.record(op);
                     }
-                    let Some(tier) = frame_tier(plan.tier) else {
-                        self.counts.stores_refused[1] += 1;
-                        return Ok(self.refuse_store(
-                            request,
-                            pins,
-                            format!("block {hash}: no frame tier for {}", plan.tier),
-                        ));
-                    };
                     hashes.push(hash);
                     pages.push(page);
-                    tiers.push(tier);
-                    pins.push(plan.pin);
+                    tiers.push(plan.tier);
+                    pins.push(Held(plan.pin));
                 }
                 // Cached already, or being stored by another task: nothing to copy.
                 Err(IndexError::AlreadyPresent { .. }) => {}
@@ -170,15 +180,12 @@ impl LeaderRole {
         Ok(EngineReply::Started { task })
     }
 
-    pub(super) fn refuse_store(
-        &mut self,
-        request: RequestId,
-        pins: Vec<Pin>,
-        reason: String,
-    ) -> EngineReply {
-        for pin in pins {
+    /// Refuse a store: the blocks it reserved leave the index, and the task gets a `Failed`
+    /// outcome that reaches the engine once, like any other.
+    fn refuse_store(&mut self, request: RequestId, pins: Vec<Held>, reason: String) -> EngineReply {
+        for Held(pin) in pins {
             match self.index.abort_store(pin) {
-                Ok(moves) => moves.into_iter().for_each(|m| self.record(tier_op(m))),
+                Ok(ops) => ops.into_iter().for_each(|op| self.record(op)),
                 Err(e) => tracing::warn!(error = %e, "group index refused a pin"),
             }
         }
@@ -187,7 +194,8 @@ impl LeaderRole {
         EngineReply::Started { task }
     }
 
-    /// Start a load of blocks this request's lookup pinned in this step.
+    /// Start a load of blocks this request's lookup pinned in this step; a load of anything
+    /// else is refused (its task fails, nothing is copied).
     pub(super) fn load(
         &mut self,
         request: RequestId,
@@ -206,7 +214,7 @@ impl LeaderRole {
             && block_hashes
                 .iter()
                 .zip(&pinned)
-                .all(|(h, p)| *h == p.hash());
+                .all(|(h, p)| *h == p.0.hash());
         if !covered {
             self.give_back_load_pins(pinned);
             let reason = format!(
@@ -232,8 +240,8 @@ impl LeaderRole {
         Ok(EngineReply::Started { task })
     }
 
-    pub(super) fn give_back_load_pins(&mut self, pins: Vec<Pin>) {
-        for pin in pins {
+    fn give_back_load_pins(&mut self, pins: Vec<Held>) {
+        for Held(pin) in pins {
             if let Err(e) = self.index.finish_load(pin) {
                 tracing::warn!(error = %e, "group index refused a pin");
             }
@@ -244,6 +252,5 @@ impl LeaderRole {
         if let Some(pins) = self.lookup_pins.remove(&request) {
             self.give_back_load_pins(pins);
         }
-        self.leader.release_pins(request);
     }
 }

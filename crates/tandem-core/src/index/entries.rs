@@ -26,8 +26,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
-use crate::block::BlockHash;
-use crate::tier::TierKind;
+use tandem_proto::{BlockHash, Tier};
 
 /// Most entries the index holds (slot numbers are 32-bit, one value marks "none").
 pub const MAX_ENTRIES: u64 = u32::MAX as u64 - 1;
@@ -54,7 +53,7 @@ pub(super) struct Entry {
     /// Pins held on it.
     pub(super) pins: u32,
     /// The tier it is in (for a free slot: meaningless).
-    pub(super) tier: TierKind,
+    pub(super) tier: Tier,
     /// Complete on every rank (false: a store in flight).
     pub(super) complete: bool,
     live: bool,
@@ -86,7 +85,7 @@ impl Default for List {
 }
 
 /// Every entry of the index (see the module docs).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Entries {
     chunks: Vec<Vec<Entry>>,
     table: HashTable<Slot>,
@@ -96,12 +95,11 @@ pub(super) struct Entries {
     live: u64,
 }
 
-fn list_of(tier: TierKind) -> usize {
+fn list_of(tier: Tier) -> usize {
     match tier {
-        TierKind::Host => 0,
-        TierKind::Disk => 1,
-        #[allow(unreachable_patterns)]
-        _ => 2,
+        Tier::Host => 0,
+        Tier::Disk => 1,
+        Tier::Device => 2,
     }
 }
 
@@ -131,7 +129,7 @@ impl Entries {
     }
 
     /// Entries in `tier`.
-    pub(super) fn tier_len(&self, tier: TierKind) -> u64 {
+    pub(super) fn tier_len(&self, tier: Tier) -> u64 {
         self.lists[list_of(tier)].len
     }
 
@@ -162,7 +160,7 @@ impl Entries {
     pub(super) fn insert(
         &mut self,
         hash: BlockHash,
-        tier: TierKind,
+        tier: Tier,
         complete: bool,
         pins: u32,
         id: u64,
@@ -205,7 +203,7 @@ impl Entries {
     }
 
     /// Moves `slot`'s entry to the most recently used end of `tier` (its own or another).
-    pub(super) fn move_to_tail(&mut self, slot: Slot, tier: TierKind) {
+    pub(super) fn move_to_tail(&mut self, slot: Slot, tier: Tier) {
         self.unlink(slot);
         self.get_mut(slot).tier = tier;
         self.link_tail(slot, tier);
@@ -231,7 +229,7 @@ impl Entries {
     }
 
     /// `tier`'s slots from least to most recently used.
-    pub(super) fn iter_tier(&self, tier: TierKind) -> impl Iterator<Item = Slot> + '_ {
+    pub(super) fn iter_tier(&self, tier: Tier) -> impl Iterator<Item = Slot> + '_ {
         let mut at = self.lists[list_of(tier)].head;
         std::iter::from_fn(move || {
             (at != NIL).then(|| {
@@ -253,7 +251,7 @@ impl Entries {
         })
     }
 
-    fn link_tail(&mut self, slot: Slot, tier: TierKind) {
+    fn link_tail(&mut self, slot: Slot, tier: Tier) {
         let list = list_of(tier);
         let tail = self.lists[list].tail;
         {
@@ -316,26 +314,22 @@ mod tests {
         let mut e = Entries::new();
         let h = |n: u64| BlockHash::from(n);
         let slots: Vec<Slot> = (0..5)
-            .map(|n| e.insert(h(n), TierKind::Host, true, 0, n))
+            .map(|n| e.insert(h(n), Tier::Host, true, 0, n))
             .collect();
         let order = |e: &Entries, t| e.iter_tier(t).map(|s| e.get(s).hash()).collect::<Vec<_>>();
-        assert_eq!(order(&e, TierKind::Host), (0..5).map(h).collect::<Vec<_>>());
-        e.move_to_tail(slots[1], TierKind::Host);
-        e.move_to_tail(slots[3], TierKind::Disk);
+        assert_eq!(order(&e, Tier::Host), (0..5).map(h).collect::<Vec<_>>());
+        e.move_to_tail(slots[1], Tier::Host);
+        e.move_to_tail(slots[3], Tier::Disk);
         e.remove(slots[0]);
-        assert_eq!(order(&e, TierKind::Host), vec![h(2), h(4), h(1)]);
-        assert_eq!(order(&e, TierKind::Disk), vec![h(3)]);
+        assert_eq!(order(&e, Tier::Host), vec![h(2), h(4), h(1)]);
+        assert_eq!(order(&e, Tier::Disk), vec![h(3)]);
         assert_eq!(e.find(h(0)), None);
         assert_eq!(e.find(h(3)), Some(slots[3]));
         // The freed slot is reused.
-        assert_eq!(e.insert(h(9), TierKind::Disk, false, 1, 9), slots[0]);
-        assert_eq!(order(&e, TierKind::Disk), vec![h(3), h(9)]);
+        assert_eq!(e.insert(h(9), Tier::Disk, false, 1, 9), slots[0]);
+        assert_eq!(order(&e, Tier::Disk), vec![h(3), h(9)]);
         assert_eq!(
-            (
-                e.len(),
-                e.tier_len(TierKind::Host),
-                e.tier_len(TierKind::Disk)
-            ),
+            (e.len(), e.tier_len(Tier::Host), e.tier_len(Tier::Disk)),
             (5, 3, 2)
         );
         let mut live: Vec<Slot> = e.iter_live().collect();
@@ -350,7 +344,7 @@ mod tests {
         for i in 0..n {
             e.insert(
                 BlockHash(u128::from(i) << 70 | u128::from(i)),
-                TierKind::Disk,
+                Tier::Disk,
                 true,
                 0,
                 i,
@@ -362,6 +356,6 @@ mod tests {
                 .unwrap();
             assert_eq!(e.get(s).id, i);
         }
-        assert_eq!(e.iter_tier(TierKind::Disk).count() as u64, n);
+        assert_eq!(e.iter_tier(Tier::Disk).count() as u64, n);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use proptest::prelude::*;
-use TierKind::{Disk, Host};
+use Tier::{Disk, Host};
 
 fn index(host: u64, disk: u64) -> GroupIndex {
     GroupIndex::new(IndexConfig {
@@ -18,7 +18,7 @@ fn h(n: u64) -> BlockHash {
     BlockHash::from(n)
 }
 
-fn store(ix: &mut GroupIndex, n: u64) -> Vec<Move> {
+fn store(ix: &mut GroupIndex, n: u64) -> Vec<TierOp> {
     let plan = ix.begin_store(h(n)).unwrap();
     ix.finish_store(plan.pin).unwrap();
     plan.moves
@@ -35,10 +35,10 @@ fn lru_evicts_oldest_and_loads_refresh() {
     assert_eq!(ix.lru_order(Host), vec![h(2), h(3), h(1)]);
     assert_eq!(
         store(&mut ix, 4),
-        vec![Move::Drop(h(2))],
+        vec![TierOp::Evict(h(2))],
         "no disk tier: the oldest is dropped"
     );
-    assert_eq!(store(&mut ix, 5), vec![Move::Drop(h(3))]);
+    assert_eq!(store(&mut ix, 5), vec![TierOp::Evict(h(3))]);
     assert_eq!(ix.lru_order(Host), vec![h(1), h(4), h(5)]);
     assert_eq!(ix.lookup_prefix(&[h(1), h(4), h(2), h(5)]), 2);
 }
@@ -48,13 +48,13 @@ fn host_evictions_demote_and_disk_loads_promote() {
     let mut ix = index(2, 2);
     store(&mut ix, 1);
     store(&mut ix, 2);
-    assert_eq!(store(&mut ix, 3), vec![Move::Demote(h(1))]);
+    assert_eq!(store(&mut ix, 3), vec![TierOp::Demote(h(1))]);
     assert_eq!(ix.tier_of(h(1)), Some(Disk));
-    assert_eq!(store(&mut ix, 4), vec![Move::Demote(h(2))]);
+    assert_eq!(store(&mut ix, 4), vec![TierOp::Demote(h(2))]);
     // Disk full now: the next host eviction first drops the oldest disk block.
     assert_eq!(
         store(&mut ix, 5),
-        vec![Move::Drop(h(1)), Move::Demote(h(3))]
+        vec![TierOp::Evict(h(1)), TierOp::Demote(h(3))]
     );
     assert_eq!(ix.lru_order(Disk), vec![h(2), h(3)]);
     // Loading a disk block promotes it, making host room by demoting (and so dropping on disk).
@@ -62,7 +62,11 @@ fn host_evictions_demote_and_disk_loads_promote() {
     assert_eq!(load.tier, Host);
     assert_eq!(
         load.moves,
-        vec![Move::Drop(h(3)), Move::Demote(h(4)), Move::Promote(h(2))]
+        vec![
+            TierOp::Evict(h(3)),
+            TierOp::Demote(h(4)),
+            TierOp::Promote(h(2))
+        ]
     );
     ix.finish_load(load.pin).unwrap();
     assert_eq!(ix.lru_order(Host), vec![h(5), h(2)]);
@@ -97,7 +101,7 @@ fn pinned_blocks_are_never_evicted_and_all_pinned_is_tier_full() {
     ix.finish_load(p2).unwrap();
     assert_eq!(
         ix.begin_store(h(3)).unwrap().moves,
-        vec![Move::Drop(h(2))],
+        vec![TierOp::Evict(h(2))],
         "only the unpinned one goes"
     );
     ix.finish_load(p1).unwrap();
@@ -121,7 +125,7 @@ fn pending_blocks_are_pinned_and_invisible() {
         ix.begin_store(h(2)),
         Err(IndexError::TierFull { pinned: 1, .. })
     ));
-    assert_eq!(ix.abort_store(plan.pin).unwrap(), vec![Move::Drop(h(1))]);
+    assert_eq!(ix.abort_store(plan.pin).unwrap(), vec![TierOp::Evict(h(1))]);
     assert_eq!(ix.occupancy(Host), 0);
 }
 
@@ -129,7 +133,7 @@ fn pending_blocks_are_pinned_and_invisible() {
 fn dropped_blocks_fail_their_store_and_release_quietly() {
     let mut ix = index(2, 0);
     let plan = ix.begin_store(h(1)).unwrap();
-    assert_eq!(ix.drop_block(h(1)), Some(Move::Drop(h(1))));
+    assert_eq!(ix.drop_block(h(1)), Some(TierOp::Evict(h(1))));
     assert_eq!(
         ix.finish_store(plan.pin).unwrap_err(),
         IndexError::Dropped { hash: h(1) }
@@ -138,7 +142,7 @@ fn dropped_blocks_fail_their_store_and_release_quietly() {
     let load = ix.begin_load(h(2)).unwrap();
     assert_eq!(
         ix.drop_block(h(2)),
-        Some(Move::Drop(h(2))),
+        Some(TierOp::Evict(h(2))),
         "a corrupt block goes even when pinned"
     );
     assert_eq!(ix.drop_block(h(2)), None);
@@ -250,7 +254,7 @@ impl Model {
         (0..2).find_map(|t| self.tiers[t].iter().position(|e| e.0 == n).map(|i| (t, i)))
     }
 
-    fn make_room(&mut self, t: usize) -> Option<Vec<Move>> {
+    fn make_room(&mut self, t: usize) -> Option<Vec<TierOp>> {
         if (self.tiers[t].len() as u64) < self.cap[t] {
             return Some(vec![]);
         }
@@ -260,15 +264,15 @@ impl Model {
                 let i = self.tiers[0].iter().position(|e| e.2 == 0)?;
                 let e = self.tiers[0].remove(i);
                 self.tiers[1].push(e);
-                moves.push(Move::Demote(h(e.0)));
+                moves.push(TierOp::Demote(h(e.0)));
                 return Some(moves);
             }
         }
         let e = self.tiers[t].remove(i);
-        Some(vec![Move::Drop(h(e.0))])
+        Some(vec![TierOp::Evict(h(e.0))])
     }
 
-    fn begin_store(&mut self, n: u64) -> Option<(Vec<Move>, u64)> {
+    fn begin_store(&mut self, n: u64) -> Option<(Vec<TierOp>, u64)> {
         if self.find(n).is_some() {
             return None;
         }
@@ -279,7 +283,7 @@ impl Model {
         Some((moves, self.next_id))
     }
 
-    fn begin_load(&mut self, n: u64) -> Option<(Vec<Move>, u64)> {
+    fn begin_load(&mut self, n: u64) -> Option<(Vec<TierOp>, u64)> {
         let (t, i) = self.find(n)?;
         if !self.tiers[t][i].1 {
             return None;
@@ -293,7 +297,7 @@ impl Model {
                 let i = self.tiers[1].iter().position(|x| x.0 == n)?;
                 let e = self.tiers[1].remove(i);
                 self.tiers[0].push(e);
-                moves.push(Move::Promote(h(n)));
+                moves.push(TierOp::Promote(h(n)));
                 return Some((moves, id));
             }
         }

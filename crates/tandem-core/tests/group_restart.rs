@@ -6,12 +6,13 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use tandem_core::index::{GroupIndex, IndexConfig, IndexError};
 use tandem_proto::ids::Rank;
+use tandem_proto::TierOp;
 use tandem_store::disk::IoMode;
 use tandem_store::host::HOST_SLAB_FILE;
-use tandem_store::index::{GroupIndex, IndexConfig, IndexError, Move};
 use tandem_store::store::{Store, StoreConfig, StoreError};
-use tandem_store::{BlockHash, TierKind};
+use tandem_store::{BlockHash, Tier};
 
 const SHARD: usize = 8 * 1024 + 8;
 
@@ -86,7 +87,7 @@ impl Group {
         }
     }
 
-    fn apply(&mut self, moves: &[Move]) {
+    fn apply(&mut self, moves: &[TierOp]) {
         for store in &mut self.ranks {
             for &mv in moves {
                 store.apply(mv).unwrap();
@@ -94,7 +95,7 @@ impl Group {
         }
     }
 
-    fn store(&mut self, n: u64) -> Result<Vec<Move>, IndexError> {
+    fn store(&mut self, n: u64) -> Result<Vec<TierOp>, IndexError> {
         let hash = BlockHash::from(n);
         let plan = self.index.begin_store(hash)?;
         self.apply(&plan.moves);
@@ -105,7 +106,7 @@ impl Group {
         Ok(plan.moves)
     }
 
-    fn load(&mut self, n: u64) -> (TierKind, Vec<Move>) {
+    fn load(&mut self, n: u64) -> (Tier, Vec<TierOp>) {
         let hash = BlockHash::from(n);
         let plan = self.index.begin_load(hash).unwrap();
         self.apply(&plan.moves);
@@ -122,7 +123,7 @@ impl Group {
     /// Every rank holds exactly the index's blocks, in the index's tiers.
     fn assert_consistent(&self) {
         for (r, store) in self.ranks.iter().enumerate() {
-            for tier in [TierKind::Host, TierKind::Disk] {
+            for tier in [Tier::Host, Tier::Disk] {
                 let mut want = self.index.lru_order(tier);
                 want.sort_unstable();
                 let mut got: Vec<_> = store
@@ -182,30 +183,30 @@ fn eviction_follows_lru_with_demotion_and_promotion() {
     assert!(g.store(1).unwrap().is_empty());
     assert!(g.store(2).unwrap().is_empty());
     g.load(1); // 2 is now the least recently used on host
-    assert_eq!(g.store(3).unwrap(), vec![Move::Demote(BlockHash(2))]);
-    assert_eq!(g.store(4).unwrap(), vec![Move::Demote(BlockHash(1))]);
+    assert_eq!(g.store(3).unwrap(), vec![TierOp::Demote(BlockHash(2))]);
+    assert_eq!(g.store(4).unwrap(), vec![TierOp::Demote(BlockHash(1))]);
     assert_eq!(
         g.store(5).unwrap(),
-        vec![Move::Drop(BlockHash(2)), Move::Demote(BlockHash(3))]
+        vec![TierOp::Evict(BlockHash(2)), TierOp::Demote(BlockHash(3))]
     );
     g.assert_consistent();
     assert_eq!(
-        g.index.lru_order(TierKind::Host),
+        g.index.lru_order(Tier::Host),
         vec![BlockHash(4), BlockHash(5)]
     );
     assert_eq!(
-        g.index.lru_order(TierKind::Disk),
+        g.index.lru_order(Tier::Disk),
         vec![BlockHash(1), BlockHash(3)]
     );
     // A load from disk promotes the block, every rank reading the same bytes from host.
     let (tier, moves) = g.load(1);
-    assert_eq!(tier, TierKind::Host);
+    assert_eq!(tier, Tier::Host);
     assert_eq!(
         moves,
         vec![
-            Move::Drop(BlockHash(3)),
-            Move::Demote(BlockHash(4)),
-            Move::Promote(BlockHash(1))
+            TierOp::Evict(BlockHash(3)),
+            TierOp::Demote(BlockHash(4)),
+            TierOp::Promote(BlockHash(1))
         ]
     );
     g.assert_consistent();
@@ -227,7 +228,7 @@ fn everything_pinned_is_tier_full_and_changes_nothing() {
     assert_eq!(
         e,
         IndexError::TierFull {
-            tier: TierKind::Host,
+            tier: Tier::Host,
             capacity_blocks: 2,
             pinned: 2
         }
@@ -236,7 +237,7 @@ fn everything_pinned_is_tier_full_and_changes_nothing() {
     assert!(g.ranks.iter().all(|s| !s.contains(BlockHash(3))));
     g.index.finish_load(p1).unwrap();
     g.index.finish_load(p2).unwrap();
-    assert_eq!(g.store(3).unwrap(), vec![Move::Drop(BlockHash(1))]);
+    assert_eq!(g.store(3).unwrap(), vec![TierOp::Evict(BlockHash(1))]);
     g.assert_consistent();
 }
 
@@ -250,7 +251,7 @@ fn restart_rebuilds_from_the_intersection_of_the_manifests() {
     // Rank 1 loses block 2 (evicted, manifest flushed) and rank 2's shard of block 4 rots.
     assert!(g.ranks[1].evict(BlockHash(2)));
     let loc = g.ranks[2].location(BlockHash(4)).unwrap();
-    assert_eq!(loc.tier, TierKind::Host);
+    assert_eq!(loc.tier, Tier::Host);
     let slab = g.dirs[2].0.path().join(HOST_SLAB_FILE);
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -261,7 +262,7 @@ fn restart_rebuilds_from_the_intersection_of_the_manifests() {
         .unwrap();
     // Rank 0 had written block 7 but crashed before the others did: present on one rank only.
     g.ranks[0]
-        .store_shard(BlockHash(7), TierKind::Disk, &shard(0, BlockHash(7)))
+        .store_shard(BlockHash(7), Tier::Disk, &shard(0, BlockHash(7)))
         .unwrap();
 
     // Open reads no shard: every rank takes its manifest's word.

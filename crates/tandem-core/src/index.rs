@@ -1,11 +1,10 @@
 //! The group index: the leader's view of which blocks are complete on every rank.
 //!
 //! Owns [`GroupIndex`]: block membership per tier, LRU order per tier, capacity in blocks,
-//! pins, and the [`Move`]s (demote, promote, drop) that every rank applies to stay in step.
+//! pins, and the [`TierOp`]s (demote, promote, evict) that every rank applies to stay in step.
 //! It is sans-IO: inputs are method calls, outputs are plans; it never touches bytes, files or
 //! clocks (LRU age is a counter of index operations), and only the leader runs it. Ranks
-//! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md
-//! invariant 2).
+//! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md invariant 2).
 //!
 //! # Life of a block
 //! [`GroupIndex::begin_store`] reserves a place (host first, disk when the host tier has no
@@ -30,17 +29,14 @@
 
 mod entries;
 
-use serde::{Deserialize, Serialize};
-use tandem_proto::ids::Rank;
+use tandem_proto::{BlockHash, Rank, Tier, TierOp};
 
-use crate::block::BlockHash;
-use crate::tier::TierKind;
 pub use entries::MAX_ENTRIES;
 use entries::{Entries, Entry};
 
 /// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
 /// number of ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IndexConfig {
     /// Ranks in the group (`pp_size × tp_size`).
     pub world_size: u32,
@@ -50,19 +46,8 @@ pub struct IndexConfig {
     pub disk_capacity_blocks: u64,
 }
 
-/// One change every rank applies to its own shard of a block, in plan order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Move {
-    /// Move the shard from the host tier to the disk tier.
-    Demote(BlockHash),
-    /// Move the shard from the disk tier to the host tier.
-    Promote(BlockHash),
-    /// Forget the shard and free its slot.
-    Drop(BlockHash),
-}
-
 /// What a pin protects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PinPurpose {
     /// A store in flight: the block is pending until the pin is handed back.
     Store,
@@ -82,7 +67,7 @@ impl std::fmt::Display for PinPurpose {
 /// A pin on one block; while it is held the block cannot be evicted. Not `Clone`: it goes back
 /// to the index exactly once.
 #[must_use = "a pin must be handed back with finish_store, abort_store or finish_load"]
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Pin {
     hash: BlockHash,
     generation: u64,
@@ -102,15 +87,22 @@ impl Pin {
     pub fn purpose(&self) -> PinPurpose {
         self.purpose
     }
+
+    /// The same pin again, for a copy of the whole state that holds it (a core cloned by the
+    /// model checker or the simulator, index included). Crate-private so that outside this
+    /// crate a pin stays move-only.
+    pub(crate) fn duplicate(&self) -> Pin {
+        Pin { ..*self }
+    }
 }
 
 /// The leader's decision for one store.
 #[derive(Debug)]
 pub struct StorePlan {
     /// The tier every rank writes its shard to.
-    pub tier: TierKind,
+    pub tier: Tier,
     /// Moves every rank applies, in order, before writing.
-    pub moves: Vec<Move>,
+    pub moves: Vec<TierOp>,
     /// The store pin, handed back with [`GroupIndex::finish_store`] or [`GroupIndex::abort_store`].
     pub pin: Pin,
 }
@@ -119,9 +111,9 @@ pub struct StorePlan {
 #[derive(Debug)]
 pub struct LoadPlan {
     /// The tier the shard is read from once the moves are applied.
-    pub tier: TierKind,
+    pub tier: Tier,
     /// Moves every rank applies, in order, before reading (room on host, then the promotion).
-    pub moves: Vec<Move>,
+    pub moves: Vec<TierOp>,
     /// The load pin, handed back with [`GroupIndex::finish_load`].
     pub pin: Pin,
 }
@@ -133,7 +125,7 @@ pub enum IndexError {
     #[error("{tier} tier full: {capacity_blocks} blocks, {pinned} pinned, nothing can be evicted")]
     TierFull {
         /// The full tier.
-        tier: TierKind,
+        tier: Tier,
         /// Its capacity, in blocks.
         capacity_blocks: u64,
         /// Blocks pinned in it.
@@ -216,8 +208,11 @@ pub enum IndexError {
     },
 }
 
-/// The leader's group index (see the module docs).
-#[derive(Debug)]
+/// The leader's group index (see the module docs). Cloned, compared and hashed by content (the
+/// tiers' blocks in use order with their ids, pins and state, the clock and the generation),
+/// so that a core holding it can be a model checker's state; how the entries are laid out in
+/// memory does not count.
+#[derive(Clone, Debug)]
 pub struct GroupIndex {
     config: IndexConfig,
     entries: Entries,
@@ -263,17 +258,17 @@ impl GroupIndex {
     }
 
     /// Capacity of a tier, in blocks (0 for tiers the index does not manage).
-    pub fn capacity(&self, tier: TierKind) -> u64 {
+    pub fn capacity(&self, tier: Tier) -> u64 {
         match tier {
-            TierKind::Host => self.config.host_capacity_blocks,
-            TierKind::Disk => self.config.disk_capacity_blocks,
+            Tier::Host => self.config.host_capacity_blocks,
+            Tier::Disk => self.config.disk_capacity_blocks,
             #[allow(unreachable_patterns)]
             _ => 0,
         }
     }
 
     /// Blocks (complete or pending) in a tier.
-    pub fn occupancy(&self, tier: TierKind) -> u64 {
+    pub fn occupancy(&self, tier: Tier) -> u64 {
         self.entries.tier_len(tier)
     }
 
@@ -288,7 +283,7 @@ impl GroupIndex {
     }
 
     /// Pinned blocks in a tier (walks the tier).
-    pub fn pinned(&self, tier: TierKind) -> u64 {
+    pub fn pinned(&self, tier: Tier) -> u64 {
         self.entries
             .iter_tier(tier)
             .filter(|&s| self.entries.get(s).pins > 0)
@@ -296,7 +291,7 @@ impl GroupIndex {
     }
 
     /// Blocks of a tier from least to most recently used.
-    pub fn lru_order(&self, tier: TierKind) -> Vec<BlockHash> {
+    pub fn lru_order(&self, tier: Tier) -> Vec<BlockHash> {
         self.entries
             .iter_tier(tier)
             .map(|s| self.entries.get(s).hash())
@@ -309,7 +304,7 @@ impl GroupIndex {
     }
 
     /// The tier of a complete block.
-    pub fn tier_of(&self, hash: BlockHash) -> Option<TierKind> {
+    pub fn tier_of(&self, hash: BlockHash) -> Option<Tier> {
         self.entry(hash).filter(|e| e.complete).map(|e| e.tier)
     }
 
@@ -333,9 +328,9 @@ impl GroupIndex {
             return Err(IndexError::AlreadyPresent { hash });
         }
         let tier = if self.config.host_capacity_blocks > 0 {
-            TierKind::Host
+            Tier::Host
         } else {
-            TierKind::Disk
+            Tier::Disk
         };
         let moves = self.make_room(tier)?;
         let id = self.tick();
@@ -375,7 +370,7 @@ impl GroupIndex {
     /// forget whatever it wrote.
     ///
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
-    pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<Move>, IndexError> {
+    pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<TierOp>, IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
         if let Some(slot) = self.entries.find(pin.hash).filter(|&s| {
             let e = self.entries.get(s);
@@ -383,7 +378,7 @@ impl GroupIndex {
         }) {
             self.entries.remove(slot);
         }
-        Ok(vec![Move::Drop(pin.hash)])
+        Ok(vec![TierOp::Evict(pin.hash)])
     }
 
     /// Pins a complete block for a load, marks it used, and plans its promotion to host when
@@ -404,13 +399,13 @@ impl GroupIndex {
         self.entries.move_to_tail(slot, entry.tier);
         let mut moves = Vec::new();
         let mut tier = entry.tier;
-        if tier == TierKind::Disk && self.config.host_capacity_blocks > 0 {
-            if let Ok(mut room) = self.make_room(TierKind::Host) {
+        if tier == Tier::Disk && self.config.host_capacity_blocks > 0 {
+            if let Ok(mut room) = self.make_room(Tier::Host) {
                 moves.append(&mut room);
                 // The load's own pin keeps its entry (and so its slot) through make_room.
-                self.entries.move_to_tail(slot, TierKind::Host);
-                moves.push(Move::Promote(hash));
-                tier = TierKind::Host;
+                self.entries.move_to_tail(slot, Tier::Host);
+                moves.push(TierOp::Promote(hash));
+                tier = Tier::Host;
             }
         }
         Ok(LoadPlan {
@@ -437,10 +432,10 @@ impl GroupIndex {
     /// Removes a block whatever its state (a rank found its shard corrupt, or a store failed
     /// on some rank); returns the move every rank applies, or `None` if it was not indexed.
     /// Outstanding pins on it become harmless.
-    pub fn drop_block(&mut self, hash: BlockHash) -> Option<Move> {
+    pub fn drop_block(&mut self, hash: BlockHash) -> Option<TierOp> {
         let slot = self.entries.find(hash)?;
         self.entries.remove(slot);
-        Some(Move::Drop(hash))
+        Some(TierOp::Evict(hash))
     }
 
     /// New epoch: clears every pin, forgets pending stores (returned, so that ranks drop
@@ -474,7 +469,7 @@ impl GroupIndex {
 
     /// Inserts a complete, unpinned block as the most recently used of `tier` (rebuild only;
     /// the caller keeps occupancy within capacity).
-    pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: TierKind) {
+    pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: Tier) {
         let id = self.tick();
         self.entries.insert(hash, tier, true, 0, id);
     }
@@ -482,7 +477,7 @@ impl GroupIndex {
     /// Makes one free place in `tier`, evicting its least recently used unpinned block:
     /// demoted to disk when the host tier evicts and disk room can be made, dropped otherwise.
     /// On error nothing has changed.
-    fn make_room(&mut self, tier: TierKind) -> Result<Vec<Move>, IndexError> {
+    fn make_room(&mut self, tier: Tier) -> Result<Vec<TierOp>, IndexError> {
         if self.occupancy(tier) < self.capacity(tier) {
             return Ok(Vec::new());
         }
@@ -498,16 +493,16 @@ impl GroupIndex {
                 pinned: self.pinned(tier),
             })?;
         let hash = self.entries.get(victim).hash();
-        if tier == TierKind::Host && self.config.disk_capacity_blocks > 0 {
-            if let Ok(mut moves) = self.make_room(TierKind::Disk) {
+        if tier == Tier::Host && self.config.disk_capacity_blocks > 0 {
+            if let Ok(mut moves) = self.make_room(Tier::Disk) {
                 self.tick();
-                self.entries.move_to_tail(victim, TierKind::Disk);
-                moves.push(Move::Demote(hash));
+                self.entries.move_to_tail(victim, Tier::Disk);
+                moves.push(TierOp::Demote(hash));
                 return Ok(moves);
             }
         }
         self.entries.remove(victim);
-        Ok(vec![Move::Drop(hash)])
+        Ok(vec![TierOp::Evict(hash)])
     }
 
     fn entry(&self, hash: BlockHash) -> Option<&Entry> {
@@ -547,5 +542,45 @@ impl GroupIndex {
     }
 }
 
+impl GroupIndex {
+    /// What equality and hashing look at: per tier, in use order, each block with what
+    /// decides the index's future answers.
+    fn content(&self) -> impl Iterator<Item = (Tier, BlockHash, u64, u32, bool)> + '_ {
+        [Tier::Device, Tier::Host, Tier::Disk]
+            .into_iter()
+            .flat_map(move |t| {
+                self.entries.iter_tier(t).map(move |s| {
+                    let e = self.entries.get(s);
+                    (t, e.hash(), e.id, e.pins, e.complete)
+                })
+            })
+    }
+}
+
+impl PartialEq for GroupIndex {
+    fn eq(&self, other: &Self) -> bool {
+        self.config == other.config
+            && self.clock == other.clock
+            && self.generation == other.generation
+            && self.entries.len() == other.entries.len()
+            && self.content().eq(other.content())
+    }
+}
+
+impl Eq for GroupIndex {}
+
+impl std::hash::Hash for GroupIndex {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.config.hash(state);
+        self.clock.hash(state);
+        self.generation.hash(state);
+        self.entries.len().hash(state);
+        for item in self.content() {
+            item.hash(state);
+        }
+    }
+}
+
 #[cfg(test)]
+#[path = "index_tests.rs"]
 mod tests;

@@ -1,0 +1,194 @@
+//! The leader's `end_step`: the write-ahead append, the seal, and the window waits with their
+//! deadlines (docs/DESIGN.md invariants 1, 5 and 6).
+//!
+//! With a completion log, the starts and outcomes a frame will reveal, and the previous
+//! epoch's aborted tasks, go out as one [`crate::Append`] before the step is sealed; the
+//! driver answers with `handle_appended`. While the log refuses appends, sealing goes on and
+//! reveals nothing new, except that frame 0 waits until its reconciliation's aborts are
+//! durable. Without a log, starts and outcomes count as durable at once. A seal refused by
+//! the full window waits, until its deadline, for an acknowledgement that opens it.
+
+use tandem_proto::engine::{AgentError, EngineReply};
+use tandem_proto::{Frame, LeaderError, Message, Step};
+
+use super::{append_record, Appending, EndWait, LeaderCore};
+use crate::output::{CallRef, Output, Peer, StoreCommand};
+use crate::shared::{leader_refusal, Shared};
+
+impl LeaderCore {
+    /// `end_step(step)` of call `call`, waiting at most until `deadline_ms` for the window.
+    pub(super) fn end_step(
+        &mut self,
+        sh: &mut Shared,
+        call: CallRef,
+        step: Step,
+        deadline_ms: u64,
+        now_ms: u64,
+    ) {
+        // Lookup pins last for their step: whatever was not loaded goes back.
+        let requests: Vec<_> = self.lookup_pins.keys().copied().collect();
+        for r in requests {
+            self.release_lookup_pins(r);
+        }
+        if sh.config.durable {
+            let batch = self.leader.poll_persist();
+            let aborted = std::mem::take(&mut self.aborted_pending);
+            if batch.is_some() || !aborted.is_empty() {
+                let appending = Appending {
+                    call: Some(call),
+                    step,
+                    deadline_ms,
+                    batch: batch.as_ref().map(|b| b.id),
+                    aborted,
+                };
+                sh.push(Output::Append(append_record(
+                    sh.epoch(),
+                    &appending,
+                    batch.as_ref(),
+                )));
+                self.appending = Some(appending);
+                return;
+            }
+        } else {
+            self.persist_volatile();
+        }
+        self.seal_or_wait(sh, call, step, deadline_ms, now_ms);
+    }
+
+    /// The append of the pending `end_step` is done (`Ok`) or failed (the log's reason).
+    pub(crate) fn appended(&mut self, sh: &mut Shared, result: Result<(), String>, now_ms: u64) {
+        let Some(a) = self.appending.take() else {
+            tracing::warn!("an append result with no append in flight: ignored");
+            return;
+        };
+        match result {
+            Ok(()) => {
+                self.log_error = None;
+                if let Some(id) = a.batch {
+                    if let Err(e) = self.leader.handle_persisted(id) {
+                        tracing::error!(error = %e, "persist batch refused");
+                    }
+                }
+            }
+            Err(reason) => {
+                if self.log_error.is_none() {
+                    tracing::warn!(%reason, "completion log unavailable: sealing on, revealing nothing new");
+                }
+                self.log_error = Some(reason.clone());
+                if let Some(id) = a.batch {
+                    let _ = self.leader.handle_persist_failed(id);
+                }
+                if !a.aborted.is_empty() {
+                    // The reconciliation cannot be revealed before its aborts are durable.
+                    self.aborted_pending = a.aborted;
+                    if let Some(call) = a.call {
+                        let reason = format!("completion log unavailable, the reconciliation of epoch {} is not durable yet: {reason}", self.leader.epoch());
+                        sh.refuse(call, AgentError::NotReady { reason });
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(call) = a.call {
+            self.seal_or_wait(sh, call, a.step, a.deadline_ms, now_ms);
+        }
+    }
+
+    /// Without a completion log, starts and outcomes count as durable at once.
+    fn persist_volatile(&mut self) {
+        while let Some(batch) = self.leader.poll_persist() {
+            if let Err(e) = self.leader.handle_persisted(batch.id) {
+                tracing::error!(error = %e, "persist batch refused");
+            }
+        }
+    }
+
+    fn seal_or_wait(
+        &mut self,
+        sh: &mut Shared,
+        call: CallRef,
+        step: Step,
+        deadline_ms: u64,
+        now_ms: u64,
+    ) {
+        if step != self.leader.open_step() {
+            let err = AgentError::WrongStep {
+                expected: self.leader.open_step(),
+                got: step,
+            };
+            return sh.refuse(call, err);
+        }
+        match self.seal(sh, step, now_ms) {
+            Ok(frame) => sh.reply(call, EngineReply::Frame(Box::new(frame))),
+            Err(LeaderError::WindowFull { .. }) => self.end_waits.push(EndWait {
+                call,
+                step,
+                deadline_ms,
+            }),
+            Err(e) => {
+                if matches!(e, LeaderError::FrameTooLarge { .. }) {
+                    // Admission keeps requests within the limit; only a reconciliation or the
+                    // index rebuild's tier operations can get here. Nothing was sealed or sent.
+                    tracing::error!(error = %e, step = step.0, "the open step cannot be sealed within protocol.max_frame_bytes");
+                }
+                sh.refuse(call, leader_refusal(e, self.leader.epoch()));
+            }
+        }
+    }
+
+    /// Seal `step`, send the frame to every admitted follower and start this rank's copies:
+    /// tier operations first, then loads and stores. The leader's engine wrote its store pages
+    /// before asking, so they are copied at once.
+    fn seal(&mut self, sh: &mut Shared, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
+        let frame = self.leader.seal(step, now_ms)?;
+        let mut to = Vec::new();
+        while let Some((rank, msg)) = self.leader.poll_transmit() {
+            // The leader transmits only frames, one per follower: one message for all.
+            if let (Some(conn), Message::Frame(_)) = (self.conns.get(&rank), &msg) {
+                to.push(*conn);
+            }
+        }
+        if !to.is_empty() {
+            sh.send(Peer::Followers(to), Message::Frame(frame.clone()));
+        }
+        let epoch = frame.epoch;
+        if !frame.tier_ops.is_empty() {
+            let ops = frame.tier_ops.clone();
+            sh.store(StoreCommand::ApplyTierOps { epoch, ops });
+        }
+        if !frame.loads.is_empty() {
+            let tasks = frame.loads.clone();
+            sh.store(StoreCommand::CopyLoads { epoch, tasks });
+        }
+        if !frame.stores.is_empty() {
+            let tasks = frame.stores.clone();
+            sh.store(StoreCommand::CopyStores { epoch, tasks });
+        }
+        Ok(frame)
+    }
+
+    /// An acknowledgement arrived: seal for the `end_step`s the window held.
+    pub(super) fn retry_end_waits(&mut self, sh: &mut Shared, now_ms: u64) {
+        if self.end_waits.is_empty() {
+            return;
+        }
+        for w in std::mem::take(&mut self.end_waits) {
+            if w.step != self.leader.open_step() {
+                let err = AgentError::WrongStep {
+                    expected: self.leader.open_step(),
+                    got: w.step,
+                };
+                sh.refuse(w.call, err);
+                continue;
+            }
+            if !sh.config.durable {
+                self.persist_volatile();
+            }
+            match self.seal(sh, w.step, now_ms) {
+                Ok(frame) => sh.reply(w.call, EngineReply::Frame(Box::new(frame))),
+                Err(LeaderError::WindowFull { .. }) => self.end_waits.push(w),
+                Err(e) => sh.refuse(w.call, leader_refusal(e, self.leader.epoch())),
+            }
+        }
+    }
+}

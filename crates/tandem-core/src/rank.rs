@@ -1,0 +1,454 @@
+//! One rank's core for one epoch: the leader's or a follower's, behind the rules every rank
+//! applies to its engine's requests (docs/DESIGN.md invariants 4 to 6).
+//!
+//! Owns [`RankCore`]: the engine's `hello`, the fencing of requests of another epoch (refused
+//! and counted, never applied), the failure of the epoch (once, with its reason; every waiting
+//! call answered, every later one refused), readiness (told to the runtime once), the engines
+//! attached and what their disconnect means (with tasks in flight the group must restart), and
+//! the drain before a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
+//! outputs come from [`RankCore::poll_output`] in order, and [`RankCore::poll_timeout`] is the
+//! one deadline the driver arms. It never does IO, reads a clock or draws randomness, so the
+//! same inputs always give the same outputs.
+
+use tandem_proto::engine::{AgentError, EngineReply, EngineRequest};
+use tandem_proto::wire::handshake::{HandshakeError, Nonce};
+use tandem_proto::{Epoch, Hello, Message, Rank, TaskId};
+
+use crate::config::{CoreConfig, EpochStart};
+use crate::follower::FollowerCore;
+use crate::leader::{CoreError, LeaderCore};
+use crate::output::{CallRef, ConnId, Event, Output, Peer, StoreCommand};
+use crate::shared::Shared;
+use crate::status::{CoreCounters, NotReady, RankStatus};
+
+/// The role this rank plays in the epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Rank 0.
+    Leader(Box<LeaderCore>),
+    /// Ranks 1.. .
+    Follower(Box<FollowerCore>),
+}
+
+/// One rank's core for one epoch. See the module docs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RankCore {
+    sh: Shared,
+    role: Role,
+    /// Why this epoch can no longer make progress (a lost or silent rank, a refused frame, an
+    /// engine gone with tasks in flight).
+    failure: Option<String>,
+    ready_sent: bool,
+    /// Engine connections that said hello in this epoch and are still open.
+    engines_attached: u32,
+    /// Engine requests of another epoch, refused.
+    engine_stale_rejected: u64,
+}
+
+impl RankCore {
+    /// The core of `config.rank` in `config.epoch` at `now_ms`; `start` is what the previous
+    /// epochs left (the leader's reconciliation and aborts, this rank's acknowledged
+    /// redeliveries). Its first output starts the store's epoch.
+    ///
+    /// Errors: [`CoreError`] for a configuration the leader or the index refuses.
+    pub fn new(
+        config: CoreConfig,
+        mut start: EpochStart,
+        now_ms: u64,
+    ) -> Result<RankCore, CoreError> {
+        let role = if config.is_leader() {
+            Role::Leader(Box::new(LeaderCore::new(&config, &mut start, now_ms)?))
+        } else {
+            Role::Follower(Box::new(FollowerCore::new(&config)))
+        };
+        let mut sh = Shared::new(config, start.acknowledged);
+        sh.store(StoreCommand::BeginEpoch {
+            epoch: sh.epoch(),
+            wipe: !sh.config.durable,
+        });
+        let mut core = RankCore {
+            sh,
+            role,
+            failure: None,
+            ready_sent: false,
+            engines_attached: 0,
+            engine_stale_rejected: 0,
+        };
+        core.check_ready();
+        Ok(core)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CoreConfig {
+        &self.sh.config
+    }
+
+    /// The role, read only (for tests, the model checker and the simulator).
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    /// Why the epoch failed, once it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The next thing to do, in order.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.sh.poll()
+    }
+
+    /// When [`Self::handle_timeout`] must next be called (ms), if ever: the earliest of the
+    /// waits' deadlines, the next heartbeat, the next manifest read, a follower's heartbeat
+    /// deadline.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        match &self.role {
+            Role::Leader(l) => l.poll_timeout(),
+            Role::Follower(f) => f.poll_timeout(),
+        }
+    }
+
+    /// The time is `now_ms`: every deadline at or before it fires.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        let failed = match &mut self.role {
+            Role::Leader(l) => l.timeout(&mut self.sh, now_ms),
+            Role::Follower(f) => {
+                f.timeout(&mut self.sh, now_ms);
+                None
+            }
+        };
+        self.settle(failed);
+    }
+
+    /// Engine call `call` asks `req` at `now_ms`; answered now or, for a request that waits,
+    /// later (always exactly once).
+    pub fn handle_engine(&mut self, call: CallRef, req: EngineRequest, now_ms: u64) {
+        let epoch = self.sh.epoch();
+        if let EngineRequest::Hello { rank } = &req {
+            let ours = self.sh.config.rank.0;
+            let answer = if *rank != ours {
+                EngineReply::Error(AgentError::BadRequest {
+                    reason: format!("engine says rank {rank}, this agent is rank {ours}"),
+                })
+            } else {
+                self.engines_attached += 1;
+                EngineReply::Welcome {
+                    epoch,
+                    rank: ours,
+                    world_size: self.sh.config.world_size,
+                    shard_bytes: self.sh.config.shard_bytes,
+                    next_step: match &self.role {
+                        Role::Leader(l) => l.next_step(),
+                        Role::Follower(f) => f.next_step(),
+                    },
+                }
+            };
+            return self.sh.reply(call, answer);
+        }
+        if let Some(theirs) = request_epoch(&req) {
+            if theirs != epoch {
+                // Fenced: counted, never applied (docs/DESIGN.md invariant 4).
+                self.engine_stale_rejected += 1;
+                let err = AgentError::StaleEpoch {
+                    ours: epoch,
+                    theirs,
+                };
+                return self.sh.refuse(call, err);
+            }
+        }
+        if let Some(reason) = &self.failure {
+            let reason = format!("epoch {epoch} failed: {reason}");
+            return self.sh.refuse(call, AgentError::NotReady { reason });
+        }
+        if let EngineRequest::Ack { epoch, step } = &req {
+            self.sh.emit(Event::EngineAcked {
+                epoch: *epoch,
+                step: *step,
+            });
+        }
+        match &mut self.role {
+            Role::Leader(l) => l.engine(&mut self.sh, call, req, now_ms),
+            Role::Follower(f) => f.engine(&mut self.sh, call, req, now_ms),
+        }
+        self.check_ready();
+    }
+
+    /// An engine connection closed at `now_ms`; `attached`: it had said hello. With tasks in
+    /// flight the engine's pages and its view of them are gone, so the group restarts (the new
+    /// epoch aborts those tasks); with none, the engine simply detached. A connection that
+    /// never said hello is not an engine.
+    pub fn handle_engine_disconnect(&mut self, attached: bool, reason: &str, now_ms: u64) {
+        let _ = now_ms;
+        if !attached || self.engines_attached == 0 {
+            tracing::info!(%reason, "engine connection closed");
+            return;
+        }
+        self.engines_attached -= 1;
+        let in_flight = match &self.role {
+            Role::Leader(l) => l.tasks_in_flight(),
+            Role::Follower(f) => f.tasks_in_flight(),
+        };
+        if in_flight == 0 {
+            tracing::info!(%reason, "engine detached with no task in flight");
+            return;
+        }
+        tracing::warn!(%reason, in_flight, "engine disconnected with tasks in flight");
+        let rank = self.sh.config.rank;
+        self.fail(format!(
+            "engine of rank {rank} disconnected with {in_flight} tasks in flight: {reason}"
+        ));
+    }
+
+    /// Leader: a follower answered `nonce` with `hello` on connection `conn` at `now_ms`.
+    /// Admitted: `Welcome` goes back on `conn`; refused: `Refused` (naming the differing
+    /// field), then the connection closes. A follower refuses every hello.
+    ///
+    /// Errors: the [`HandshakeError`] the follower was refused with.
+    pub fn handle_admit(
+        &mut self,
+        conn: ConnId,
+        nonce: &Nonce,
+        hello: &Hello,
+        now_ms: u64,
+    ) -> Result<Rank, HandshakeError> {
+        let admitted = match &mut self.role {
+            Role::Leader(l) => l.admit(&mut self.sh, conn, nonce, hello, now_ms),
+            Role::Follower(_) => {
+                let reason = HandshakeError::RankOutOfRange {
+                    rank: hello.rank,
+                    world_size: self.sh.config.world_size,
+                };
+                let msg = Message::Refused {
+                    reason: reason.clone(),
+                };
+                self.sh.send(Peer::Followers(vec![conn]), msg);
+                self.sh.push(Output::Close { conn });
+                Err(reason)
+            }
+        };
+        self.check_ready();
+        admitted
+    }
+
+    /// Leader: `msg` arrived on follower connection `conn`, admitted as `rank`.
+    pub fn handle_peer_message(&mut self, conn: ConnId, rank: Rank, msg: &Message, now_ms: u64) {
+        if let Role::Leader(l) = &mut self.role {
+            l.peer_message(&mut self.sh, conn, rank, msg, now_ms);
+        }
+        self.check_ready();
+    }
+
+    /// Leader: follower connection `conn` (claimed by `rank`) ended: inside an epoch that is a
+    /// rank failure, unless it was not the rank's admitted connection.
+    pub fn handle_peer_lost(&mut self, conn: ConnId, rank: Rank, reason: &str, now_ms: u64) {
+        let failed = match &mut self.role {
+            Role::Leader(l) => l.peer_lost(conn, rank, reason, now_ms),
+            Role::Follower(_) => None,
+        };
+        if let Role::Leader(l) = &mut self.role {
+            // The loss is also the leader's event; its reason is the one above.
+            let _ = l.take_failure();
+        }
+        self.settle(failed);
+    }
+
+    /// Follower: admitted by the leader at `now_ms`.
+    pub fn handle_leader_linked(&mut self, now_ms: u64) {
+        if let Role::Follower(f) = &mut self.role {
+            f.linked(&mut self.sh, now_ms);
+        }
+        self.check_ready();
+    }
+
+    /// Follower: `msg` arrived from the leader.
+    pub fn handle_leader_message(&mut self, msg: Message, now_ms: u64) {
+        let _ = now_ms;
+        let failed = match &mut self.role {
+            Role::Follower(f) => f.leader_message(&mut self.sh, msg),
+            Role::Leader(_) => None,
+        };
+        self.settle(failed);
+    }
+
+    /// Follower: the connection to the leader ended (or could not be made): inside an epoch
+    /// that is a rank failure.
+    pub fn handle_leader_lost(&mut self, reason: &str, now_ms: u64) {
+        let _ = now_ms;
+        self.fail(format!("connection to the leader lost: {reason}"));
+    }
+
+    /// This rank's shard of `task` is done (`Ok`) or failed (`Err(reason)`).
+    pub fn handle_shard_done(&mut self, task: TaskId, result: Result<(), String>, now_ms: u64) {
+        let _ = now_ms;
+        match &mut self.role {
+            Role::Leader(l) => l.shard_done(task, result),
+            Role::Follower(f) => f.shard_done(&mut self.sh, task, result),
+        }
+    }
+
+    /// Leader: the last [`Output::Append`] is durable (`Ok`) or was refused (the log's
+    /// reason): the pending `end_step` seals now, or, for frame 0 whose aborts are not durable,
+    /// is refused `NotReady`.
+    pub fn handle_appended(&mut self, result: Result<(), String>, now_ms: u64) {
+        if let Role::Leader(l) = &mut self.role {
+            l.appended(&mut self.sh, result, now_ms);
+        }
+    }
+
+    /// Leader: the ranks' manifests asked for by [`Output::FetchManifests`], by rank (`None`:
+    /// not published yet; empty: the read failed).
+    pub fn handle_manifests(&mut self, manifests: &[Option<Vec<u8>>], now_ms: u64) {
+        let failed = match &mut self.role {
+            Role::Leader(l) => l.manifests(&mut self.sh, manifests, now_ms),
+            Role::Follower(_) => None,
+        };
+        self.settle(failed);
+    }
+
+    /// A shutdown: the leader seals its open step (every start and outcome made durable
+    /// first) so that followers hold everything decided, and answers `call` with the frame;
+    /// otherwise (a follower, a failed or unready epoch, an `end_step` under way) `call` is
+    /// answered `Acked` at once.
+    pub fn handle_drain(&mut self, call: CallRef, now_ms: u64) {
+        let step = match &self.role {
+            Role::Leader(l) if self.failure.is_none() && l.ready() && !l.appending() => {
+                Some(l.next_step())
+            }
+            _ => None,
+        };
+        match (step, &mut self.role) {
+            (Some(step), Role::Leader(l)) => {
+                let req = EngineRequest::EndStep {
+                    epoch: self.sh.epoch(),
+                    step,
+                    deadline_ms: 0,
+                };
+                l.engine(&mut self.sh, call, req, now_ms);
+            }
+            _ => self.sh.reply(call, EngineReply::Acked),
+        }
+    }
+
+    /// The epoch ends (a restart or a shutdown): every waiting engine call is answered
+    /// `NotReady` with `reason`.
+    pub fn handle_stop(&mut self, reason: &str) {
+        let err = AgentError::NotReady {
+            reason: reason.to_string(),
+        };
+        self.fail_waits(&err);
+    }
+
+    /// Status for `/status` and `/readyz`.
+    pub fn status(&self) -> RankStatus {
+        let mut s = match &self.role {
+            Role::Leader(l) => l.status(&self.sh.config),
+            Role::Follower(f) => f.status(&self.sh.config),
+        };
+        s.stale_epoch_rejected += self.engine_stale_rejected;
+        if let Some(reason) = &self.failure {
+            s.ready = false;
+            s.reason = Some(format!("epoch {} failed: {reason}", self.sh.epoch()));
+        }
+        s
+    }
+
+    /// The counters, for the metrics.
+    pub fn counters(&self) -> CoreCounters {
+        let not_ready = if self.failure.is_some() {
+            Some(NotReady::EpochFailed)
+        } else {
+            match &self.role {
+                Role::Leader(l) => l.not_ready(),
+                Role::Follower(f) => f.not_ready(),
+            }
+        };
+        let (steps_sealed, stale, role) = match &self.role {
+            Role::Leader(l) => (
+                l.stats().steps_sealed,
+                l.stats().stale_epoch_rejected,
+                l.counters(),
+            ),
+            Role::Follower(f) => (
+                f.stats().frames_received,
+                f.stats().stale_epoch_rejected,
+                f.counters(),
+            ),
+        };
+        CoreCounters {
+            not_ready,
+            steps_sealed,
+            stale_epoch_rejected: stale + self.engine_stale_rejected,
+            role,
+        }
+    }
+
+    /// A failure reason from the role, if any, fails the epoch; then readiness.
+    fn settle(&mut self, failed: Option<String>) {
+        if let Some(reason) = failed {
+            self.fail(reason);
+        }
+        self.check_ready();
+    }
+
+    /// Tell the runtime once when this rank becomes ready in the epoch.
+    fn check_ready(&mut self) {
+        if self.ready_sent || self.failure.is_some() {
+            return;
+        }
+        let ready = match &self.role {
+            Role::Leader(l) => l.ready(),
+            Role::Follower(f) => f.ready(),
+        };
+        if ready {
+            self.ready_sent = true;
+            let epoch = self.sh.epoch();
+            self.sh.emit(Event::Ready { epoch });
+        }
+    }
+
+    /// The epoch fails: once, with its first reason; every waiting call is answered, every
+    /// later one refused.
+    fn fail(&mut self, reason: String) {
+        if self.failure.is_some() {
+            return;
+        }
+        tracing::error!(%reason, "epoch failed: the group must restart");
+        let epoch = self.sh.epoch();
+        self.sh.emit(Event::Failed {
+            epoch,
+            reason: reason.clone(),
+        });
+        let err = AgentError::NotReady {
+            reason: format!("epoch {epoch} failed: {reason}"),
+        };
+        self.fail_waits(&err);
+        self.failure = Some(reason);
+    }
+
+    fn fail_waits(&mut self, err: &AgentError) {
+        match &mut self.role {
+            Role::Leader(l) => l.fail_waits(&mut self.sh, err),
+            Role::Follower(f) => f.fail_waits(&mut self.sh, err),
+        }
+    }
+}
+
+/// The epoch a step-scoped request names.
+fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
+    match req {
+        EngineRequest::Lookup { epoch, .. }
+        | EngineRequest::Store { epoch, .. }
+        | EngineRequest::Load { epoch, .. }
+        | EngineRequest::EndStep { epoch, .. }
+        | EngineRequest::Frame { epoch, .. }
+        | EngineRequest::Ack { epoch, .. } => Some(*epoch),
+        EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => None,
+    }
+}
+
+impl RankCore {
+    /// Whether the rank is ready (see [`crate::RankStatus::ready`] for what that means).
+    pub fn ready(&self) -> bool {
+        self.counters().not_ready.is_none()
+    }
+}

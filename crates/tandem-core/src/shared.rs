@@ -1,0 +1,136 @@
+//! What the leader and follower cores share: the epoch's settings, the queue of outputs, and
+//! the per-rank redelivery filter every frame-0 reply passes (docs/DESIGN.md invariant 5).
+//!
+//! Owns [`Shared`] and the engine's view of the state machines' refusals
+//! ([`leader_refusal`], [`follower_refusal`]). It never decides for the group.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use tandem_proto::engine::{AgentError, EngineReply};
+use tandem_proto::{Epoch, FollowerError, LeaderError, Message, Step, TaskId};
+
+use crate::config::CoreConfig;
+use crate::output::{CallRef, Event, Output, Peer, StoreCommand};
+
+/// The settings and the output queue of one core.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shared {
+    /// Shared, so that copies of a core (the model checker's states) copy no setting.
+    pub(crate) config: Arc<CoreConfig>,
+    out: VecDeque<Output>,
+    /// Redelivered outcomes this rank's engine already acknowledged (left out of frame 0).
+    acknowledged: BTreeSet<TaskId>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: CoreConfig, acknowledged: BTreeSet<TaskId>) -> Shared {
+        Shared {
+            config: Arc::new(config),
+            out: VecDeque::new(),
+            acknowledged,
+        }
+    }
+
+    pub(crate) fn epoch(&self) -> Epoch {
+        self.config.epoch
+    }
+
+    pub(crate) fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Answer `call`. A frame of step 0 reaches the engine without the redeliveries it already
+    /// acknowledged: the frame is the same on every rank, only this filter is per rank.
+    pub(crate) fn reply(&mut self, call: CallRef, reply: EngineReply) {
+        let reply = match reply {
+            EngineReply::Frame(mut f) if f.step == Step(0) && !self.acknowledged.is_empty() => {
+                if let Some(rec) = f.reconciliation.as_mut() {
+                    rec.redelivered
+                        .retain(|o| !self.acknowledged.contains(&o.task));
+                }
+                EngineReply::Frame(f)
+            }
+            other => other,
+        };
+        self.out.push_back(Output::Reply { call, reply });
+    }
+
+    pub(crate) fn refuse(&mut self, call: CallRef, error: AgentError) {
+        self.reply(call, EngineReply::Error(error));
+    }
+
+    pub(crate) fn send(&mut self, to: Peer, msg: Message) {
+        self.out.push_back(Output::Send { to, msg });
+    }
+
+    pub(crate) fn store(&mut self, cmd: StoreCommand) {
+        self.out.push_back(Output::Store(cmd));
+    }
+
+    pub(crate) fn emit(&mut self, event: Event) {
+        self.out.push_back(Output::Event(event));
+    }
+
+    pub(crate) fn push(&mut self, output: Output) {
+        self.out.push_back(output);
+    }
+}
+
+/// The engine's view of a leader refusal.
+pub fn leader_refusal(e: LeaderError, epoch: Epoch) -> AgentError {
+    match e {
+        LeaderError::WindowFull {
+            step,
+            slowest_ack,
+            window,
+        } => AgentError::WindowFull {
+            step,
+            slowest_ack,
+            window,
+        },
+        LeaderError::WrongStep { expected, got } => AgentError::WrongStep { expected, got },
+        LeaderError::FrameExpired {
+            wanted,
+            oldest_retained,
+        } => AgentError::FrameExpired {
+            epoch,
+            wanted,
+            oldest: oldest_retained,
+        },
+        LeaderError::AckBeyondSealed { .. } => AgentError::BadRequest {
+            reason: e.to_string(),
+        },
+        LeaderError::FrameTooLarge { bytes, limit } => AgentError::FrameTooLarge { bytes, limit },
+        other => AgentError::NotReady {
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// The engine's view of a follower refusal, for rank `rank` in `epoch`.
+pub fn follower_refusal(e: FollowerError, rank: u32, epoch: Epoch) -> AgentError {
+    match e {
+        FollowerError::LeaderBehind {
+            epoch,
+            wanted,
+            sealed,
+        } => AgentError::LeaderBehind {
+            rank,
+            epoch,
+            wanted,
+            sealed,
+        },
+        FollowerError::FrameExpired {
+            wanted,
+            oldest_retained,
+        } => AgentError::FrameExpired {
+            epoch,
+            wanted,
+            oldest: oldest_retained,
+        },
+        other => AgentError::NotReady {
+            reason: other.to_string(),
+        },
+    }
+}

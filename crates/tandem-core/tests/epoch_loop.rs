@@ -1,0 +1,432 @@
+//! The agent's epoch loop, as a state machine: decisions checked step by step, and whole
+//! lifetimes run against the in-memory twin of the log (`tandem_durable::MemoryLog`) with a
+//! `ManualClock`, no redis-server and no sleeps.
+
+use std::sync::Arc;
+
+use tandem_core::{cadence, Effect, EpochLoop, EpochStart, Event, LoopConfig, Note, Outcome};
+use tandem_durable::{
+    CompletionStream, EpochStore, Heartbeat, LivenessStore, ManualClock, MemoryLog, Recovery,
+    StartedTask, WallClock,
+};
+use tandem_proto::{
+    BlockHash, Epoch, OutcomeResult, PageId, Rank, RankBlocks, RequestId, Step, TaskId, TaskKind,
+    TaskOutcome, TaskStart, Tier,
+};
+
+fn config(rank: u32, durable: bool) -> LoopConfig {
+    LoopConfig {
+        rank: Rank(rank),
+        epoch: Epoch(1),
+        follow: true,
+        durable,
+        heartbeat_interval_ms: 100,
+        heartbeat_timeout_ms: 1_000,
+        stream_max_len: 10,
+    }
+}
+
+/// A driver on `MemoryLog`: makes every call the loop asks for, returns the effects that take
+/// no answer.
+struct Driver {
+    log: MemoryLog,
+    clock: ManualClock,
+    rank: Rank,
+    blocks: RankBlocks,
+    now_ms: u64,
+}
+
+impl Driver {
+    fn new(world: u32, rank: u32) -> Driver {
+        let clock = ManualClock::new(1_000_000);
+        Driver {
+            log: MemoryLog::with_clock(world, Arc::new(clock.clone())),
+            clock,
+            rank: Rank(rank),
+            blocks: RankBlocks {
+                rank: Rank(rank),
+                blocks: vec![(BlockHash(7), Tier::Host)],
+            },
+            now_ms: 0,
+        }
+    }
+
+    /// Carry out everything the loop asks for now.
+    async fn run(&mut self, l: &mut EpochLoop) -> Vec<Effect> {
+        let mut done = Vec::new();
+        while let Some(effect) = l.poll_effect() {
+            let s = |r: tandem_durable::Result<()>| r.map_err(|e| e.to_string());
+            let rank = self.rank;
+            let outcome = match effect {
+                Effect::ReadEpoch => {
+                    Outcome::EpochRead(self.log.current_epoch().await.map_err(|e| e.to_string()))
+                }
+                Effect::ReadMembers { epoch } => {
+                    Outcome::Members(self.log.members(epoch).await.map_err(|e| e.to_string()))
+                }
+                Effect::ReportFailure(r) => Outcome::Reported(s(self.log.report_failure(&r).await)),
+                Effect::Heartbeat { epoch, ttl_ms } => {
+                    let beat = Heartbeat {
+                        epoch,
+                        unix_ms: self.clock.now_ms(),
+                    };
+                    Outcome::HeartbeatWritten(s(self.log.heartbeat(rank, beat, ttl_ms).await))
+                }
+                Effect::Join { epoch } => {
+                    Outcome::Joined(s(self.log.join(epoch, rank).await.map(drop)))
+                }
+                Effect::Recover => Outcome::Recovered(
+                    self.log
+                        .recover()
+                        .await
+                        .map(Box::new)
+                        .map_err(|e| e.to_string()),
+                ),
+                Effect::ListBlocks => Outcome::Blocks(Some(self.blocks.clone())),
+                Effect::PutManifest {
+                    epoch,
+                    bytes,
+                    ttl_ms,
+                } => Outcome::ManifestPut(s(self
+                    .log
+                    .put_manifest(epoch, rank, &bytes, ttl_ms)
+                    .await)),
+                Effect::ReadNew { count } => Outcome::Read(
+                    self.log
+                        .read_new(rank, count)
+                        .await
+                        .map_err(|e| e.to_string()),
+                ),
+                Effect::Ack { ids } => {
+                    Outcome::Acked(self.log.ack(rank, &ids).await.map_err(|e| e.to_string()))
+                }
+                Effect::AckThrough { through } => Outcome::AckedThrough(
+                    self.log
+                        .ack_through(rank, through)
+                        .await
+                        .map_err(|e| e.to_string()),
+                ),
+                Effect::Trim { max_len } => Outcome::Trimmed(
+                    self.log
+                        .trim(max_len as usize)
+                        .await
+                        .map_err(|e| e.to_string()),
+                ),
+                Effect::StreamLen => {
+                    Outcome::StreamLen(self.log.stream_len().await.map_err(|e| e.to_string()))
+                }
+                other => {
+                    done.push(other);
+                    continue;
+                }
+            };
+            l.handle_outcome(outcome, self.now_ms);
+        }
+        done
+    }
+
+    /// Move both clocks by `ms`, firing the loop's timer when due, and carry everything out.
+    async fn advance(&mut self, l: &mut EpochLoop, ms: u64) -> Vec<Effect> {
+        let until = self.now_ms + ms;
+        let mut done = self.run(l).await;
+        while let Some(t) = l.poll_timeout().filter(|t| *t <= until) {
+            self.clock.advance(t.saturating_sub(self.now_ms));
+            self.now_ms = self.now_ms.max(t);
+            l.handle_timeout(self.now_ms);
+            done.extend(self.run(l).await);
+        }
+        self.clock.advance(until - self.now_ms);
+        self.now_ms = until;
+        done
+    }
+}
+
+fn started(done: &[Effect]) -> Vec<(Epoch, EpochStart)> {
+    done.iter()
+        .filter_map(|e| match e {
+            Effect::StartEpoch { epoch, start } => Some((*epoch, start.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn without_a_log_the_one_epoch_starts_at_once_and_nothing_else_happens() {
+    let mut l = EpochLoop::new(config(1, false), 0);
+    assert_eq!(
+        l.poll_effect(),
+        Some(Effect::StartEpoch {
+            epoch: Epoch(1),
+            start: EpochStart::default()
+        })
+    );
+    assert_eq!(l.poll_effect(), None);
+    assert_eq!(l.poll_timeout(), None);
+    assert_eq!(l.running(), Some(Epoch(1)));
+    l.handle_event(
+        &Event::EngineAcked {
+            epoch: Epoch(1),
+            step: Step(0),
+        },
+        5,
+    );
+    assert_eq!(l.poll_effect(), None, "no log: nothing to acknowledge");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn waits_for_the_first_epoch_then_recovers_publishes_its_manifest_and_starts() {
+    let mut d = Driver::new(2, 1);
+    let mut l = EpochLoop::new(config(1, true), 0);
+    let done = d.advance(&mut l, 1_000).await;
+    assert!(started(&done).is_empty(), "no epoch yet");
+    assert_eq!(l.poll_timeout(), Some(1_200), "reads every 200 ms");
+    let epoch = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 200).await;
+    assert_eq!(started(&done), vec![(epoch, EpochStart::default())]);
+    assert_eq!(l.running(), Some(epoch));
+    // Its manifest is published for the leader's rebuild, its heartbeat written.
+    let manifests = d.log.manifests(epoch).await.unwrap();
+    assert_eq!(
+        manifests[1].as_deref().and_then(RankBlocks::decode),
+        Some(d.blocks.clone())
+    );
+    let beats = d.log.heartbeats().await.unwrap();
+    assert_eq!(beats[1].map(|b| b.epoch), Some(epoch));
+    assert!(done.contains(&Effect::Note(Note::RedisUp(true))));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rank_restarted_inside_its_running_epoch_reports_it_and_waits_for_the_next() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    d.log.join(e1, Rank(1)).await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    let done = d.advance(&mut l, 350).await;
+    assert!(
+        started(&done).is_empty(),
+        "it does not serve epoch {e1} again"
+    );
+    let (reports, _) = d.log.take_failures(100).await.unwrap();
+    assert!(reports.len() >= 3, "one report per interval: {reports:?}");
+    assert_eq!(
+        reports[0].reason,
+        format!("agent of rank 1 restarted inside epoch {e1}")
+    );
+    let e2 = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 100).await;
+    assert_eq!(started(&done).first().map(|s| s.0), Some(e2));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_running_epoch_joins_when_ready_reports_failures_and_follows_the_counter() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e1));
+    assert!(d.log.members(e1).await.unwrap().is_empty(), "not ready yet");
+    l.handle_event(&Event::Ready { epoch: e1 }, d.now_ms);
+    l.handle_event(
+        &Event::Failed {
+            epoch: e1,
+            reason: "rank 0 lost".into(),
+        },
+        d.now_ms,
+    );
+    // An older epoch's event changes nothing.
+    l.handle_event(&Event::Ready { epoch: Epoch(0) }, d.now_ms);
+    d.advance(&mut l, 100).await;
+    assert_eq!(d.log.members(e1).await.unwrap(), vec![Rank(1)]);
+    let (reports, _) = d.log.take_failures(10).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].reason, "rank 0 lost");
+    // The supervisor moves the group: the next tick stops this epoch and starts the next.
+    let e2 = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 100).await;
+    assert!(done.contains(&Effect::StopEpoch {
+        epoch: e1,
+        next: e2
+    }));
+    assert!(done.contains(&Effect::Note(Note::Restarted)));
+    assert_eq!(started(&done).first().map(|s| s.0), Some(e2));
+}
+
+fn store_start(seq: u64) -> StartedTask {
+    StartedTask {
+        kind: TaskKind::Store,
+        start: TaskStart {
+            task: TaskId { epoch: 1, seq },
+            request: RequestId(seq),
+            block_hashes: vec![BlockHash(u128::from(seq))],
+            page_ids: vec![PageId(0)],
+            tiers: vec![Tier::Host],
+        },
+    }
+}
+
+fn ok(seq: u64) -> TaskOutcome {
+    TaskOutcome {
+        task: TaskId { epoch: 1, seq },
+        kind: TaskKind::Store,
+        request: RequestId(seq),
+        result: OutcomeResult::Ok,
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_new_epoch_starts_with_what_the_log_says_it_must_settle() {
+    // Epoch 1's leader started tasks 0 and 1 and finished task 0; nobody acknowledged it.
+    let mut d = Driver::new(2, 0);
+    let e1 = d.log.next_epoch().await.unwrap();
+    d.log
+        .append_step(e1, Step(0), &[store_start(0), store_start(1)], &[])
+        .await
+        .unwrap();
+    d.log.append_step(e1, Step(1), &[], &[ok(0)]).await.unwrap();
+    let e2 = d.log.next_epoch().await.unwrap();
+    let mut leader = EpochLoop::new(config(0, true), 0);
+    let done = d.advance(&mut leader, 0).await;
+    let (epoch, start) = started(&done).remove(0);
+    assert_eq!(epoch, e2);
+    let rec = start.reconciliation.expect("frame 0 reconciles");
+    assert_eq!(rec.redelivered, vec![ok(0)]);
+    assert_eq!(rec.aborted.len(), 1);
+    assert_eq!(rec.aborted[0].task, TaskId { epoch: 1, seq: 1 });
+    assert_eq!(
+        start.aborted, rec.aborted,
+        "aborts appended with the first record"
+    );
+    // A follower gets no reconciliation, only what its engine acknowledged (nothing here).
+    let mut f = Driver::new(2, 1);
+    f.log = d.log.clone();
+    let mut follower = EpochLoop::new(config(1, true), 0);
+    let done = f.advance(&mut follower, 0).await;
+    assert_eq!(started(&done), vec![(e2, EpochStart::default())]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_engine_ack_acknowledges_the_entries_it_covers_and_the_reconciled_ones() {
+    let mut d = Driver::new(1, 0);
+    let e1 = d.log.next_epoch().await.unwrap();
+    d.log
+        .append_step(e1, Step(0), &[store_start(0)], &[ok(0)])
+        .await
+        .unwrap();
+    let e2 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(0, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e2));
+    d.log
+        .append_step(
+            e2,
+            Step(0),
+            &[],
+            &[TaskOutcome {
+                task: TaskId { epoch: 2, seq: 0 },
+                ..ok(0)
+            }],
+        )
+        .await
+        .unwrap();
+    // The engine applied frame 0 of epoch 2: the new entry and everything the
+    // reconciliation settled are acknowledged.
+    l.handle_event(
+        &Event::EngineAcked {
+            epoch: e2,
+            step: Step(0),
+        },
+        d.now_ms,
+    );
+    d.run(&mut l).await;
+    assert!(d.log.pending(Rank(0)).await.unwrap().is_empty());
+    let rec: Recovery = d.log.recover().await.unwrap();
+    assert!(rec.redelivered.is_empty(), "nothing left to redeliver");
+}
+
+#[test]
+fn a_recovery_that_keeps_failing_gives_up_after_its_attempts() {
+    let mut c = config(0, true);
+    c.follow = false;
+    let mut l = EpochLoop::new(c, 0);
+    let mut now = 0;
+    for attempt in 0..=cadence::RECOVERY_ATTEMPTS {
+        assert_eq!(l.poll_effect(), Some(Effect::Recover), "attempt {attempt}");
+        l.handle_outcome(Outcome::Recovered(Err("redis down".into())), now);
+        if attempt < cadence::RECOVERY_ATTEMPTS {
+            assert_eq!(l.poll_effect(), None, "waits before the next attempt");
+            now += cadence::RECOVERY_RETRY_MS;
+            l.handle_timeout(now);
+        }
+    }
+    match l.poll_effect() {
+        Some(Effect::Fatal(reason)) => {
+            assert!(
+                reason.contains("after 121 attempts: redis down"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.poll_effect(), None);
+    assert!(l.stopped());
+}
+
+#[test]
+fn a_manifest_that_cannot_be_published_is_given_up_and_the_epoch_starts_anyway() {
+    let mut c = config(1, true);
+    c.follow = false;
+    let mut l = EpochLoop::new(c, 0);
+    assert_eq!(l.poll_effect(), Some(Effect::Recover));
+    l.handle_outcome(Outcome::Recovered(Ok(Box::default())), 0);
+    let mut now = 0;
+    for _ in 0..cadence::MANIFEST_PUBLISH_ATTEMPTS {
+        assert_eq!(l.poll_effect(), Some(Effect::ListBlocks));
+        l.handle_outcome(Outcome::Blocks(Some(RankBlocks::default())), now);
+        assert!(matches!(l.poll_effect(), Some(Effect::PutManifest { .. })));
+        l.handle_outcome(Outcome::ManifestPut(Err("redis down".into())), now);
+        now += cadence::MANIFEST_PUBLISH_RETRY_MS;
+        l.handle_timeout(now);
+    }
+    assert!(matches!(
+        l.poll_effect(),
+        Some(Effect::StartEpoch {
+            epoch: Epoch(1),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn only_the_leader_trims_the_stream_every_fifty_ticks() {
+    for rank in [0, 1] {
+        let mut c = config(rank, true);
+        c.follow = false;
+        let mut l = EpochLoop::new(c, 0);
+        l.poll_effect();
+        l.handle_outcome(Outcome::Recovered(Ok(Box::default())), 0);
+        l.poll_effect();
+        l.handle_outcome(Outcome::Blocks(None), 0);
+        let mut trims = Vec::new();
+        let mut now = 0;
+        for tick in 1..=100u64 {
+            while let Some(e) = l.poll_effect() {
+                let outcome = match e {
+                    Effect::Trim { max_len } => {
+                        assert_eq!(max_len, 10);
+                        trims.push(tick);
+                        Outcome::Trimmed(Ok(0))
+                    }
+                    Effect::Heartbeat { .. } => Outcome::HeartbeatWritten(Ok(())),
+                    Effect::ReadNew { .. } => Outcome::Read(Ok(Vec::new())),
+                    Effect::StreamLen => Outcome::StreamLen(Ok(3)),
+                    _ => continue,
+                };
+                l.handle_outcome(outcome, now);
+            }
+            now += 100;
+            l.handle_timeout(now);
+        }
+        let want: Vec<u64> = if rank == 0 { vec![50, 100] } else { vec![] };
+        assert_eq!(trims, want, "rank {rank}");
+    }
+}
