@@ -3,7 +3,8 @@
 //! find the primary through the sentinels; a replay through the group. Mid-replay the test
 //! SIGKILLs the primary; the sentinels promote the replica; the agents and the supervisor
 //! follow them to it; the old primary is started again as a replica of the new one (as a
-//! process supervisor of a deployment without persistence must). The group goes on, or restarts once.
+//! process supervisor of a deployment without persistence must). The group goes on, or
+//! restarts once (twice was seen once, under the full test suite's load).
 //!
 //! - With `redis.wait_replicas = 1` the leader reveals an outcome only once the replica
 //!   holds its append: zero lost, duplicated or mismatched outcomes.
@@ -94,7 +95,18 @@ fn with_a_replica_waited_for_a_failover_loses_no_revealed_outcome() {
         &run.summary,
         "replay through a Sentinel failover, wait_replicas = 1",
     );
-    assert!(run.epochs_moved <= 1, "the group went on or restarted once");
+    // One restart for the failover is the rule; under the full suite's load a second one was
+    // seen once (the first new epoch started while the promoted primary still had no replica).
+    // More would mean the group keeps failing.
+    assert!(
+        run.epochs_moved <= 2,
+        "the group went on or restarted once or twice, not {}",
+        run.epochs_moved
+    );
+    assert_eq!(
+        run.summary.requests, REQUESTS as u64,
+        "every request was replayed"
+    );
 }
 
 #[test]
