@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# redis-cli joins the Redis Cluster of the cluster tests (`--cluster create`); Debian ships
+# it in redis-tools (a dependency of redis-server). Sentinels run as `redis-server --sentinel`.
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # promtool (rule checks and unit tests) and a headless browser (the status pages' test).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)

@@ -853,8 +853,8 @@ fn bad_configuration_exits_78_naming_the_key_and_the_origin() {
         ),
         (
             "unknown key in [redis]",
-            format!("{secret}[redis]\npassword = \"x\"\n"),
-            vec!["password", "unknown field"],
+            format!("{secret}[redis]\npasword = \"x\"\n"),
+            vec!["pasword", "unknown field"],
         ),
         (
             "TOML syntax error",

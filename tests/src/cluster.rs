@@ -25,6 +25,10 @@ pub struct GroupSpec {
     pub extra_toml: String,
     /// The Redis URL (`""`: none; agents run one epoch and completions are not durable).
     pub redis_url: String,
+    /// The group's name (`group.id`, the `{group}` of its Redis keys); default `itest`.
+    pub group_id: String,
+    /// More lines for the `[redis]` section (for example `cluster_nodes = [...]`).
+    pub redis_toml: String,
 }
 
 impl GroupSpec {
@@ -38,6 +42,8 @@ impl GroupSpec {
             window_steps: 8,
             extra_toml: String::new(),
             redis_url: String::new(),
+            group_id: "itest".into(),
+            redis_toml: String::new(),
         }
     }
 
@@ -76,7 +82,7 @@ impl Group {
         let text = format!(
             r#"
 [group]
-id = "itest"
+id = "{group_id}"
 secret = "{TEST_SECRET}"
 pp_size = {pp}
 tp_size = {tp}
@@ -107,6 +113,7 @@ engine_socket_dir = "{d}/sock"
 
 [redis]
 url = "{redis}"
+{redis_toml}
 
 [supervisor]
 heartbeat_interval_ms = 50
@@ -124,6 +131,8 @@ level = "info"
             disk = spec.disk_capacity_blocks,
             extra = spec.extra_toml,
             redis = spec.redis_url,
+            redis_toml = spec.redis_toml,
+            group_id = spec.group_id,
             supervisor_port = supervisor_port,
         );
         let config = dir.path().join("tandem.toml");

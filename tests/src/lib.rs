@@ -16,6 +16,10 @@
 //!   [`supervisor::SupervisedGroup`], agents plus supervisor started by the test.
 //! - [`redis`]: [`redis::RedisServer`], a `redis-server` child on a free port, with a minimal
 //!   RESP client.
+//! - [`redis_cluster`]: [`redis_cluster::RedisCluster`], a Redis Cluster of `redis-server`
+//!   children joined with `redis-cli --cluster create`, and a slot migration key by key.
+//! - [`sentinel`]: [`sentinel::SentinelSetup`], a primary, its replica and three sentinels,
+//!   for failovers.
 //! - [`http`]: GET, JSON bodies and Prometheus samples.
 //! - [`procs`]: signals, `/proc` (state, parent, command line, memory, listening ports) and
 //!   exit waits.
@@ -40,8 +44,10 @@ pub mod netns;
 pub mod procs;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;
 pub mod replay;
 pub mod replay_process;
+pub mod sentinel;
 pub mod supervisor;
 pub mod tmpfs;
 pub mod traces;

@@ -198,6 +198,15 @@ impl RedisServer {
         );
     }
 
+    /// As [`Self::restart`], with `extra_args` instead of the ones it was started with.
+    ///
+    /// # Panics
+    /// As [`Self::restart`].
+    pub fn restart_with_args(&mut self, extra_args: Vec<String>) {
+        self.options.extra_args = extra_args;
+        self.restart();
+    }
+
     /// Spawn on `self.port` and wait until PING answers PONG (so the append-only file is
     /// loaded); false when the process exited first (port taken) or the deadline passed.
     fn spawn(&mut self) -> bool {
@@ -247,19 +256,7 @@ impl RedisServer {
     /// # Errors
     /// The connection or protocol error, as text.
     pub fn command(&self, args: &[&str]) -> Result<Resp, String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))
-            .map_err(|e| format!("connect to redis on port {}: {e}", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(2)))
-            .map_err(|e| e.to_string())?;
-        let mut req = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            req.extend_from_slice(a.as_bytes());
-            req.extend_from_slice(b"\r\n");
-        }
-        s.write_all(&req)
-            .map_err(|e| format!("send {args:?}: {e}"))?;
-        read_reply(&mut BufReader::new(s))
+        command(self.port, args)
     }
 
     /// `GET key` as text (`None`: no such key or Redis unreachable).
@@ -286,6 +283,27 @@ impl Drop for RedisServer {
         }
         self.kill();
     }
+}
+
+/// Run one command against the Redis (or sentinel) on loopback port `port` and return its
+/// reply (a connection of its own, a 2 s read deadline).
+///
+/// # Errors
+/// The connection or protocol error, as text.
+pub fn command(port: u16, args: &[&str]) -> Result<Resp, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("connect to redis on port {port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    let mut req = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        req.extend_from_slice(a.as_bytes());
+        req.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&req)
+        .map_err(|e| format!("send {args:?}: {e}"))?;
+    read_reply(&mut BufReader::new(s))
 }
 
 /// True when a server on `port` answers PING with PONG (not `-LOADING`), or asks for a

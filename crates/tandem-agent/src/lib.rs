@@ -137,10 +137,9 @@ pub fn run(
     );
     let (store, report) = Store::open_locked(store_config, &lock)?;
     tracing::info!(
-        verified = report.verified,
-        corrupt = report.corrupt.len(),
+        adopted = report.adopted,
         invalid = report.invalid,
-        "store opened"
+        "store opened (shards are verified when first read)"
     );
     let system = actix::System::new();
     let result = system.block_on(runtime::serve(settings, store, fixed_epoch, shutdown));

@@ -7,8 +7,8 @@
 //! delivery tracking, the epoch watch, recovery, manifests). The driver makes each call the
 //! machine asks for ([`crate::epochs`]) and feeds back its result, the core's events and the
 //! machine's timer; when the machine moves the epoch, the current `ProtocolActor` stops and a
-//! fresh one starts with a new core. Without Redis (`redis.url = ""`) the agent runs one epoch,
-//! and completions are not durable.
+//! fresh one starts with a new core. Without Redis (`redis.url = ""`, no cluster, no
+//! sentinels) the agent runs one epoch, and completions are not durable.
 //!
 //! It stops when the [`CancellationToken`] it is given is cancelled (the binary cancels it on
 //! SIGTERM or SIGINT; this library catches no signal), also while it waits for Redis or for
@@ -179,15 +179,15 @@ async fn connect(
     metrics: &tandem_metrics::AgentMetrics,
     shutdown: &CancellationToken,
 ) -> Connected {
-    if settings.config.redis.url.is_empty() {
-        tracing::warn!("redis.url is empty: completions are NOT durable and the group cannot be restarted by a supervisor");
-        return Connected::NoLog;
-    }
-    let cfg = DurableConfig::new(
-        settings.config.redis.url.clone(),
+    let Some(cfg) = DurableConfig::from_config(
+        &settings.config.redis,
         settings.membership.group_id.0.clone(),
         settings.world_size,
-    );
+    ) else {
+        tracing::warn!("no Redis configured (redis.url empty, no cluster_nodes, no sentinels): completions are NOT durable and the group cannot be restarted by a supervisor");
+        return Connected::NoLog;
+    };
+    tracing::info!(redis = %settings.config.redis.describe(), wait_replicas = cfg.wait.replicas, "completion log");
     let mut warned = false;
     loop {
         tokio::select! {

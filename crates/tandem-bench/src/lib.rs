@@ -11,11 +11,14 @@
 //!   I/O (buffered and O_DIRECT) for shard sizes of 64 KiB, 1 MiB and 8 MiB.
 //! - [`append`]: [`bench_append`], `append_step` against a PING round trip, one plain XADD of
 //!   the same bytes, and pipelined plain XADDs.
+//! - [`scale`]: what a large tier, a large index and many groups on one Redis cost
+//!   (`tandem bench scale`).
 //!
 //! The examples `tier_bench` and `bench_append` run each one alone:
 //! `cargo run --release -p tandem-bench --example tier_bench -- --quick`.
 
 pub mod append;
+pub mod scale;
 pub mod tiers;
 
 pub use append::{bench_append, AppendBench, AppendBenchError, AppendBenchRow};

@@ -89,6 +89,9 @@ fn load_layers(
                 .prefix_separator("__")
                 .separator("__")
                 .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("redis.cluster_nodes")
+                .with_list_parse_key("redis.sentinels")
                 .source(Some(vars));
             builder = builder.add_source(source);
             check_layer(builder.clone(), "environment (TANDEM__* variables)")?;
@@ -215,6 +218,7 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
             ),
         });
     }
+    validate_redis(&cfg.redis)?;
     if cfg.supervisor.backoff_max_ms < cfg.supervisor.backoff_initial_ms {
         return Err(ConfigError::Value {
             key: "supervisor.backoff_max_ms",
@@ -222,6 +226,56 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
         });
     }
     cfg.shard_layout()?;
+    Ok(())
+}
+
+/// The `[redis]` keys name one deployment, completely.
+fn validate_redis(r: &crate::sections::RedisConfig) -> Result<(), ConfigError> {
+    if !r.cluster_nodes.is_empty() && !r.sentinels.is_empty() {
+        return Err(ConfigError::Value {
+            key: "redis.sentinels",
+            reason: "cannot be combined with redis.cluster_nodes: name a cluster or a Sentinel-managed primary, not both".into(),
+        });
+    }
+    if !r.sentinels.is_empty() && r.sentinel_master.is_empty() {
+        return Err(ConfigError::Value {
+            key: "redis.sentinel_master",
+            reason: "must name the master the sentinels monitor when redis.sentinels is set".into(),
+        });
+    }
+    if r.sentinels.is_empty() && !r.sentinel_master.is_empty() {
+        return Err(ConfigError::Value {
+            key: "redis.sentinels",
+            reason: format!(
+                "is empty but redis.sentinel_master = {:?}: list the sentinels' addresses",
+                r.sentinel_master
+            ),
+        });
+    }
+    if let Some(bad) = r
+        .cluster_nodes
+        .iter()
+        .chain(&r.sentinels)
+        .find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://")))
+    {
+        return Err(ConfigError::Value {
+            key: if r.cluster_nodes.is_empty() {
+                "redis.sentinels"
+            } else {
+                "redis.cluster_nodes"
+            },
+            reason: format!(
+                "{:?} is not a redis:// URL",
+                crate::sections::redact_url(bad)
+            ),
+        });
+    }
+    if r.wait_replicas > 0 && r.wait_timeout_ms == 0 {
+        return Err(ConfigError::Value {
+            key: "redis.wait_timeout_ms",
+            reason: "must be at least 1 when redis.wait_replicas is set".into(),
+        });
+    }
     Ok(())
 }
 
@@ -355,6 +409,66 @@ mod tests {
         );
         let text = format!("[protocol]\nmax_frame_bytes = {MAX_FRAME_BYTES_CEILING}\n");
         assert!(load_str(&text, "f", &Overrides::default()).is_ok());
+    }
+
+    #[test]
+    fn redis_deployments_are_checked() {
+        let err = |text: &str| {
+            load_str(text, "f", &Overrides::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("[redis]\ncluster_nodes = [\"redis://a:1\"]\nsentinels = [\"redis://s:2\"]\nsentinel_master = \"m\"\n"),
+            "invalid value for redis.sentinels: cannot be combined with redis.cluster_nodes: name a cluster or a Sentinel-managed primary, not both"
+        );
+        assert_eq!(
+            err("[redis]\nsentinels = [\"redis://s:2\"]\n"),
+            "invalid value for redis.sentinel_master: must name the master the sentinels monitor when redis.sentinels is set"
+        );
+        assert_eq!(
+            err("[redis]\nsentinel_master = \"m\"\n"),
+            "invalid value for redis.sentinels: is empty but redis.sentinel_master = \"m\": list the sentinels' addresses"
+        );
+        assert_eq!(
+            err("[redis]\ncluster_nodes = [\"a:1\"]\n"),
+            "invalid value for redis.cluster_nodes: \"a:1\" is not a redis:// URL"
+        );
+        assert_eq!(
+            err("[redis]\nwait_replicas = 1\nwait_timeout_ms = 0\n"),
+            "invalid value for redis.wait_timeout_ms: must be at least 1 when redis.wait_replicas is set"
+        );
+        let c = load_str(
+            "[redis]\ncluster_nodes = [\"redis://a:1\", \"redis://b:2\"]\nwait_replicas = 1\n",
+            "f",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.redis.mode(), crate::RedisMode::Cluster);
+        assert_eq!(c.redis.wait_replicas, 1);
+    }
+
+    #[test]
+    fn redis_lists_come_from_the_environment_comma_separated() {
+        let env = vec![
+            (
+                "TANDEM__REDIS__SENTINELS".to_string(),
+                "redis://s1:26379,redis://s2:26379".to_string(),
+            ),
+            (
+                "TANDEM__REDIS__SENTINEL_MASTER".to_string(),
+                "mymaster".to_string(),
+            ),
+        ];
+        let c = load_layers(None, "f", Some(env.into_iter()), &Overrides::default()).unwrap();
+        assert_eq!(
+            c.redis.sentinels,
+            vec![
+                "redis://s1:26379".to_string(),
+                "redis://s2:26379".to_string()
+            ]
+        );
+        assert_eq!(c.redis.sentinel_master, "mymaster");
     }
 
     #[test]

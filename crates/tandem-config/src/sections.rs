@@ -178,21 +178,110 @@ impl Default for NetworkConfig {
     }
 }
 
-/// `[redis]`: the one run-time dependency.
+/// `[redis]`: the one run-time dependency. One of three deployments: a single server
+/// (`url`), a Redis Cluster (`cluster_nodes`), or a primary with replicas watched by Sentinel
+/// (`sentinels` and `sentinel_master`). Every key of a group lives in one hash slot, so any
+/// number of groups share one deployment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// Connection URL; credentials may be in it or in `REDIS_URL`, and are never logged.
+    /// Connection URL of a single server (`redis://[user:password@]host:port[/db]`);
+    /// credentials may be in it or in `REDIS_URL`, and are never logged. Not used when
+    /// `cluster_nodes` or `sentinels` is set. Empty (and no cluster or sentinels): no Redis.
     pub url: String,
-    /// Entries kept in a completion stream once every consumer group has acknowledged them.
+    /// Redis Cluster seed nodes, `redis://[user:password@]host:port` each (any subset of the
+    /// cluster; the client learns the rest). Empty: not a cluster.
+    pub cluster_nodes: Vec<String>,
+    /// Sentinel addresses, `redis://[user:password@]host:port` each (the userinfo
+    /// authenticates to the sentinel). Empty: no Sentinel.
+    pub sentinels: Vec<String>,
+    /// The master name the sentinels monitor (`sentinel monitor NAME ...`); required with
+    /// `sentinels`.
+    pub sentinel_master: String,
+    /// Username for the data nodes in cluster and Sentinel mode (empty: the default user, or
+    /// the one in the seed URLs). A single server takes it from `url`.
+    pub username: String,
+    /// Password for the data nodes in cluster and Sentinel mode (empty: none, or the one in
+    /// the seed URLs); prefer `TANDEM__REDIS__PASSWORD`. Never logged.
+    pub password: String,
+    /// Entries kept in a completion stream once every consumer group has acknowledged them
+    /// (the trim never removes what a rank still needs, whatever this says). Each trim reads
+    /// them all: keep it low (1,000 to 10,000) for many groups on one Redis.
     pub stream_max_len: u64,
+    /// Replicas that must acknowledge each completion append (and each epoch change) before
+    /// the leader reveals what it holds (Redis `WAIT`). 0: reveal once the primary has it,
+    /// as before (a failover may lose the last appends).
+    pub wait_replicas: u32,
+    /// How long an append waits for those replicas, in milliseconds; past it the append
+    /// fails, its outcomes stay unrevealed and the leader appends them again.
+    pub wait_timeout_ms: u64,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
         Self {
             url: "redis://127.0.0.1:6379".into(),
+            cluster_nodes: Vec::new(),
+            sentinels: Vec::new(),
+            sentinel_master: String::new(),
+            username: String::new(),
+            password: String::new(),
             stream_max_len: 100_000,
+            wait_replicas: 0,
+            wait_timeout_ms: 500,
+        }
+    }
+}
+
+/// Which Redis deployment a [`RedisConfig`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMode {
+    /// No Redis (`url` empty, no cluster, no sentinels): one epoch, nothing durable.
+    None,
+    /// One server at `url`.
+    Standalone,
+    /// A Redis Cluster from `cluster_nodes`.
+    Cluster,
+    /// A Sentinel-managed primary.
+    Sentinel,
+}
+
+impl RedisConfig {
+    /// The deployment these keys name (cluster and sentinels take precedence over `url`).
+    pub fn mode(&self) -> RedisMode {
+        if !self.cluster_nodes.is_empty() {
+            RedisMode::Cluster
+        } else if !self.sentinels.is_empty() {
+            RedisMode::Sentinel
+        } else if !self.url.is_empty() {
+            RedisMode::Standalone
+        } else {
+            RedisMode::None
+        }
+    }
+
+    /// Whether any Redis is configured.
+    pub fn enabled(&self) -> bool {
+        self.mode() != RedisMode::None
+    }
+
+    /// A one-line description for logs and status pages, credentials masked.
+    pub fn describe(&self) -> String {
+        let list = |urls: &[String]| {
+            urls.iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self.mode() {
+            RedisMode::None => "none".into(),
+            RedisMode::Standalone => redact_url(&self.url),
+            RedisMode::Cluster => format!("cluster {}", list(&self.cluster_nodes)),
+            RedisMode::Sentinel => format!(
+                "sentinel master {} via {}",
+                self.sentinel_master,
+                list(&self.sentinels)
+            ),
         }
     }
 }
@@ -316,6 +405,17 @@ impl TandemConfig {
             c.group.secret = "<redacted>".into();
         }
         c.redis.url = redact_url(&c.redis.url);
+        for u in c
+            .redis
+            .cluster_nodes
+            .iter_mut()
+            .chain(c.redis.sentinels.iter_mut())
+        {
+            *u = redact_url(u);
+        }
+        if !c.redis.password.is_empty() {
+            c.redis.password = "<redacted>".into();
+        }
         c
     }
 }
@@ -357,5 +457,34 @@ mod tests {
             redact_url("redis://127.0.0.1:6379"),
             "redis://127.0.0.1:6379"
         );
+        c.redis.cluster_nodes = vec!["redis://:pw1@a:1".into(), "redis://b:2".into()];
+        c.redis.sentinels = vec!["redis://:pw2@s:26379".into()];
+        c.redis.password = "pw3".into();
+        let text = format!("{:?}", c.redacted());
+        for secret in ["pw1", "pw2", "pw3"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+    }
+
+    #[test]
+    fn redis_mode_follows_the_keys() {
+        let mut r = RedisConfig::default();
+        assert_eq!(r.mode(), RedisMode::Standalone);
+        assert_eq!(r.describe(), "redis://127.0.0.1:6379");
+        r.sentinels = vec!["redis://s1:26379".into()];
+        r.sentinel_master = "mymaster".into();
+        assert_eq!(r.mode(), RedisMode::Sentinel);
+        assert_eq!(
+            r.describe(),
+            "sentinel master mymaster via redis://s1:26379"
+        );
+        r.cluster_nodes = vec!["redis://:pw@n1:7000".into()];
+        assert_eq!(r.mode(), RedisMode::Cluster);
+        assert_eq!(r.describe(), "cluster redis://<redacted>@n1:7000");
+        let none = RedisConfig {
+            url: String::new(),
+            ..RedisConfig::default()
+        };
+        assert!(!none.enabled());
     }
 }

@@ -15,15 +15,24 @@
 //! block (and plans its promotion to host when it is on disk and host room can be made);
 //! [`GroupIndex::finish_load`] hands the pin back.
 //!
+//! # Storage
+//! `entries` keeps each block's entry (40 bytes) in a slab, a hash table of 4-byte slot
+//! numbers, and one doubly linked LRU list per tier through the entries: about 50 bytes per
+//! block at 10^7 blocks, a lookup one table probe and one entry read, a use or an eviction a
+//! few link updates (figures: `tandem bench scale`, docs/SCALE.md).
+//!
 //! # Pins
 //! A [`Pin`] is a move-only token: it cannot be copied, so it is handed back exactly once,
 //! and pinned blocks are never chosen for eviction. When the group enters a new epoch,
 //! [`GroupIndex::release_all_pins`] clears every pin and aborts pending stores; pins from the
 //! old generation are then refused with [`IndexError::StalePin`].
 
-use std::collections::{BTreeMap, HashMap};
+mod entries;
 
 use tandem_proto::{BlockHash, Rank, Tier, TierOp};
+
+pub use entries::MAX_ENTRIES;
+use entries::{Entries, Entry};
 
 /// Capacities of the group's tiers, in blocks (each rank holds one shard per block), and the
 /// number of ranks.
@@ -183,6 +192,14 @@ pub enum IndexError {
         /// The rank.
         rank: Rank,
     },
+    /// The tiers together hold more blocks than the index can number.
+    #[error("the tiers hold {blocks} blocks together, more than the index's {max}")]
+    TooLarge {
+        /// Host plus disk capacity, in blocks.
+        blocks: u64,
+        /// The most the index holds.
+        max: u64,
+    },
     /// A rebuild is missing a rank's manifest.
     #[error("rebuild: no manifest from rank {rank}")]
     MissingRank {
@@ -191,55 +208,40 @@ pub enum IndexError {
     },
 }
 
-/// One block in the index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Entry {
-    tier: Tier,
-    complete: bool,
-    pins: u32,
-    /// LRU age: the index tick of its last use; key in the tier's LRU map.
-    tick: u64,
-    /// Unique per insertion (the tick at insertion).
-    id: u64,
-}
-
-/// The leader's group index (see the module docs). Equal and hashed by content, so that a core
-/// holding it can be a model checker's state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The leader's group index (see the module docs). Cloned, compared and hashed by content (the
+/// tiers' blocks in use order with their ids, pins and state, the clock and the generation),
+/// so that a core holding it can be a model checker's state; how the entries are laid out in
+/// memory does not count.
+#[derive(Clone, Debug)]
 pub struct GroupIndex {
     config: IndexConfig,
-    entries: HashMap<BlockHash, Entry>,
-    /// Per tier, tick → block, oldest first.
-    lru: BTreeMap<Tier, BTreeMap<u64, BlockHash>>,
+    entries: Entries,
     clock: u64,
     generation: u64,
-}
-
-impl std::hash::Hash for GroupIndex {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.config.hash(state);
-        self.clock.hash(state);
-        self.generation.hash(state);
-        // The LRU maps hold every block once, in a deterministic order; the entries follow it.
-        self.lru.hash(state);
-        for hash in self.lru.values().flat_map(|m| m.values()) {
-            self.entries.get(hash).hash(state);
-        }
-    }
 }
 
 impl GroupIndex {
     /// An empty index.
     ///
-    /// Errors: [`IndexError::EmptyGroup`] when `world_size` is 0.
+    /// Errors: [`IndexError::EmptyGroup`] when `world_size` is 0;
+    /// [`IndexError::TooLarge`] when the tiers together hold more than
+    /// [`MAX_ENTRIES`] blocks.
     pub fn new(config: IndexConfig) -> Result<Self, IndexError> {
         if config.world_size == 0 {
             return Err(IndexError::EmptyGroup);
         }
+        let blocks = config
+            .host_capacity_blocks
+            .saturating_add(config.disk_capacity_blocks);
+        if blocks > MAX_ENTRIES {
+            return Err(IndexError::TooLarge {
+                blocks,
+                max: MAX_ENTRIES,
+            });
+        }
         Ok(GroupIndex {
             config,
-            entries: HashMap::new(),
-            lru: BTreeMap::new(),
+            entries: Entries::new(),
             clock: 0,
             generation: 0,
         })
@@ -267,37 +269,48 @@ impl GroupIndex {
 
     /// Blocks (complete or pending) in a tier.
     pub fn occupancy(&self, tier: Tier) -> u64 {
-        self.lru.get(&tier).map_or(0, |m| m.len() as u64)
+        self.entries.tier_len(tier)
     }
 
-    /// Pinned blocks in a tier.
+    /// Blocks (complete or pending) in the index.
+    pub fn len(&self) -> u64 {
+        self.entries.len()
+    }
+
+    /// Whether the index holds no block.
+    pub fn is_empty(&self) -> bool {
+        self.entries.len() == 0
+    }
+
+    /// Pinned blocks in a tier (walks the tier).
     pub fn pinned(&self, tier: Tier) -> u64 {
-        self.lru_iter(tier)
-            .filter(|h| self.entries.get(h).is_some_and(|e| e.pins > 0))
+        self.entries
+            .iter_tier(tier)
+            .filter(|&s| self.entries.get(s).pins > 0)
             .count() as u64
     }
 
     /// Blocks of a tier from least to most recently used.
     pub fn lru_order(&self, tier: Tier) -> Vec<BlockHash> {
-        self.lru_iter(tier).collect()
+        self.entries
+            .iter_tier(tier)
+            .map(|s| self.entries.get(s).hash())
+            .collect()
     }
 
     /// Whether the block is complete on every rank (and so may be served).
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.entries.get(&hash).is_some_and(|e| e.complete)
+        self.entry(hash).is_some_and(|e| e.complete)
     }
 
     /// The tier of a complete block.
     pub fn tier_of(&self, hash: BlockHash) -> Option<Tier> {
-        self.entries
-            .get(&hash)
-            .filter(|e| e.complete)
-            .map(|e| e.tier)
+        self.entry(hash).filter(|e| e.complete).map(|e| e.tier)
     }
 
     /// Whether the block is pinned.
     pub fn is_pinned(&self, hash: BlockHash) -> bool {
-        self.entries.get(&hash).is_some_and(|e| e.pins > 0)
+        self.entry(hash).is_some_and(|e| e.pins > 0)
     }
 
     /// Number of leading `hashes` that are complete: the longest cached prefix, in blocks.
@@ -311,7 +324,7 @@ impl GroupIndex {
     /// Errors: [`IndexError::AlreadyPresent`]; [`IndexError::TierFull`] when the target tier is
     /// full and every block in it is pinned (or it has no capacity).
     pub fn begin_store(&mut self, hash: BlockHash) -> Result<StorePlan, IndexError> {
-        if self.entries.contains_key(&hash) {
+        if self.entries.find(hash).is_some() {
             return Err(IndexError::AlreadyPresent { hash });
         }
         let tier = if self.config.host_capacity_blocks > 0 {
@@ -320,22 +333,12 @@ impl GroupIndex {
             Tier::Disk
         };
         let moves = self.make_room(tier)?;
-        let tick = self.tick();
-        self.entries.insert(
-            hash,
-            Entry {
-                tier,
-                complete: false,
-                pins: 1,
-                tick,
-                id: tick,
-            },
-        );
-        self.lru.entry(tier).or_default().insert(tick, hash);
+        let id = self.tick();
+        self.entries.insert(hash, tier, false, 1, id);
         Ok(StorePlan {
             tier,
             moves,
-            pin: self.pin(hash, PinPurpose::Store, tick),
+            pin: self.pin(hash, PinPurpose::Store, id),
         })
     }
 
@@ -345,17 +348,21 @@ impl GroupIndex {
     /// (the block left the index meanwhile: report the store failed).
     pub fn finish_store(&mut self, pin: Pin) -> Result<(), IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
-        let tick = self.tick();
+        self.tick();
         let hash = pin.hash;
-        let entry = self
+        let slot = self
             .entries
-            .get_mut(&hash)
-            .filter(|e| !e.complete && e.id == pin.entry)
+            .find(hash)
+            .filter(|&s| {
+                let e = self.entries.get(s);
+                !e.complete && e.id == pin.entry
+            })
             .ok_or(IndexError::Dropped { hash })?;
-        entry.complete = true;
-        entry.pins = entry.pins.saturating_sub(1);
-        let (tier, old) = (entry.tier, std::mem::replace(&mut entry.tick, tick));
-        self.relink(hash, tier, old, tier, tick);
+        let e = self.entries.get_mut(slot);
+        e.complete = true;
+        e.pins = e.pins.saturating_sub(1);
+        let tier = e.tier;
+        self.entries.move_to_tail(slot, tier);
         Ok(())
     }
 
@@ -365,12 +372,11 @@ impl GroupIndex {
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
     pub fn abort_store(&mut self, pin: Pin) -> Result<Vec<TierOp>, IndexError> {
         self.check_pin(&pin, PinPurpose::Store)?;
-        if self
-            .entries
-            .get(&pin.hash)
-            .is_some_and(|e| !e.complete && e.id == pin.entry)
-        {
-            self.remove(pin.hash);
+        if let Some(slot) = self.entries.find(pin.hash).filter(|&s| {
+            let e = self.entries.get(s);
+            !e.complete && e.id == pin.entry
+        }) {
+            self.entries.remove(slot);
         }
         Ok(vec![TierOp::Evict(pin.hash)])
     }
@@ -380,27 +386,24 @@ impl GroupIndex {
     ///
     /// Errors: [`IndexError::NotPresent`], [`IndexError::NotComplete`].
     pub fn begin_load(&mut self, hash: BlockHash) -> Result<LoadPlan, IndexError> {
-        let entry = self
+        let slot = self
             .entries
-            .get(&hash)
-            .copied()
+            .find(hash)
             .ok_or(IndexError::NotPresent { hash })?;
+        let entry = *self.entries.get(slot);
         if !entry.complete {
             return Err(IndexError::NotComplete { hash });
         }
-        let tick = self.tick();
-        self.set(hash, |e| {
-            e.pins += 1;
-            e.tick = tick;
-        });
-        self.relink(hash, entry.tier, entry.tick, entry.tier, tick);
+        self.tick();
+        self.entries.get_mut(slot).pins += 1;
+        self.entries.move_to_tail(slot, entry.tier);
         let mut moves = Vec::new();
         let mut tier = entry.tier;
         if tier == Tier::Disk && self.config.host_capacity_blocks > 0 {
             if let Ok(mut room) = self.make_room(Tier::Host) {
                 moves.append(&mut room);
-                self.relink(hash, Tier::Disk, tick, Tier::Host, tick);
-                self.set(hash, |e| e.tier = Tier::Host);
+                // The load's own pin keeps its entry (and so its slot) through make_room.
+                self.entries.move_to_tail(slot, Tier::Host);
                 moves.push(TierOp::Promote(hash));
                 tier = Tier::Host;
             }
@@ -417,11 +420,12 @@ impl GroupIndex {
     /// Errors: [`IndexError::StalePin`], [`IndexError::WrongPin`].
     pub fn finish_load(&mut self, pin: Pin) -> Result<(), IndexError> {
         self.check_pin(&pin, PinPurpose::Load)?;
-        self.set(pin.hash, |e| {
+        if let Some(slot) = self.entries.find(pin.hash) {
+            let e = self.entries.get_mut(slot);
             if e.id == pin.entry {
                 e.pins = e.pins.saturating_sub(1);
             }
-        });
+        }
         Ok(())
     }
 
@@ -429,48 +433,45 @@ impl GroupIndex {
     /// on some rank); returns the move every rank applies, or `None` if it was not indexed.
     /// Outstanding pins on it become harmless.
     pub fn drop_block(&mut self, hash: BlockHash) -> Option<TierOp> {
-        self.entries.contains_key(&hash).then(|| {
-            self.remove(hash);
-            TierOp::Evict(hash)
-        })
+        let slot = self.entries.find(hash)?;
+        self.entries.remove(slot);
+        Some(TierOp::Evict(hash))
     }
 
     /// New epoch: clears every pin, forgets pending stores (returned, so that ranks drop
     /// whatever they wrote) and makes every earlier pin stale.
     pub fn release_all_pins(&mut self) -> Vec<BlockHash> {
         self.generation += 1;
-        let pending: Vec<BlockHash> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| !e.complete)
-            .map(|(&h, _)| h)
-            .collect();
-        for &h in &pending {
-            self.remove(h);
-        }
-        for e in self.entries.values_mut() {
+        let live: Vec<_> = self.entries.iter_live().collect();
+        let mut pending = Vec::new();
+        for slot in live {
+            let e = self.entries.get_mut(slot);
             e.pins = 0;
+            if !e.complete {
+                pending.push((e.hash(), slot));
+            }
         }
-        let mut pending = pending;
+        for &(_, slot) in &pending {
+            self.entries.remove(slot);
+        }
+        let mut pending: Vec<BlockHash> = pending.into_iter().map(|(h, _)| h).collect();
         pending.sort_unstable();
         pending
+    }
+
+    /// Makes room for `blocks` more blocks at once (rebuild only: one table allocation
+    /// instead of one per doubling).
+    pub(crate) fn reserve(&mut self, blocks: u64) {
+        let room = blocks.min(self.config.host_capacity_blocks + self.config.disk_capacity_blocks);
+        self.entries
+            .reserve(usize::try_from(room).unwrap_or(usize::MAX));
     }
 
     /// Inserts a complete, unpinned block as the most recently used of `tier` (rebuild only;
     /// the caller keeps occupancy within capacity).
     pub(crate) fn insert_complete(&mut self, hash: BlockHash, tier: Tier) {
-        let tick = self.tick();
-        self.entries.insert(
-            hash,
-            Entry {
-                tier,
-                complete: true,
-                pins: 0,
-                tick,
-                id: tick,
-            },
-        );
-        self.lru.entry(tier).or_default().insert(tick, hash);
+        let id = self.tick();
+        self.entries.insert(hash, tier, true, 0, id);
     }
 
     /// Makes one free place in `tier`, evicting its least recently used unpinned block:
@@ -481,35 +482,31 @@ impl GroupIndex {
             return Ok(Vec::new());
         }
         let victim = self
-            .lru_iter(tier)
-            .find(|h| self.entries.get(h).is_some_and(|e| e.pins == 0))
-            .ok_or(IndexError::TierFull {
+            .entries
+            .iter_tier(tier)
+            .find(|&s| self.entries.get(s).pins == 0)
+            // Lazily: counting the pinned blocks walks the whole tier, which must only happen
+            // when the tier really is full of pins (`ok_or` would do it on every eviction).
+            .ok_or_else(|| IndexError::TierFull {
                 tier,
                 capacity_blocks: self.capacity(tier),
                 pinned: self.pinned(tier),
             })?;
+        let hash = self.entries.get(victim).hash();
         if tier == Tier::Host && self.config.disk_capacity_blocks > 0 {
             if let Ok(mut moves) = self.make_room(Tier::Disk) {
-                let tick = self.tick();
-                let old = self.entries.get(&victim).map_or(0, |e| e.tick);
-                self.relink(victim, Tier::Host, old, Tier::Disk, tick);
-                self.set(victim, |e| {
-                    e.tier = Tier::Disk;
-                    e.tick = tick;
-                });
-                moves.push(TierOp::Demote(victim));
+                self.tick();
+                self.entries.move_to_tail(victim, Tier::Disk);
+                moves.push(TierOp::Demote(hash));
                 return Ok(moves);
             }
         }
-        self.remove(victim);
-        Ok(vec![TierOp::Evict(victim)])
+        self.entries.remove(victim);
+        Ok(vec![TierOp::Evict(hash)])
     }
 
-    fn lru_iter(&self, tier: Tier) -> impl Iterator<Item = BlockHash> + '_ {
-        self.lru
-            .get(&tier)
-            .into_iter()
-            .flat_map(|m| m.values().copied())
+    fn entry(&self, hash: BlockHash) -> Option<&Entry> {
+        self.entries.find(hash).map(|s| self.entries.get(s))
     }
 
     fn tick(&mut self) -> u64 {
@@ -543,25 +540,43 @@ impl GroupIndex {
         }
         Ok(())
     }
+}
 
-    fn set(&mut self, hash: BlockHash, f: impl FnOnce(&mut Entry)) {
-        if let Some(e) = self.entries.get_mut(&hash) {
-            f(e);
-        }
+impl GroupIndex {
+    /// What equality and hashing look at: per tier, in use order, each block with what
+    /// decides the index's future answers.
+    fn content(&self) -> impl Iterator<Item = (Tier, BlockHash, u64, u32, bool)> + '_ {
+        [Tier::Device, Tier::Host, Tier::Disk]
+            .into_iter()
+            .flat_map(move |t| {
+                self.entries.iter_tier(t).map(move |s| {
+                    let e = self.entries.get(s);
+                    (t, e.hash(), e.id, e.pins, e.complete)
+                })
+            })
     }
+}
 
-    fn relink(&mut self, hash: BlockHash, from: Tier, old_tick: u64, to: Tier, new_tick: u64) {
-        if let Some(m) = self.lru.get_mut(&from) {
-            m.remove(&old_tick);
-        }
-        self.lru.entry(to).or_default().insert(new_tick, hash);
+impl PartialEq for GroupIndex {
+    fn eq(&self, other: &Self) -> bool {
+        self.config == other.config
+            && self.clock == other.clock
+            && self.generation == other.generation
+            && self.entries.len() == other.entries.len()
+            && self.content().eq(other.content())
     }
+}
 
-    fn remove(&mut self, hash: BlockHash) {
-        if let Some(e) = self.entries.remove(&hash) {
-            if let Some(m) = self.lru.get_mut(&e.tier) {
-                m.remove(&e.tick);
-            }
+impl Eq for GroupIndex {}
+
+impl std::hash::Hash for GroupIndex {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.config.hash(state);
+        self.clock.hash(state);
+        self.generation.hash(state);
+        self.entries.len().hash(state);
+        for item in self.content() {
+            item.hash(state);
         }
     }
 }

@@ -1,11 +1,13 @@
 //! Rebuilding the group index after a restart, from every rank's manifest.
 //!
-//! Owns [`GroupIndex::rebuild`], from one [`RankBlocks`] per rank (what each reports after
-//! verifying its manifest against its tiers, `tandem_proto::manifest`). A block survives only if every rank holds its shard; all others
-//! are dropped on every rank. It must never trust a rank's list blindly: each rank verifies its
-//! checksums before reporting (see `Store::open`), and the leader only intersects.
+//! Owns [`GroupIndex::rebuild`], from one [`RankBlocks`] per rank (what each reports from its
+//! manifest after opening its tiers, `tandem_proto::manifest`). A block survives only if every
+//! rank holds its shard; all others are dropped on every rank. The leader only intersects;
+//! the shards' bytes are checked where they are read (every load verifies its checksum; a
+//! shard that fails leaves the rank, and the failed load makes the leader drop the block from
+//! the group).
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use tandem_proto::{BlockHash, Rank, RankBlocks, Tier, TierOp};
 
@@ -17,7 +19,8 @@ pub struct Rebuild {
     /// The new index: every kept block complete and unpinned.
     pub index: GroupIndex,
     /// Moves every rank applies (drops of blocks missing somewhere or over capacity, demotions
-    /// of blocks that some rank holds on disk), in order.
+    /// of blocks that some rank holds on host and another on disk, or that spill to disk),
+    /// in order.
     pub moves: Vec<TierOp>,
     /// Blocks kept, in blocks.
     pub kept: usize,
@@ -29,7 +32,9 @@ impl GroupIndex {
     /// Rebuilds the index from one [`RankBlocks`] per rank `0..world_size`: the intersection
     /// of their blocks, on host when every rank has the shard on host and on disk otherwise.
     /// Blocks beyond a tier's capacity go to disk, then are dropped. LRU order starts in block
-    /// hash order (manifests do not record use).
+    /// hash order (manifests do not record use). A block a rank lists twice counts once.
+    /// One pass over the union of the ranks' lists in hash order (lists not in hash order
+    /// are sorted first): `O(blocks × ranks)`, no map of every block.
     ///
     /// Errors: [`IndexError::EmptyGroup`], [`IndexError::RankOutOfRange`],
     /// [`IndexError::DuplicateRank`], [`IndexError::MissingRank`].
@@ -52,19 +57,47 @@ impl GroupIndex {
                 rank: Rank(missing as u32),
             });
         }
-        // hash → (ranks holding it, any rank holding it on disk)
-        let mut holders: BTreeMap<BlockHash, (u32, bool)> = BTreeMap::new();
-        for r in ranks {
-            for &(hash, tier) in &r.blocks {
-                let h = holders.entry(hash).or_insert((0, false));
-                h.0 += 1;
-                h.1 |= tier != Tier::Host;
-            }
-        }
+        // Every rank's list in hash order, each block once (a manifest from
+        // `Store::rank_blocks` already is; any other is sorted here, that rank only), then one
+        // pass over their union in hash order: no map of every block on every rank.
+        let lists: Vec<Cow<'_, [(BlockHash, Tier)]>> = ranks
+            .iter()
+            .map(|r| {
+                if r.blocks.windows(2).all(|w| w[0].0 < w[1].0) {
+                    Cow::Borrowed(r.blocks.as_slice())
+                } else {
+                    let mut sorted = r.blocks.clone();
+                    sorted.sort_by_key(|&(h, _)| h);
+                    sorted.dedup_by_key(|&mut (h, _)| h);
+                    Cow::Owned(sorted)
+                }
+            })
+            .collect();
+        // At most the shortest list survives the intersection.
+        index.reserve(lists.iter().map(|l| l.len() as u64).min().unwrap_or(0));
+        let mut at = vec![0usize; lists.len()];
         let mut moves = Vec::new();
         let mut dropped = Vec::new();
         let mut kept = 0;
-        for (hash, (count, on_disk)) in holders {
+        loop {
+            let next = lists
+                .iter()
+                .zip(&at)
+                .filter_map(|(l, &i)| l.get(i).map(|&(h, _)| h))
+                .min();
+            let Some(hash) = next else { break };
+            // Ranks holding it, and how many of them on disk.
+            let (mut count, mut disk_count) = (0u32, 0u32);
+            for (l, i) in lists.iter().zip(at.iter_mut()) {
+                if let Some(&(h, tier)) = l.get(*i) {
+                    if h == hash {
+                        count += 1;
+                        disk_count += u32::from(tier != Tier::Host);
+                        *i += 1;
+                    }
+                }
+            }
+            let on_disk = disk_count > 0;
             let host_room = index.occupancy(Tier::Host) < config.host_capacity_blocks;
             let disk_room = index.occupancy(Tier::Disk) < config.disk_capacity_blocks;
             if count < config.world_size {
@@ -74,7 +107,12 @@ impl GroupIndex {
                 index.insert_complete(hash, Tier::Host);
                 kept += 1;
             } else if disk_room {
-                moves.push(TierOp::Demote(hash));
+                // Only the ranks that hold it on host move it; when every rank has it on
+                // disk already there is nothing to move (a restart of a full disk tier would
+                // otherwise plan one no-op per block).
+                if disk_count < count {
+                    moves.push(TierOp::Demote(hash));
+                }
                 index.insert_complete(hash, Tier::Disk);
                 kept += 1;
             } else {
@@ -125,11 +163,8 @@ mod tests {
         assert_eq!(r.dropped, vec![BlockHash(4)]);
         assert_eq!(
             r.moves,
-            vec![
-                TierOp::Demote(BlockHash(2)),
-                TierOp::Demote(BlockHash(3)),
-                TierOp::Evict(BlockHash(4))
-            ]
+            vec![TierOp::Demote(BlockHash(2)), TierOp::Evict(BlockHash(4))],
+            "block 3 is on disk on every rank already: nothing to move"
         );
         assert_eq!(r.index.tier_of(BlockHash(1)), Some(Host));
         assert_eq!(r.index.tier_of(BlockHash(2)), Some(Disk));
@@ -151,6 +186,27 @@ mod tests {
             vec![TierOp::Demote(BlockHash(2)), TierOp::Evict(BlockHash(3))]
         );
         assert_eq!(r.dropped, vec![BlockHash(3)]);
+    }
+
+    #[test]
+    fn unsorted_lists_and_repeats_give_the_same_rebuild() {
+        use Tier::{Disk, Host};
+        let sorted = [
+            rank(0, &[(1, Host), (2, Host), (3, Disk), (4, Host)]),
+            rank(1, &[(1, Host), (2, Disk), (3, Disk)]),
+        ];
+        let shuffled = [
+            rank(1, &[(3, Disk), (1, Host), (2, Disk), (3, Disk)]),
+            rank(0, &[(4, Host), (2, Host), (1, Host), (3, Disk)]),
+        ];
+        let a = GroupIndex::rebuild(cfg(2, 4, 4), &sorted).unwrap();
+        let b = GroupIndex::rebuild(cfg(2, 4, 4), &shuffled).unwrap();
+        assert_eq!((a.moves, a.kept, a.dropped), (b.moves, b.kept, b.dropped));
+        assert_eq!(a.index, b.index, "the same index, however built");
+        // Rank 0 listing block 4 twice does not stand in for rank 1.
+        let twice = [rank(0, &[(4, Host), (4, Host)]), rank(1, &[])];
+        let r = GroupIndex::rebuild(cfg(2, 4, 4), &twice).unwrap();
+        assert_eq!(r.dropped, vec![BlockHash(4)]);
     }
 
     #[test]

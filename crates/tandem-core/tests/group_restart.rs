@@ -1,6 +1,7 @@
 //! A group of ranks driven by the leader's index: eviction in LRU order with demotion and
 //! promotion, a full tier when everything is pinned, and a rebuild after restart that keeps
-//! only blocks every rank still holds with good checksums.
+//! only blocks every rank's manifest still lists (a shard that rotted meanwhile is dropped
+//! from the group at its first load).
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -10,7 +11,7 @@ use tandem_proto::ids::Rank;
 use tandem_proto::TierOp;
 use tandem_store::disk::IoMode;
 use tandem_store::host::HOST_SLAB_FILE;
-use tandem_store::store::{Store, StoreConfig};
+use tandem_store::store::{Store, StoreConfig, StoreError};
 use tandem_store::{BlockHash, Tier};
 
 const SHARD: usize = 8 * 1024 + 8;
@@ -241,7 +242,7 @@ fn everything_pinned_is_tier_full_and_changes_nothing() {
 }
 
 #[test]
-fn restart_rebuilds_from_the_intersection_of_verified_manifests() {
+fn restart_rebuilds_from_the_intersection_of_the_manifests() {
     let mut g = Group::new(3, 4, 4);
     for n in 1..=6 {
         g.store(n).unwrap();
@@ -264,17 +265,38 @@ fn restart_rebuilds_from_the_intersection_of_verified_manifests() {
         .store_shard(BlockHash(7), Tier::Disk, &shard(0, BlockHash(7)))
         .unwrap();
 
+    // Open reads no shard: every rank takes its manifest's word.
     let (mut g, reports) = g.restart();
-    assert_eq!(reports[2].corrupt, vec![BlockHash(4)]);
-    assert_eq!(reports[0].verified, 7);
-    assert_eq!(reports[1].verified, 5);
-    for gone in [2, 4, 7] {
+    let adopted: Vec<usize> = reports.iter().map(|r| r.adopted).collect();
+    assert_eq!(adopted, vec![7, 5, 6]);
+    for gone in [2, 7] {
         assert!(!g.index.contains(BlockHash(gone)), "block {gone} dropped");
         assert!(
             g.ranks.iter().all(|s| !s.contains(BlockHash(gone))),
             "block {gone} dropped on every rank"
         );
     }
+    g.assert_consistent();
+    // The rotten shard is found by the first read of block 4 (here a load; a demotion reads
+    // and verifies too): rank 2's read fails its checksum and drops the shard, the group's
+    // load fails, and the leader drops the block on every rank, as for any corrupt block.
+    let hash = BlockHash(4);
+    let plan = g.index.begin_load(hash).unwrap();
+    assert!(plan.moves.is_empty());
+    let mut failed = Vec::new();
+    for (r, store) in g.ranks.iter_mut().enumerate() {
+        let mut out = vec![0u8; SHARD];
+        match store.load_shard(hash, &mut out) {
+            Ok(_) => assert!(out == shard(r, hash)),
+            Err(StoreError::ChecksumMismatch { .. }) => failed.push(r),
+            Err(e) => panic!("rank {r}: {e}"),
+        }
+    }
+    assert_eq!(failed, vec![2]);
+    let drop = g.index.drop_block(hash).unwrap();
+    g.index.finish_load(plan.pin).unwrap();
+    g.apply(&[drop]);
+    assert!(g.ranks.iter().all(|s| !s.contains(hash)));
     g.assert_consistent();
     for n in [1, 3, 5, 6] {
         g.load(n);

@@ -36,7 +36,10 @@ pub trait EpochStore: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// [`crate::DurableError::Unavailable`], [`crate::DurableError::Timeout`] (it may have
-    /// been applied), [`crate::DurableError::Rejected`] (a key holds something else).
+    /// been applied), [`crate::DurableError::Rejected`] (a key holds something else),
+    /// [`crate::DurableError::NotReplicated`] (a backend waiting for replicas: too few are
+    /// connected, nothing moved; or they did not take the move in time, which may have
+    /// been applied).
     async fn next_epoch(&self) -> Result<Epoch>;
 
     /// The group's current epoch; `Epoch(0)` before the first [`Self::next_epoch`].

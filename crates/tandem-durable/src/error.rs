@@ -3,8 +3,8 @@
 //!
 //! Owns the mapping from the Redis client's errors to [`DurableError`]. It never logs and
 //! never formats a URL that still holds `user:password@`: every URL that reaches an error
-//! goes through [`mask_url`] first, and reasons copied from the client are scrubbed of the
-//! password as well.
+//! goes through [`mask_url`] first, and reasons copied from the client are scrubbed of every
+//! password the endpoint holds as well (`Target`).
 
 use tandem_proto::{Epoch, Rank};
 
@@ -74,6 +74,30 @@ pub enum DurableError {
         /// Why.
         reason: &'static str,
     },
+    /// A write reached the primary but fewer replicas than required acknowledged it within
+    /// the wait deadline (`WAIT`, [`crate::ReplicationWait`]). The write may survive or may be
+    /// lost in a failover: nothing it holds may be revealed. Appending the same outcomes again
+    /// is safe (recovery keeps the first copy per task id).
+    #[error(
+        "redis {op} reached {acked} of the {wanted} replicas required within {ms} ms: not revealed"
+    )]
+    NotReplicated {
+        /// The operation (`append_step`, `next_epoch`).
+        op: &'static str,
+        /// Replicas that acknowledged the write.
+        acked: u64,
+        /// Replicas required (`redis.wait_replicas`).
+        wanted: u32,
+        /// The wait deadline, in milliseconds.
+        ms: u64,
+    },
+    /// The Redis deployment is described inconsistently (no cluster node, no sentinel, no
+    /// master name).
+    #[error("invalid redis endpoint: {reason}")]
+    InvalidEndpoint {
+        /// What is wrong.
+        reason: String,
+    },
     /// A rank outside `0..world_size`.
     #[error("rank {rank} is outside the group of {world_size} ranks")]
     RankOutOfRange {
@@ -122,23 +146,60 @@ fn password_of(url: &str) -> Option<&str> {
     (!password.is_empty()).then_some(password)
 }
 
-/// `text` with every occurrence of the password in `url` replaced by `***`.
-pub(crate) fn scrub(text: &str, url: &str) -> String {
-    match password_of(url) {
-        Some(p) => text.replace(p, "***"),
-        None => text.to_string(),
+/// What errors may say about the Redis a connection talks to: its address(es) with
+/// credentials masked, and the secrets to scrub from the client's messages.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    masked: String,
+    secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.masked)
     }
 }
 
-/// Maps a client error of `op` against `url` to the matching variant.
+impl Target {
+    /// `label` (already masked) and the URLs and extra secrets whose passwords must never
+    /// appear in a message.
+    pub(crate) fn new(label: String, urls: &[&str], extra: &[&str]) -> Target {
+        let mut secrets: Vec<String> = urls
+            .iter()
+            .filter_map(|u| password_of(u))
+            .chain(extra.iter().copied().filter(|s| !s.is_empty()))
+            .map(str::to_string)
+            .collect();
+        secrets.sort();
+        secrets.dedup();
+        Target {
+            masked: label,
+            secrets,
+        }
+    }
+
+    /// The masked address(es).
+    pub(crate) fn masked(&self) -> &str {
+        &self.masked
+    }
+
+    /// `text` with every secret replaced by `***`.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        self.secrets
+            .iter()
+            .fold(text.to_string(), |t, s| t.replace(s.as_str(), "***"))
+    }
+}
+
+/// Maps a client error of `op` against `target` to the matching variant.
 /// `timeout_ms` is the deadline the client was given, reported when the client timed out.
 pub(crate) fn from_redis(
     err: &redis::RedisError,
     op: &'static str,
-    url: &str,
+    target: &Target,
     timeout_ms: u64,
 ) -> DurableError {
-    let reason = scrub(&err.to_string(), url);
+    let reason = target.scrub(&err.to_string());
     if err.is_timeout() {
         DurableError::Timeout { op, ms: timeout_ms }
     } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
@@ -150,9 +211,16 @@ pub(crate) fn from_redis(
         || err.kind() == redis::ErrorKind::BusyLoadingError
         || err.kind() == redis::ErrorKind::TryAgain
         || err.kind() == redis::ErrorKind::MasterDown
+        || err.kind() == redis::ErrorKind::ReadOnly
+        || err.kind() == redis::ErrorKind::ClusterDown
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || err.kind() == redis::ErrorKind::Moved
+        || err.kind() == redis::ErrorKind::Ask
+        || err.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel
+        || err.kind() == redis::ErrorKind::NoValidReplicasFoundBySentinel
     {
         DurableError::Unavailable {
-            url: mask_url(url),
+            url: target.masked().to_string(),
             op,
             reason,
         }
@@ -180,10 +248,22 @@ mod tests {
 
     #[test]
     fn scrubs_password_from_reasons() {
+        let scrub = |text: &str, url: &str| Target::new(mask_url(url), &[url], &[]).scrub(text);
         let url = "redis://alice:s3cret@h:1";
         assert_eq!(scrub("auth s3cret failed", url), "auth *** failed");
         assert_eq!(scrub("auth x failed", "redis://h:1"), "auth x failed");
         assert_eq!(scrub("x", "redis://alice@h:1"), "x");
+    }
+
+    #[test]
+    fn targets_scrub_every_secret() {
+        let t = Target::new(
+            "redis://***@a:1,redis://***@b:2".into(),
+            &["redis://u:pw1@a:1", "redis://u:pw2@b:2", "redis://c:3"],
+            &["sentinel-pw", ""],
+        );
+        assert_eq!(t.scrub("pw1 pw2 sentinel-pw x"), "*** *** *** x");
+        assert_eq!(format!("{t:?}"), "redis://***@a:1,redis://***@b:2");
     }
 
     #[test]
@@ -235,6 +315,21 @@ mod tests {
                     reason: "only letters, digits, '-', '_' and '.' are allowed",
                 },
                 "invalid group name \"a b\": only letters, digits, '-', '_' and '.' are allowed",
+            ),
+            (
+                DurableError::NotReplicated {
+                    op: "append_step",
+                    acked: 0,
+                    wanted: 1,
+                    ms: 200,
+                },
+                "redis append_step reached 0 of the 1 replicas required within 200 ms: not revealed",
+            ),
+            (
+                DurableError::InvalidEndpoint {
+                    reason: "no cluster node given".into(),
+                },
+                "invalid redis endpoint: no cluster node given",
             ),
             (
                 DurableError::RankOutOfRange {

@@ -37,15 +37,29 @@
 //! | `tandem:{g}:manifest:{epoch}:{rank}` | string, `PX` expiry | the shard manifest the rank published for that epoch |
 //!
 //! The braces are literal: they make every key of a group one Redis Cluster hash slot, so
-//! `next_epoch` (a script touching the stream and the counter) stays legal there.
+//! `next_epoch` (a script touching the stream and the counter, both declared as keys) stays
+//! legal there, a group's keys move together in a resharding, and different groups hash to
+//! different slots and so spread over the masters. No key is shared between groups: a
+//! group's trim, epoch or failure never touches another's.
+//!
+//! # Deployments
+//!
+//! [`RedisEndpoint`] names one server, a Redis Cluster (the redis crate's `cluster-async`
+//! client: slot map from seed nodes, `MOVED`/`ASK` followed) or a primary watched by
+//! Sentinel (the redis crate's `SentinelClient` names the primary; the connection asks it
+//! again after a failover). [`ReplicationWait`] makes each append and epoch change wait for
+//! replicas (`WAIT` in the same round trip) so that nothing revealed is lost with the
+//! primary; an append that does not reach them fails with [`DurableError::NotReplicated`]
+//! and is taken back. `DurableConfig::from_config` builds both from the `[redis]` section.
 //!
 //! # Protocol
 //!
 //! 1. Leader, each step: [`CompletionStream::append_step`] with the tasks started and the
 //!    outcomes finished, then seal the frame. The append is one plain XADD with id
-//!    `{epoch}-*`; once [`EpochStore::next_epoch`] wrote a newer epoch's barrier, Redis
-//!    refuses it ([`DurableError::StaleEpoch`]), so every append that succeeded is seen by
-//!    the next epoch's recovery.
+//!    `{epoch}-*` (followed by `WAIT` in the same round trip when replicas are waited for);
+//!    once [`EpochStore::next_epoch`] wrote a newer epoch's barrier, Redis refuses it
+//!    ([`DurableError::StaleEpoch`]), so every append that succeeded is seen by the next
+//!    epoch's recovery.
 //! 2. Each rank's agent: [`CompletionStream::read_new`] feeds an [`AckTracker`]; when the
 //!    engine acknowledges frame `(epoch, step)`, [`AckTracker::on_engine_ack`] gives the ids
 //!    for [`CompletionStream::ack`].
@@ -64,7 +78,9 @@
 //!
 //! - [`stream`], [`epochs`], [`liveness`]: the three traits and their value types
 //!   ([`RankCursor`], [`FailureReport`], [`Heartbeat`]).
-//! - [`mod@redis`]: [`RedisLog`] and [`DurableConfig`]; one file per trait.
+//! - [`mod@redis`]: [`RedisLog`] and [`DurableConfig`]; one file per trait, and the writes
+//!   that wait for replicas.
+//! - [`endpoint`]: [`RedisEndpoint`] (standalone, cluster, Sentinel) and [`ReplicationWait`].
 //! - [`memory`]: [`MemoryLog`]; one file per trait.
 //! - [`clock`]: [`WallClock`], [`SystemClock`], [`ManualClock`].
 //! - [`error`]: [`DurableError`], [`mask_url`].
@@ -72,7 +88,8 @@
 //! - [`keys`]: [`Keys`], the names above.
 //! - [`record`]: [`StepRecord`], [`StartedTask`], [`LoggedStep`], [`StreamEntry`], the
 //!   versioned encoding.
-//! - [`conn`]: the reconnecting connection with per-call deadlines ([`ConnTimeouts`]).
+//! - [`conn`]: the connection to each kind of endpoint, with per-call deadlines
+//!   ([`ConnTimeouts`]).
 //! - [`recovery`]: [`Recovery`] and the pure [`RecoveryBuilder`].
 //! - [`trim`]: the pure trim-point computation ([`TrimScan`], [`GroupFloor`]).
 //! - [`supervisor`]: [`SupervisorState`], [`GroupState`] and their hash encoding.
@@ -80,6 +97,7 @@
 
 pub mod clock;
 pub mod conn;
+pub mod endpoint;
 pub mod epochs;
 pub mod error;
 pub mod id;
@@ -97,6 +115,7 @@ pub mod trim;
 pub use async_trait::async_trait;
 pub use clock::{ManualClock, SystemClock, WallClock};
 pub use conn::ConnTimeouts;
+pub use endpoint::{RedisEndpoint, ReplicationWait};
 pub use epochs::EpochStore;
 pub use error::{mask_url, DurableError, Result};
 pub use id::StreamEntryId;

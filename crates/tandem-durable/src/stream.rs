@@ -81,7 +81,9 @@ pub trait CompletionStream: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`crate::DurableError::StaleEpoch`] (nothing appended); [`crate::DurableError::Unavailable`];
     /// [`crate::DurableError::Timeout`] (the entry may or may not have been appended:
-    /// appending the same outcomes again is safe, recovery keeps the first per task id).
+    /// appending the same outcomes again is safe, recovery keeps the first per task id);
+    /// [`crate::DurableError::NotReplicated`] (a backend waiting for replicas: fewer took
+    /// it in time; the entry was taken back, best effort, and must not be revealed).
     async fn append_step(
         &self,
         epoch: Epoch,

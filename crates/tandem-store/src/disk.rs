@@ -57,6 +57,21 @@ pub struct DiskTier {
 }
 
 impl DiskTier {
+    /// Bytes of the tier file for `capacity` slots of `slot_bytes` (each slot padded to a
+    /// 4 KiB boundary for direct I/O); `None` when it overflows. A file of exactly this size
+    /// is reused by [`DiskTier::open`] (its bytes kept, no allocation).
+    pub fn file_bytes(slot_bytes: usize, capacity: u64) -> Option<u64> {
+        (slot_bytes as u64)
+            .div_ceil(ALIGN)
+            .checked_mul(ALIGN)?
+            .checked_mul(capacity)
+    }
+
+    /// Byte offset of slot `slot` in the tier file (see [`DiskTier::file_bytes`]).
+    pub fn slot_offset(slot_bytes: usize, slot: u64) -> u64 {
+        (slot_bytes as u64).div_ceil(ALIGN) * ALIGN * slot
+    }
+
     /// Opens (creating and preallocating if needed) the tier file at `path` for `capacity`
     /// slots of `slot_bytes`. A file of exactly the right size keeps its bytes
     /// ([`FileOrigin::Reused`]); any other size starts from zeros ([`FileOrigin::Fresh`]).

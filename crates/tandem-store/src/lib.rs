@@ -26,7 +26,8 @@
 //! - [`fence`]: [`fence::Fence`], the incarnation and epoch every write to a slot or the
 //!   manifest is checked against, so a process that lost the lock changes nothing.
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
-//! - `recover`: [`store::Store::open`], which verifies every manifest entry on (re)start.
+//! - `recover`: [`store::Store::open`], which takes over the manifest's entries on (re)start
+//!   without reading shards (each read verifies), and [`store::Store::scrub`].
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
 //!
 //! # Invariants

@@ -3,10 +3,12 @@
 //! Owns [`Manifest`], its [`Geometry`], its file format and its atomic persistence (write a
 //! temporary file, fsync it, rename it over the old one, fsync the directory), so a crash
 //! leaves either the old or the new manifest, never a torn one. It must never read tier slots:
-//! the store verifies entries against their bytes after loading a manifest.
+//! the store checks each shard's bytes against its entry's checksum whenever it reads the
+//! shard.
 //!
 //! File format: the 8 bytes `TNDMANI2`, the CRC-32C of the payload (4 bytes, little-endian),
-//! then the payload: the [`Manifest`] encoded with postcard. A manifest is rewritten whole on
+//! then the payload: the [`Manifest`] encoded with postcard: rank, geometry, then the entries
+//! in block hash order, each with its tier, slot and shard checksum (read back in bulk). A manifest is rewritten whole on
 //! every flush (about 30 bytes per entry); the store flushes when asked, typically once per
 //! step, not per block.
 
@@ -45,8 +47,23 @@ pub struct Manifest {
     pub rank: Rank,
     /// The geometry of its tiers.
     pub geometry: Geometry,
-    /// Every shard the rank holds.
+    /// Every shard the rank holds, with its checksum (what a load verifies the shard's bytes
+    /// against; a restart takes these over without reading the shards).
+    #[serde(deserialize_with = "entries_in_bulk")]
     pub entries: BTreeMap<BlockHash, Location>,
+}
+
+/// Reads the entries (postcard writes a map as a length and its pairs, exactly as it writes
+/// a sequence of pairs) as a sequence and builds the map in bulk: a manifest is saved in key
+/// order, and `BTreeMap`'s `FromIterator` builds from sorted pairs in one pass, where
+/// deserialising a map inserts the pairs one by one. The open of a large tier is mostly this.
+/// A pair listed twice keeps its last value, as a map would.
+fn entries_in_bulk<'de, D>(d: D) -> Result<BTreeMap<BlockHash, Location>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let pairs: Vec<(BlockHash, Location)> = Deserialize::deserialize(d)?;
+    Ok(pairs.into_iter().collect())
 }
 
 /// Why a manifest could not be read or written.
@@ -277,6 +294,45 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn the_map_reads_back_from_the_bytes_a_map_writes() {
+        let mut m = sample();
+        for n in 0..1000u64 {
+            m.entries.insert(
+                BlockHash::from(n * 7919 % 1000),
+                Location {
+                    tier: Tier::Disk,
+                    slot: n,
+                    checksum: Checksum([n as u32, 0, 1]),
+                },
+            );
+        }
+        let bytes = m.encode();
+        assert_eq!(Manifest::decode(Path::new("/m"), &bytes).unwrap(), m);
+        // A map as serde writes it, pairs out of order and one key twice: the last wins.
+        #[derive(Serialize)]
+        struct Pairs(Vec<(BlockHash, Location)>);
+        let loc = |slot| Location {
+            tier: Tier::Host,
+            slot,
+            checksum: Checksum([0, 0, 0]),
+        };
+        let pairs = Pairs(vec![
+            (BlockHash(9), loc(1)),
+            (BlockHash(3), loc(2)),
+            (BlockHash(9), loc(3)),
+        ]);
+        let payload = postcard::to_stdvec(&(Rank(2), m.geometry, pairs)).unwrap();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let back = Manifest::decode(Path::new("/m"), &bytes).unwrap();
+        assert_eq!(
+            back.entries.into_iter().collect::<Vec<_>>(),
+            vec![(BlockHash(3), loc(2)), (BlockHash(9), loc(3))]
+        );
     }
 
     #[test]

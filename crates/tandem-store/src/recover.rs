@@ -1,11 +1,15 @@
-//! Opening a rank's store: tiers, manifest, and the verification of every entry.
+//! Opening a rank's store: tiers, manifest, and which entries to take over.
 //!
-//! Owns [`Store::open`]: it maps or creates the host slab and the disk file, reads the
-//! manifest, checks every entry against its slot's bytes, drops the entries that fail, and
-//! builds the free lists. This is what lets a restarted agent serve its blocks again, and what
-//! keeps a corrupt or stale slot from ever being served. It must never trust an entry it has
-//! not read back. Verification reads every held shard once: about one second per 4 GB of
-//! shards at the copy speeds in docs/BENCHMARKS.md.
+//! Owns [`Store::open`] and [`Store::scrub`]. Open maps or creates the host slab and the disk
+//! file, reads the manifest and takes over every entry whose place is plausible (its tier
+//! file was reused, its slot inside the tier and listed once), without reading any shard:
+//! the manifest carries each shard's checksum, and every read of a shard (a load, a
+//! demotion, a promotion) verifies it and drops a shard that fails, which the leader then
+//! drops from the group like any corrupt block (README invariants 2 and 3). So a restart
+//! costs the manifest's size, not the tier's: reading every shard back took about one second
+//! per 4 GB at the copy speeds in docs/BENCHMARKS.md, minutes for a large disk tier.
+//! [`Store::scrub`] still reads everything, for an operator who wants the check up front.
+//! It must never serve a shard it has not verified since it was written or opened.
 
 use crate::disk::{DiskTier, DISK_SLAB_FILE};
 use crate::fence::Fence;
@@ -13,13 +17,14 @@ use crate::host::{HostTier, HOST_SLAB_FILE};
 use crate::lock::TierLock;
 use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
 use crate::shm::FileOrigin;
-use crate::store::{OpenReport, Store, StoreConfig, StoreError};
+use crate::store::{OpenReport, ScrubReport, Store, StoreConfig, StoreError};
 use crate::tier::Tier;
 
 impl Store {
     /// Locks this rank's tiers ([`TierLock`], held by the store until it is dropped), opens
-    /// them (creating them if needed), reads the manifest and verifies every entry against its
-    /// slot's bytes; entries that fail are dropped and the manifest is rewritten.
+    /// them (creating them if needed), reads the manifest and takes over every entry whose
+    /// place is plausible, without reading shards (each is verified when it is read);
+    /// entries that cannot be are dropped and the manifest is rewritten.
     ///
     /// Errors: [`StoreError::ZeroShard`]; [`StoreError::Lock`] when another process holds the
     /// tiers (before anything is opened or changed); [`StoreError::Tier`] (files cannot be
@@ -117,64 +122,88 @@ impl Store {
             fence,
             _lock: lock,
         };
-        store.adopt(old, host_origin, disk_origin, &mut report)?;
+        store.adopt(old, host_origin, disk_origin, &mut report);
         store.flush_manifest()?;
         Ok((store, report))
     }
 
-    /// Verifies and takes over the entries of a loaded manifest; builds the free lists.
-    fn adopt(
-        &mut self,
-        old: Manifest,
-        host_origin: Option<FileOrigin>,
-        disk_origin: Option<FileOrigin>,
-        report: &mut OpenReport,
-    ) -> Result<(), StoreError> {
+    /// Reads every shard this rank holds and checks it against the manifest's checksum;
+    /// a shard that fails is dropped (as a failed load drops it) and listed. Open does not
+    /// do this (it trusts the manifest, each load verifies); a scrub checks everything up
+    /// front, at the tier's read speed.
+    ///
+    /// Errors: [`StoreError::Tier`] when a slot cannot be read (the shards checked so far
+    /// stay checked).
+    pub fn scrub(&mut self) -> Result<ScrubReport, StoreError> {
+        let mut report = ScrubReport::default();
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.adopt_entries(old, host_origin, disk_origin, report, &mut scratch);
+        let entries: Vec<_> = self
+            .manifest
+            .entries
+            .iter()
+            .map(|(&h, &l)| (h, l))
+            .collect();
+        let mut result = Ok(());
+        for (hash, loc) in entries {
+            let actual = match self.tier_mut(loc.tier) {
+                Some(tier) => tier.read_slot(loc.slot, &mut [&mut scratch[..]], hash),
+                None => continue,
+            };
+            match actual {
+                Ok(actual) if actual == loc.checksum => report.verified += 1,
+                Ok(_) => {
+                    self.evict(hash);
+                    report.corrupt.push(hash);
+                }
+                Err(e) => {
+                    result = Err(e.into());
+                    break;
+                }
+            }
+        }
         self.scratch = scratch;
-        result
+        report.corrupt.sort_unstable();
+        result.map(|()| report)
     }
 
-    fn adopt_entries(
+    /// Takes over the entries of a loaded manifest whose places are plausible (without
+    /// reading their shards); builds the free lists. The manifest's map is kept as it is
+    /// and only the implausible entries are removed from it: a restart with a large tier
+    /// pays one pass over the entries, not a second map.
+    fn adopt(
         &mut self,
-        old: Manifest,
+        mut old: Manifest,
         host_origin: Option<FileOrigin>,
         disk_origin: Option<FileOrigin>,
         report: &mut OpenReport,
-        scratch: &mut [u8],
-    ) -> Result<(), StoreError> {
+    ) {
         let mut used_host = vec![false; self.config.host_capacity_blocks as usize];
         let mut used_disk = vec![false; self.config.disk_capacity_blocks as usize];
-        for (hash, loc) in old.entries {
+        let mut invalid = Vec::new();
+        for (&hash, loc) in &old.entries {
             let (used, origin) = match loc.tier {
                 Tier::Host => (&mut used_host, host_origin),
                 Tier::Disk => (&mut used_disk, disk_origin),
                 #[allow(unreachable_patterns)]
                 _ => {
-                    report.invalid += 1;
+                    invalid.push(hash);
                     continue;
                 }
             };
             let taken = used.get(loc.slot as usize).copied();
             if origin != Some(FileOrigin::Reused) || taken != Some(false) {
-                report.invalid += 1;
-                self.dirty = true;
-                continue;
-            }
-            let actual = match self.tier_mut(loc.tier) {
-                Some(tier) => tier.read_slot(loc.slot, &mut [&mut *scratch], hash)?,
-                None => continue,
-            };
-            if actual != loc.checksum {
-                report.corrupt.push(hash);
-                self.dirty = true;
+                invalid.push(hash);
                 continue;
             }
             used[loc.slot as usize] = true;
-            self.manifest.entries.insert(hash, loc);
-            report.verified += 1;
         }
+        for hash in &invalid {
+            old.entries.remove(hash);
+        }
+        report.invalid = invalid.len();
+        report.adopted = old.entries.len();
+        self.dirty |= !invalid.is_empty();
+        self.manifest.entries = old.entries;
         // Free lists are stacks; push in reverse so that low slots are used first.
         self.free_host = (0..used_host.len() as u64)
             .rev()
@@ -184,6 +213,5 @@ impl Store {
             .rev()
             .filter(|&s| !used_disk[s as usize])
             .collect();
-        Ok(())
     }
 }

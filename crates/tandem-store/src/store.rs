@@ -62,15 +62,23 @@ impl StoreConfig {
 /// What [`Store::open`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenReport {
-    /// Shards whose checksums verified and which are served again.
-    pub verified: usize,
-    /// Shards dropped because their bytes failed the checksum, sorted.
-    pub corrupt: Vec<BlockHash>,
-    /// Shards dropped without reading: slot outside the tier, slot listed twice, tier absent
-    /// or recreated empty.
+    /// Shards taken over from the manifest, in blocks; each is verified against its
+    /// checksum when it is first read (open reads none).
+    pub adopted: usize,
+    /// Shards dropped: slot outside the tier, slot listed twice, tier absent or recreated
+    /// empty.
     pub invalid: usize,
     /// Why the manifest was discarded whole (unreadable, another rank's, another geometry).
     pub discarded_manifest: Option<String>,
+}
+
+/// What [`Store::scrub`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    /// Shards read back whose checksums matched.
+    pub verified: usize,
+    /// Shards whose bytes failed the checksum, dropped, sorted.
+    pub corrupt: Vec<BlockHash>,
 }
 
 /// Why a store operation was refused or failed.
@@ -222,7 +230,8 @@ impl Store {
         }
     }
 
-    /// This rank's verified shards, for the leader's rebuild of the group index.
+    /// This rank's shards (as the manifest lists them; each is verified when read), for the
+    /// leader's rebuild of the group index.
     pub fn rank_blocks(&self) -> RankBlocks {
         RankBlocks {
             rank: self.config.rank,

@@ -70,7 +70,7 @@ fn random_shards_round_trip_through_both_tiers_and_modes() {
             }
             other => other.unwrap(),
         };
-        assert_eq!(report.verified, 0);
+        assert_eq!(report.adopted, 0);
         let mut shards = Vec::new();
         for n in 0..8u64 {
             let tier = if n % 2 == 0 { Tier::Host } else { Tier::Disk };
@@ -350,7 +350,7 @@ fn full_and_disabled_tiers_are_typed_refusals() {
 }
 
 #[test]
-fn reopening_keeps_verified_shards_and_discards_another_geometry() {
+fn reopening_keeps_the_manifest_s_shards_and_discards_another_geometry() {
     let mut rng = StdRng::seed_from_u64(5);
     let host = shm_dir();
     let disk = tempfile::tempdir().unwrap();
@@ -365,10 +365,7 @@ fn reopening_keeps_verified_shards_and_discards_another_geometry() {
     drop(store);
 
     let (mut store, report) = Store::open(cfg.clone()).unwrap();
-    assert_eq!(
-        (report.verified, report.corrupt.len(), report.invalid),
-        (2, 0, 0)
-    );
+    assert_eq!((report.adopted, report.invalid), (2, 0));
     let mut out = vec![0u8; SHARD];
     store.load_shard(BlockHash(1), &mut out).unwrap();
     assert!(out == a, "the host slab survived the restart");
@@ -388,4 +385,70 @@ fn reopening_keeps_verified_shards_and_discards_another_geometry() {
         "{report:?}"
     );
     assert!(store.is_empty());
+}
+
+#[test]
+fn open_reads_no_shard_and_a_shard_that_rotted_meanwhile_fails_its_first_read() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let host = shm_dir();
+    let disk = tempfile::tempdir().unwrap();
+    let cfg = config(host.path(), disk.path(), SHARD);
+    let (mut store, _) = Store::open(cfg.clone()).unwrap();
+    let shards: Vec<Vec<u8>> = (0..4).map(|_| random(&mut rng, SHARD)).collect();
+    for (n, data) in shards.iter().enumerate() {
+        let tier = if n % 2 == 0 { Tier::Host } else { Tier::Disk };
+        store
+            .store_shard(BlockHash::from(n as u64), tier, data)
+            .unwrap();
+    }
+    store.flush_manifest().unwrap();
+    let rotten_host = store.location(BlockHash::from(0)).unwrap().slot;
+    let rotten_disk = store.location(BlockHash::from(1)).unwrap().slot;
+    drop(store);
+    // Both shards rot while the agent is down.
+    flip_byte(
+        &host.path().join(HOST_SLAB_FILE),
+        rotten_host * SHARD as u64 + 10,
+    );
+    let stride = (SHARD as u64).div_ceil(4096) * 4096;
+    flip_byte(&disk.path().join(DISK_SLAB_FILE), rotten_disk * stride + 10);
+
+    // Open trusts the manifest: every entry is taken over, nothing is read.
+    let (mut store, report) = Store::open(cfg.clone()).unwrap();
+    assert_eq!((report.adopted, report.invalid), (4, 0));
+    assert_eq!(store.len(), 4);
+    // The first read of each rotten shard fails its checksum and drops it; the others load.
+    let mut out = vec![0u8; SHARD];
+    for n in 0..4u64 {
+        let hash = BlockHash::from(n);
+        match store.load_shard(hash, &mut out) {
+            Ok(_) => {
+                assert!(n >= 2, "block {n} should have failed");
+                assert!(out == shards[n as usize]);
+            }
+            Err(StoreError::ChecksumMismatch { hash: h, .. }) => {
+                assert!(n < 2, "block {n} should have loaded");
+                assert_eq!(h, hash);
+                assert!(!store.contains(hash), "dropped at once");
+            }
+            Err(other) => panic!("block {n}: {other}"),
+        }
+    }
+    assert_eq!(store.len(), 2);
+    store.flush_manifest().unwrap();
+    drop(store);
+    let (_, report) = Store::open(cfg.clone()).unwrap();
+    assert_eq!(report.adopted, 2, "the drops reached the manifest");
+
+    // A scrub reads everything up front instead.
+    let (mut store, _) = Store::open(cfg).unwrap();
+    flip_byte(
+        &host.path().join(HOST_SLAB_FILE),
+        store.location(BlockHash::from(2)).unwrap().slot * SHARD as u64 + 3,
+    );
+    let scrub = store.scrub().unwrap();
+    assert_eq!(scrub.verified, 1);
+    assert_eq!(scrub.corrupt, vec![BlockHash::from(2)]);
+    assert!(!store.contains(BlockHash::from(2)));
+    assert!(store.contains(BlockHash::from(3)));
 }

@@ -11,7 +11,7 @@ use crate::restart::MachineConfig;
 
 /// How long ranks have to send a first heartbeat when the supervisor starts watching (at its
 /// own start, and after each restart of the group), ms: an agent restarted by a restart
-/// policy opens its tiers and verifies every shard before it beats.
+/// policy opens its tiers (and reads its manifest) before it beats.
 pub const STARTUP_GRACE_MS: u64 = 30_000;
 
 /// Pause between attempts to reach Redis, or to read the stored state, at start-up, ms.

@@ -88,7 +88,7 @@ impl Supervisor {
         self.published.clone()
     }
 
-    /// Runs against Redis (`redis.url`) until `shutdown` is cancelled or the restart limit
+    /// Runs against Redis (the `[redis]` section) until `shutdown` is cancelled or the restart limit
     /// is reached. Must run inside an actix system.
     ///
     /// # Errors
@@ -180,11 +180,17 @@ impl Supervisor {
         &self,
         shutdown: &CancellationToken,
     ) -> Result<Option<RedisLog>, SupervisorError> {
-        let cfg = DurableConfig::new(
-            self.config.redis.url.clone(),
+        let Some(cfg) = DurableConfig::from_config(
+            &self.config.redis,
             self.config.group.id.clone(),
             self.world_size,
-        );
+        ) else {
+            return Err(DurableError::InvalidEndpoint {
+                reason: "no Redis configured (redis.url, redis.cluster_nodes or redis.sentinels)"
+                    .into(),
+            }
+            .into());
+        };
         let retry =
             Duration::from_millis(Cadence::from_config(&self.config.supervisor).redis_retry_ms);
         let mut logged = false;
@@ -195,9 +201,11 @@ impl Supervisor {
             };
             match attempt {
                 Ok(log) => return Ok(Some(log)),
-                Err(e @ (DurableError::InvalidGroup { .. } | DurableError::InvalidUrl { .. })) => {
-                    return Err(e.into())
-                }
+                Err(
+                    e @ (DurableError::InvalidGroup { .. }
+                    | DurableError::InvalidUrl { .. }
+                    | DurableError::InvalidEndpoint { .. }),
+                ) => return Err(e.into()),
                 Err(e) => {
                     if !logged {
                         tracing::warn!(error = %e, "Redis unreachable; retrying");

@@ -19,7 +19,7 @@ pub(super) fn run(args: AgentArgs<'_>) -> anyhow::Result<()> {
     let shutdown = crate::signals::shutdown_on_signals()?;
     let cfg = load(Some(args.config), &Overrides::default())?;
     crate::logging::init(&cfg.log, args.log_json);
-    let fixed_epoch = args.epoch.is_some() || cfg.redis.url.is_empty();
+    let fixed_epoch = args.epoch.is_some() || !cfg.redis.enabled();
     let mut settings = AgentSettings::new(cfg, args.rank, Epoch(args.epoch.unwrap_or(1)))?;
     if let Some(v) = args.test_protocol_version {
         settings.membership.protocol_version = v;

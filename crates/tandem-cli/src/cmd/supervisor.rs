@@ -10,8 +10,8 @@ pub(super) fn run(config: &Path, launch_agents: bool, log_json: bool) -> anyhow:
     let shutdown = crate::signals::shutdown_on_signals()?;
     let cfg = load(Some(config), &Overrides::default())?;
     crate::logging::init(&cfg.log, log_json);
-    if cfg.redis.url.is_empty() {
-        anyhow::bail!("the supervisor needs Redis: set redis.url (or TANDEM__REDIS__URL)");
+    if !cfg.redis.enabled() {
+        anyhow::bail!("the supervisor needs Redis: set redis.url, redis.cluster_nodes or redis.sentinels (or TANDEM__REDIS__URL)");
     }
     let launch = launch_agents.then(|| LaunchSpec {
         binary: std::env::current_exe().unwrap_or_else(|_| "tandem".into()),

@@ -34,8 +34,28 @@ return e
 
 #[async_trait]
 impl EpochStore for RedisLog {
-    /// One script: INCR the counter and XADD the barrier `{epoch}-0`.
+    /// One script: INCR the counter and XADD the barrier `{epoch}-0` (both keys declared, in
+    /// one hash slot, so the script is legal under Redis Cluster). With a replication wait
+    /// the replicas are checked first (a `WAIT` on its own: an epoch is not moved while the
+    /// primary has too few replicas, so a failover's aftermath does not move it again and
+    /// again), then the script is sent as EVAL followed by `WAIT` in one round trip (an
+    /// epoch change is rare; the script's text costs nothing then): a barrier that a
+    /// failover could lose would let a fenced leader append again.
     async fn next_epoch(&self) -> Result<Epoch> {
+        if self.wait.replicas > 0 {
+            self.replicas_caught_up("next_epoch", &self.keys.epoch)
+                .await?;
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(NEXT_EPOCH_SCRIPT)
+                .arg(2)
+                .arg(&self.keys.completions)
+                .arg(&self.keys.epoch)
+                .arg(crate::record::RECORD_VERSION);
+            return self
+                .replicated("next_epoch", cmd, |_: &u64| None)
+                .await
+                .map(Epoch);
+        }
         let mut inv = self.next_epoch_script.prepare_invoke();
         inv.key(&self.keys.completions)
             .key(&self.keys.epoch)

@@ -71,7 +71,9 @@ impl LivenessStore for RedisLog {
             .arg(-MAX_FAILURE_REPORTS)
             .arg(-1)
             .ignore();
-        self.conn.pipeline::<()>("report_failure", &pipe).await
+        self.conn
+            .pipeline::<()>("report_failure", &pipe, std::time::Duration::ZERO)
+            .await
     }
 
     async fn take_failures(&self, max: usize) -> Result<(Vec<FailureReport>, Vec<String>)> {

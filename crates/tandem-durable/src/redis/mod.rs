@@ -3,16 +3,19 @@
 //! self-reconnecting connection (the key layout is in the crate docs).
 //!
 //! Owns the connection, the consumer groups' creation and the Redis commands behind every
-//! contract method; one file per contract ([`mod@stream`], [`mod@epochs`], [`mod@liveness`]).
+//! contract method; one file per contract ([`mod@stream`], [`mod@epochs`], [`mod@liveness`]),
+//! and [`mod@replication`] for the writes that wait for replicas.
 //! Recovery and trimming fold what they read with the same pure [`crate::RecoveryBuilder`]
 //! and [`crate::TrimScan`] as the in-memory twin. It never retries a command itself (see
 //! [`crate::conn`]).
 
 pub mod epochs;
 pub mod liveness;
+pub mod replication;
 pub mod stream;
 
 use crate::conn::{Conn, ConnTimeouts};
+use crate::endpoint::{RedisEndpoint, ReplicationWait};
 use crate::error::{DurableError, Result};
 use crate::keys::{consumer_group, Keys};
 use redis::Script;
@@ -23,8 +26,9 @@ use tandem_proto::Rank;
 /// Where and how a [`RedisLog`] connects.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DurableConfig {
-    /// `redis://[user:password@]host:port[/db]`. Never printed unmasked.
-    pub url: String,
+    /// The deployment: one server, a cluster or a Sentinel-managed primary. Never printed
+    /// unmasked.
+    pub endpoint: RedisEndpoint,
     /// The group's name (letters, digits, `-`, `_`, `.`; at most 64 bytes).
     pub group: String,
     /// Ranks in the group; one consumer group `rank-{r}` is kept for each.
@@ -33,17 +37,46 @@ pub struct DurableConfig {
     pub timeouts: ConnTimeouts,
     /// Entries fetched per XRANGE/XPENDING page during recovery and trimming (default 512).
     pub page_entries: usize,
+    /// Replicas each append and each epoch change must reach before it counts (default:
+    /// none, today's behaviour).
+    pub wait: ReplicationWait,
 }
 
 impl DurableConfig {
-    /// A config with default timeouts and page size.
+    /// A config for one server at `url` with default timeouts and page size.
     pub fn new(url: impl Into<String>, group: impl Into<String>, world_size: u32) -> Self {
+        Self::with_endpoint(RedisEndpoint::standalone(url), group, world_size)
+    }
+
+    /// The config the `[redis]` section describes for `group` of `world_size` ranks (its
+    /// deployment and replication wait, default timeouts); `None` when it names no Redis.
+    pub fn from_config(
+        redis: &tandem_config::RedisConfig,
+        group: impl Into<String>,
+        world_size: u32,
+    ) -> Option<Self> {
+        let endpoint = RedisEndpoint::from_config(redis)?;
+        let mut config = Self::with_endpoint(endpoint, group, world_size);
+        config.wait = ReplicationWait {
+            replicas: redis.wait_replicas,
+            timeout_ms: redis.wait_timeout_ms,
+        };
+        Some(config)
+    }
+
+    /// A config for `endpoint` with default timeouts and page size, waiting for no replica.
+    pub fn with_endpoint(
+        endpoint: RedisEndpoint,
+        group: impl Into<String>,
+        world_size: u32,
+    ) -> Self {
         DurableConfig {
-            url: url.into(),
+            endpoint,
             group: group.into(),
             world_size,
             timeouts: ConnTimeouts::default(),
             page_entries: 512,
+            wait: ReplicationWait::default(),
         }
     }
 }
@@ -51,11 +84,12 @@ impl DurableConfig {
 impl fmt::Debug for DurableConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DurableConfig")
-            .field("url", &crate::error::mask_url(&self.url))
+            .field("endpoint", &self.endpoint)
             .field("group", &self.group)
             .field("world_size", &self.world_size)
             .field("timeouts", &self.timeouts)
             .field("page_entries", &self.page_entries)
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -70,6 +104,7 @@ pub struct RedisLog {
     pub(crate) world_size: u32,
     pub(crate) page: usize,
     pub(crate) next_epoch_script: Arc<Script>,
+    pub(crate) wait: ReplicationWait,
 }
 
 impl RedisLog {
@@ -81,13 +116,19 @@ impl RedisLog {
     /// errors of every call ([`DurableError::Unavailable`], [`DurableError::Timeout`]).
     pub async fn connect(config: &DurableConfig) -> Result<RedisLog> {
         let keys = Keys::new(&config.group)?;
-        let conn = Conn::connect(&config.url, config.timeouts).await?;
+        let server_wait = if config.wait.replicas > 0 {
+            std::time::Duration::from_millis(config.wait.timeout_ms.max(1))
+        } else {
+            std::time::Duration::ZERO
+        };
+        let conn = Conn::connect(&config.endpoint, config.timeouts, server_wait).await?;
         let log = RedisLog {
             conn,
             keys,
             world_size: config.world_size,
             page: config.page_entries.max(1),
             next_epoch_script: Arc::new(Script::new(epochs::NEXT_EPOCH_SCRIPT)),
+            wait: config.wait,
         };
         log.ensure_groups().await?;
         Ok(log)
@@ -98,7 +139,7 @@ impl RedisLog {
         &self.keys
     }
 
-    /// The server URL, credentials masked.
+    /// The endpoint (server URL, cluster nodes or sentinels), credentials masked.
     pub fn masked_url(&self) -> String {
         self.conn.masked_url()
     }

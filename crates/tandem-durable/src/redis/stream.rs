@@ -70,7 +70,18 @@ impl CompletionStream for RedisLog {
             .arg(RECORD_VERSION)
             .arg(FIELD_RECORD)
             .arg(bytes);
-        match self.conn.query::<String>("append_step", &cmd).await {
+        let appended = if self.wait.replicas == 0 {
+            self.conn.query::<String>("append_step", &cmd).await
+        } else {
+            let stream = self.keys.completions.clone();
+            self.replicated("append_step", cmd, move |id: &String| {
+                let mut undo = redis::cmd("XDEL");
+                undo.arg(&stream).arg(id);
+                Some(undo)
+            })
+            .await
+        };
+        match appended {
             Ok(id) => StreamEntryId::parse(&id),
             Err(DurableError::Rejected { reason, .. }) if reason.contains(STALE_ID_REPLY) => {
                 Err(self.stale(epoch).await)

@@ -1,10 +1,14 @@
 //! The contract suite of the durable traits, written once and run against both
 //! implementations: [`RedisLog`] on a real `redis-server` that each test starts on a free
-//! loopback port, and [`MemoryLog`] with a [`ManualClock`].
+//! loopback port, [`RedisLog`] on a real Redis Cluster (three masters, started once and
+//! shared by the cases running at the same time, each case in a group of its own: the
+//! cases are then also many groups on one deployment), and [`MemoryLog`] with a
+//! [`ManualClock`].
 //!
 //! Each case in [`stream`], [`epochs`] and [`liveness`] is an `async fn(Kind)`; the
 //! `contract!` macro below makes one `#[tokio::test]` per case and backend, so
-//! `cargo test -p tandem-durable --test contract redis::` or `memory::` runs one side. The
+//! `cargo test -p tandem-durable --test contract redis::`, `cluster::` or `memory::` runs
+//! one side. The
 //! cases reach the backends only through `Arc<dyn CompletionStream>`, `Arc<dyn EpochStore>`
 //! and `Arc<dyn LivenessStore>`: what they check is the contract, and that the traits are
 //! object safe.
@@ -13,22 +17,25 @@ mod epochs;
 mod liveness;
 mod stream;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tandem_durable::{
-    CompletionStream, DurableConfig, EpochStore, LivenessStore, ManualClock, MemoryLog, RedisLog,
-    StartedTask, StreamEntryId,
+    CompletionStream, DurableConfig, EpochStore, LivenessStore, ManualClock, MemoryLog,
+    RedisEndpoint, RedisLog, StartedTask, StreamEntryId,
 };
 use tandem_proto::{
     BlockHash, OutcomeResult, PageId, RequestId, TaskId, TaskKind, TaskOutcome, TaskStart,
 };
 use tandem_tests::redis::RedisServer;
+use tandem_tests::redis_cluster::RedisCluster;
 
 /// Which implementation a case runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Redis,
+    Cluster,
     Memory,
 }
 
@@ -54,11 +61,28 @@ pub(crate) struct Backend {
 #[derive(Clone)]
 enum Origin {
     Redis(Arc<RedisServer>, u32),
+    Cluster(Arc<RedisCluster>, String, u32),
     Memory(MemoryLog),
 }
 
-/// The group name every case uses.
+/// The group name every case on its own server uses.
 const GROUP: &str = "g1";
+
+/// The cluster the cases running now share; it stops when the last of them drops it.
+static CLUSTER: Mutex<Weak<RedisCluster>> = Mutex::new(Weak::new());
+/// Numbers the groups of the cases on the shared cluster.
+static CLUSTER_GROUPS: AtomicU32 = AtomicU32::new(0);
+
+/// The shared cluster, started when no case holds it.
+fn shared_cluster() -> Arc<RedisCluster> {
+    let mut slot = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = slot.upgrade() {
+        return c;
+    }
+    let c = Arc::new(RedisCluster::start(3, 0));
+    *slot = Arc::downgrade(&c);
+    c
+}
 
 /// A fresh group of `world_size` ranks on backend `kind` (Redis: its own new server).
 pub(crate) async fn open(kind: Kind, world_size: u32) -> Backend {
@@ -66,6 +90,13 @@ pub(crate) async fn open(kind: Kind, world_size: u32) -> Backend {
         Kind::Redis => {
             let server = Arc::new(RedisServer::start());
             redis_backend(server, world_size).await
+        }
+        Kind::Cluster => {
+            let cluster = tokio::task::spawn_blocking(shared_cluster)
+                .await
+                .expect("start the cluster");
+            let group = format!("c{}", CLUSTER_GROUPS.fetch_add(1, Ordering::SeqCst));
+            cluster_backend(cluster, group, world_size).await
         }
         Kind::Memory => {
             let clock = ManualClock::new(1_700_000_000_000);
@@ -94,11 +125,28 @@ async fn redis_backend(server: Arc<RedisServer>, world_size: u32) -> Backend {
     }
 }
 
+async fn cluster_backend(cluster: Arc<RedisCluster>, group: String, world_size: u32) -> Backend {
+    let endpoint = RedisEndpoint::cluster(cluster.urls());
+    let log = RedisLog::connect(&DurableConfig::with_endpoint(endpoint, &group, world_size))
+        .await
+        .expect("connect to the cluster");
+    Backend {
+        stream: Arc::new(log.clone()),
+        epochs: Arc::new(log.clone()),
+        liveness: Arc::new(log),
+        time: Time::Real,
+        origin: Origin::Cluster(cluster, group, world_size),
+    }
+}
+
 impl Backend {
     /// A second, independent handle on the same group (a restarted agent or supervisor).
     pub(crate) async fn reopen(&self) -> Backend {
         match &self.origin {
             Origin::Redis(server, world_size) => redis_backend(server.clone(), *world_size).await,
+            Origin::Cluster(cluster, group, world_size) => {
+                cluster_backend(cluster.clone(), group.clone(), *world_size).await
+            }
             Origin::Memory(log) => Backend {
                 stream: Arc::new(log.clone()),
                 epochs: Arc::new(log.clone()),
@@ -154,6 +202,14 @@ macro_rules! contract {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     crate::$module::$case(crate::Kind::Redis).await
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    crate::$module::$case(crate::Kind::Cluster).await
                 }
             )*
         }

@@ -12,6 +12,8 @@
 //! - [`tiers`]: the store engine's tier table (wraps `tandem_bench::run_tier_bench`).
 //! - [`recovery`]: SIGKILL one agent → group ready in a new epoch.
 //! - [`replay`]: the conversation trace through a 4-rank local cluster.
+//! - [`scale`]: a full disk tier's restart, the group index at 10^7 blocks, Redis commands
+//!   per step and groups per `redis-server`.
 //! - [`stats`]: percentiles and ratios.
 //! - [`plot`]: the SVG of frame latency against rank count.
 //! - [`report`]: table helpers, pass/fail marks and the JSON object.
@@ -27,6 +29,7 @@ mod recovery;
 mod redis;
 mod replay;
 mod report;
+mod scale;
 mod stats;
 mod tiers;
 
@@ -56,6 +59,16 @@ pub(crate) struct BenchArgs {
     /// Directory for the disk-tier files of `tiers` (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub disk_dir: Option<PathBuf>,
+    /// Disk tier size of `scale`'s restart, GiB (default 16; 1 with --quick).
+    #[arg(long, value_name = "GIB")]
+    pub tier_gib: Option<f64>,
+    /// Shard size of `scale`'s restart tier, KiB (default 1024: Llama-3-8B at TP 8 with
+    /// 64-token blocks; smaller shards mean more blocks in the same tier).
+    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    pub shard_kib: usize,
+    /// How `scale` fills its full tier: real shards when the disk has room, or sparse.
+    #[arg(long, value_enum, default_value_t = scale::TierFill::Auto)]
+    pub tier_fill: scale::TierFill,
     /// The trace `replay` uses.
     #[arg(long, value_name = "FILE", default_value = replay::DEFAULT_TRACE)]
     pub trace: PathBuf,
@@ -80,7 +93,9 @@ pub(crate) enum Part {
     Recovery,
     /// Blocks per second over the conversation trace.
     Replay,
-    /// Every part.
+    /// A full 16 GiB tier's restart, the index at 10^7 blocks, groups per Redis.
+    Scale,
+    /// Every part but `scale` (which writes a 16 GiB tier and runs for minutes).
     All,
 }
 
@@ -93,6 +108,7 @@ impl Part {
             Part::Tiers => "tiers",
             Part::Recovery => "recovery",
             Part::Replay => "replay",
+            Part::Scale => "scale",
             Part::All => "all",
         }
     }
@@ -133,6 +149,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
             Part::Tiers => tiers::run(&args),
             Part::Recovery => recovery::run(&args),
             Part::Replay => replay::run(&args),
+            Part::Scale => scale::run(&args),
             Part::All => unreachable_all(),
         };
         eprintln!(

@@ -35,6 +35,14 @@ impl RedisChild {
     /// # Errors
     /// When `redis-server` is not installed or does not listen within 10 s.
     pub(super) fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// As [`Self::start`], with more arguments (for example `--replicaof 127.0.0.1 PORT`).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub(super) fn start_with(extra: &[&str]) -> anyhow::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -52,6 +60,7 @@ impl RedisChild {
                 "--appendonly",
                 "yes",
             ])
+            .args(extra)
             .arg("--dir")
             .arg(dir.path())
             .stdin(Stdio::null())
@@ -75,6 +84,21 @@ impl RedisChild {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(me)
+    }
+}
+
+impl RedisChild {
+    /// The server's port.
+    pub(super) fn port(&self) -> u16 {
+        self.url
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The server's process id (for its CPU time).
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
