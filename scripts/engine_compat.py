@@ -18,7 +18,7 @@ calls are made here in the order and on the threads those components use.
 
 from __future__ import annotations
 
-import os
+import hashlib
 import sys
 import threading
 import time
@@ -52,10 +52,20 @@ def model_of(cluster: Cluster) -> dict:
 
 
 def sglang(cluster: Cluster) -> None:
+    import importlib.util
+
+    import sglang.srt.mem_cache as mem_cache
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
-    from sglang.srt.mem_cache.pool_host.page_unified import PageUnifiedLayout
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
     from sglang.srt.mem_cache.storage.mmap import alloc_shm
+
+    # SGLang's own page_unified layout, loaded from its file: the pool_host package's
+    # __init__ imports the device pools, which need torchvision and the GPU kernels.
+    path = Path(list(mem_cache.__path__)[0]) / "pool_host" / "page_unified.py"
+    spec = importlib.util.spec_from_file_location("sglang_page_unified", path)
+    page_unified = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page_unified)
+    PageUnifiedLayout = page_unified.PageUnifiedLayout
 
     m = model_of(cluster)
     tp = cluster.tp
@@ -88,16 +98,20 @@ def sglang(cluster: Cluster) -> None:
     check(type(backends[0]).__name__ == "TandemHiCacheStorage",
           f"sglang: StorageBackendFactory built {type(backends[0]).__name__} for every rank ({tp})")
 
+    hook_s: list[float] = []
+
     def hook(b) -> None:
         while not stop.is_set():
+            t0 = time.perf_counter()
             b.get_stats()  # check_hicache_events, once per scheduler iteration
+            hook_s.append(time.perf_counter() - t0)
             time.sleep(0.0005)
 
     hooks = [threading.Thread(target=hook, args=(b,), daemon=True) for b in backends]
     for h in hooks:
         h.start()
     n = 8
-    keys = [f"{i:064x}" for i in range(1, n + 1)]
+    keys = [hashlib.sha256(f"compat/{i}".encode()).hexdigest() for i in range(n)]  # SGLang's keys: hex digests
     results: dict = {}
 
     def rank_calls(r: int) -> None:
@@ -131,6 +145,9 @@ def sglang(cluster: Cluster) -> None:
     stop.set()
     for h in hooks:
         h.join(timeout=5)
+    steps = [b.core.link.stats.steps for b in backends]
+    print(f"figure sglang: get_stats (the step hook) on the scheduler thread: median {sorted(hook_s)[len(hook_s) // 2] * 1e6:.0f} us "
+          f"over {len(hook_s)} calls; frames sealed/read by rank {steps}")
     for b in backends:
         b.close()
 

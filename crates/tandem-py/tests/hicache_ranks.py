@@ -60,8 +60,10 @@ class Rank:
     def __init__(self, rank: int, socket: str, shared: Shared, pages: int, offset: int) -> None:
         self.rank = rank
         self.shared = shared
-        self.link = GroupLink(socket, rank, step_wait_s=0.002)
+        # As the SGLang backend runs it: the hook wakes the link's own thread.
+        self.link = GroupLink(socket, rank, step_wait_s=0.0)
         self.core = HiCacheCore(self.link, call_timeout_s=20.0)
+        self.link.start_hook_thread()
         shard = self.link.shard_bytes
         self.pool = tandem.PagePool.create(pages, shard)
         self.link.session.register_buffer(self.pool)

@@ -23,8 +23,10 @@ Launch (docs/ENGINES.md has the whole command)::
   :mod:`tandem.adapter.hicache`; this class converts SGLang's arguments and nothing else.
 
 extra_config keys: ``socket_template`` or ``sockets``; ``call_timeout_s`` (30: the most a get
-or set waits for the group), ``step_wait_s`` (0.002: the most the step hook waits),
-``connect_timeout_s`` (30), ``recovery_s`` (60).
+or set waits for the group), ``step_wait_s`` (0: the most a step waits for the window or a
+frame), ``hook_thread`` (true: the hook wakes a thread of the backend's own that seals or
+reads, so SGLang's scheduler thread never waits on the agent), ``connect_timeout_s`` (30),
+``recovery_s`` (60).
 """
 
 from __future__ import annotations
@@ -74,10 +76,12 @@ class TandemHiCacheStorage(HiCacheStorage):
             self.rank,
             connect_timeout_s=float(extra.get("connect_timeout_s", 30.0)),
             recovery_s=float(extra.get("recovery_s", 60.0)),
-            step_wait_s=float(extra.get("step_wait_s", 0.002)),
+            step_wait_s=float(extra.get("step_wait_s", 0.0)),
         )
         self.core = HiCacheCore(link, writer=storage_config.is_storage_writer,
                                 call_timeout_s=float(extra.get("call_timeout_s", 30.0)))
+        if extra.get("hook_thread", True):
+            link.start_hook_thread()
         self.page_size = 0
         self.pages = 0
 

@@ -100,6 +100,7 @@ class GroupLink:
         """Called with each ``Applied`` after the ledger took it (the vLLM scheduler)."""
         self._step_lock = threading.RLock()
         self._closed = False
+        self._hook: Optional[threading.Thread] = None
 
     @property
     def can_bind(self) -> bool:
@@ -163,8 +164,41 @@ class GroupLink:
         if self.on_frame is not None:
             self.on_frame(a)
 
+    def start_hook_thread(self) -> None:
+        """Run each hook's work on a thread of the link's own: :meth:`step` then only wakes it
+        (a few microseconds on the engine's scheduler thread) and returns the frames applied
+        since the last call. Steps still come only from the engine's hook: at most one per
+        hook, and hooks that come while the thread is still working merge into its next step. Used by the SGLang backend: an
+        agent answers a frame read that finds nothing sealed after its next timer tick
+        (milliseconds), which the scheduler thread should not wait for."""
+        if self._hook is not None:
+            return
+        self._wake = threading.Event()
+        self._done = 0
+        self._done_lock = threading.Lock()
+        self._hook = threading.Thread(target=self._hook_loop, name=f"tandem-hook-rank{self.rank}", daemon=True)
+        self._hook.start()
+
+    def _hook_loop(self) -> None:
+        while not self._closed:
+            if not self._wake.wait(0.5):
+                continue
+            self._wake.clear()
+            n = self._step()
+            with self._done_lock:
+                self._done += n
+
     def step(self) -> int:
-        """The step hook (see the module docs): frames applied by this call. Never raises."""
+        """The step hook (see the module docs): frames applied by this call (with a hook
+        thread: since the last call). Never raises."""
+        if self._hook is not None:
+            self._wake.set()
+            with self._done_lock:
+                done, self._done = self._done, 0
+            return done
+        return self._step()
+
+    def _step(self) -> int:
         if self._closed:
             return 0
         t0 = time.monotonic_ns()
@@ -263,6 +297,9 @@ class GroupLink:
         """Close the session (its tally is logged)."""
         if not self._closed:
             self._closed = True
+            if self._hook is not None:
+                self._wake.set()
+                self._hook.join(timeout=5)
             try:
                 tally = self.session.close()
                 log.info("rank %d: session closed: %s", self.rank, tally)
