@@ -65,6 +65,7 @@ def test_vllm_pattern_tp2_every_block_on_every_worker(tp2: Cluster, tmp_path: Pa
     assert report["load_errors"] == []
     assert [w["verified"] for w in workers] == [48, 48]
     assert [w["unchecked"] for w in workers] == [0, 0]
+    assert [w["ledger_open"] for w in workers] == [0, 0]  # frames left nothing behind
     print("scheduler build_meta median (s):", report["step_s_median"])
 
 

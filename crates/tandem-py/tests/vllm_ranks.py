@@ -62,7 +62,7 @@ def worker(rank: int, socket: str, staging_path: str, inbox: Any, outbox: Any, a
             shard = args["shard"]
             pool = tandem.PagePool.create(args["staging"], shard, path=staging_path)
         else:
-            link = GroupLink(socket, rank)
+            link = GroupLink(socket, rank, pairing=False)
             shard = link.shard_bytes
             pool = tandem.PagePool.create(args["staging"], shard)
             link.session.register_buffer(pool)
@@ -90,6 +90,7 @@ def worker(rank: int, socket: str, staging_path: str, inbox: Any, outbox: Any, a
                         report["failures"].append(f"rank {rank}: block {block} of {req_id} is wrong")
             outbox.put(("done", rank, sorted(sending), sorted(recving), sorted(errors)))
         report["frames_missed"] = core.frames_missed
+        report["ledger_open"] = link.ledger.open_slots() + len(link.ledger._streams) if link else 0
         report["unchecked"] = len(expected)
         core.close()
         core.copier = None  # the last view of the pool goes before the pool closes

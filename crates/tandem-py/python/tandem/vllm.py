@@ -124,7 +124,7 @@ class TandemConnector(KVConnectorBase_V1):
 
     def _link(self, rank: int) -> GroupLink:
         e = self.extra
-        return GroupLink(socket_of(e, rank), rank,
+        return GroupLink(socket_of(e, rank), rank, pairing=False,
                          connect_timeout_s=float(e.get("connect_timeout_s", 30.0)),
                          recovery_s=float(e.get("recovery_s", 60.0)),
                          step_wait_s=float(e.get("step_wait_s", 0.002)))

@@ -72,7 +72,10 @@ class GroupLink:
 
     ``session``: an open ``tandem.Session`` to use instead of connecting (tests);
     ``step_wait_s``: how long the step hook may wait (the leader for the window, a follower
-    for a frame) before returning; ``max_frames``: frames a follower reads per hook at most.
+    for a frame) before returning; ``max_frames``: frames a follower reads per hook at most;
+    ``pairing``: a follower pairs its calls with the frames by position (SGLang); ``False``
+    for a follower that makes no calls of its own and learns its work otherwise (vLLM's
+    workers, from the step's metadata), so that frames leave nothing behind in its ledger.
 
     Raises what ``tandem.Session`` raises when it cannot connect (at construction only)."""
 
@@ -86,13 +89,14 @@ class GroupLink:
         recovery_s: float = 60.0,
         step_wait_s: float = 0.002,
         max_frames: int = 64,
+        pairing: bool = True,
     ) -> None:
         self.session = session if session is not None else tandem.Session(
             socket, rank, connect_timeout_s=connect_timeout_s, recovery_s=recovery_s
         )
         self.rank = self.session.rank
         self.leader = self.rank == 0
-        self.ledger = Ledger(self.session.epoch, follower=not self.leader)
+        self.ledger = Ledger(self.session.epoch, follower=not self.leader and pairing)
         self.step_wait_s = step_wait_s
         self.max_frames = max_frames
         self.stats = LinkStats()
