@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
