@@ -69,7 +69,7 @@ class Rank:
         self.link.session.register_buffer(self.pool)
         self.pages = np.frombuffer(self.pool, np.uint8).reshape(pages, shard)
         self.shard = shard
-        # Until per-rank binding lands every rank uses the leader's page ids: offset 0.
+        # Pages of rank r start at page offset: 0 everywhere is the leader's pages.
         self.offset = offset
         self.stop = threading.Event()
         self.steps = 0
@@ -129,7 +129,7 @@ def run(rank: int, socket: str, scenario: str, shared: Shared, out: Any, args: d
     logging.basicConfig(level=logging.WARNING)
     r = None
     try:
-        r = Rank(rank, socket, shared, args.get("pages", 256), offset=0)
+        r = Rank(rank, socket, shared, args.get("pages", 256), offset=rank * args.get("offset_per_rank", 0))
         shared.barrier.wait(timeout=120)
         n = args.get("blocks", 8)
         if scenario == "roundtrip":

@@ -154,3 +154,14 @@ def test_staging_pages() -> None:
     assert a == [0, 1, 2] and st.take(2) is None and st.free == 1
     st.give(a)
     assert st.free == 4 and sorted(st.take(4)) == [0, 1, 2, 3]
+
+
+def test_an_outcome_does_not_settle_a_follower_call_before_its_pages_were_checked() -> None:
+    led = Ledger(epoch=1, follower=True)
+    s = led.expect("store", 3, {1: 9})
+    led.frame_start(NS(task=task(1, 0), kind="store", request=3, block_hashes=(1,), page_ids=(4,)))
+    led.frame_outcome(NS(task=task(1, 0), kind="store", request=3, result="ok", reason=None))
+    assert not s.settled  # the pages (9 here, 4 at the leader) are not checked yet
+    (b,) = led.take_binds()
+    led.fail_local(b, "pages differ")
+    assert s.settled and not s.ok

@@ -121,3 +121,20 @@ def test_agent_killed_mid_store_every_rank_answers_alike_and_recovers(fresh_tp2:
     # The last requests ran in the new epoch, end to end.
     assert all(x["stored"] == [True] * 8 and x["loaded"] == [True] * 8 for r in reports for x in r["calls"][-3:])
     assert all(http_get(h, "/readyz")[0] == 200 for h in c.http)
+
+
+def test_follower_pages_that_differ_fail_that_rank_without_bind(tp2: Cluster) -> None:
+    """Rank 1's host pages differ from the leader's. A tandem-kv that cannot bind per-rank
+    pages makes the agent use the leader's page ids on every rank, so rank 1 must not report
+    those pages stored or loaded: its calls answer False (SGLang's MIN then fails the pages
+    on every rank), at once, and nothing wrong is reported loaded. With per-rank binding the
+    same run stores and loads on both ranks."""
+    procs, out = start_ranks(tp2, "roundtrip", run="sg-differ", requests=2, blocks=4, offset_per_rank=100)
+    reports = finish(procs, out, timeout=120)
+    follower = reports[1]
+    if hasattr(__import__("tandem").Session, "bind"):
+        assert all(c["loaded"] == [True] * 4 for r in reports for c in r["calls"])
+        assert follower["link"]["binds"] > 0
+    else:
+        assert all(c["stored"] == [False] * 4 and not any(c["loaded"]) for c in follower["calls"])
+        assert follower["link"]["bind_errors"] > 0 and follower["stats"]["timeouts"] == 0

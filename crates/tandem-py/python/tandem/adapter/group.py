@@ -160,6 +160,7 @@ class GroupLink:
             self.ledger.frame_start(s)
         for s in f.loads:
             self.ledger.frame_start(s)
+        self.bind_pending()  # before any outcome: the agents wait for a bind, not for us
         for d in a.outcomes:
             self.ledger.frame_outcome(d.outcome)
         for r in a.not_started:
@@ -255,14 +256,18 @@ class GroupLink:
             except KeyError as e:
                 self.ledger.fail_local(slot, f"the task names block {e} this rank's call did not")
                 continue
+            if list(slot.start.page_ids) == pages:
+                self.ledger.checked(slot)  # this rank's pages are the leader's: nothing to bind
+                continue
             if self.can_bind:
                 ok, err = self.guard("bind", lambda: self.session.bind(slot.task, pages))
                 if ok:
                     self.stats.binds += 1
+                    self.ledger.checked(slot)
                 else:
                     self.stats.bind_errors += 1
                     self.ledger.fail_local(slot, f"bind failed: {err}")
-            elif list(slot.start.page_ids) != pages:
+            else:
                 # Without bind the agent copies the leader's page ids on this rank too.
                 self.stats.bind_errors += 1
                 self.ledger.fail_local(

@@ -60,14 +60,17 @@ class Slot:
     reason: Optional[str] = None
     local_error: Optional[str] = None
     bound: bool = False
+    needs_check: bool = False
+    checked: bool = False
     abandoned: bool = False
 
     @property
     def settled(self) -> bool:
-        """A lookup has its match; a task its outcome."""
+        """A lookup has its match; a task its outcome, and (a follower's) its pages bound or
+        checked: an outcome never counts for this rank before its own pages were."""
         if self.kind == "lookup":
             return self.matched is not None or self.result is not None
-        return self.result is not None
+        return self.result is not None and (not self.needs_check or self.checked)
 
     @property
     def ok(self) -> bool:
@@ -154,6 +157,7 @@ class Ledger:
             slot = stream.take("local", lambda: Slot(kind, request, self._epoch))
             slot.pages = dict(pages or {})
             if slot.start is not None and not slot.bound and kind != "lookup":
+                slot.needs_check = True
                 self._to_bind.append(slot)
             stream.prune()
             return slot
@@ -166,10 +170,17 @@ class Ledger:
                 s.bound = True
             return out
 
+    def checked(self, slot: Slot) -> None:
+        """This rank's pages for ``slot``'s task are bound (or are the leader's)."""
+        with self._cv:
+            slot.checked = True
+            self._cv.notify_all()
+
     def fail_local(self, slot: Slot, why: str) -> None:
         """This rank cannot take part in ``slot``'s task (its pages cannot be bound)."""
         with self._cv:
             slot.local_error = why
+            slot.checked = True
             self._cv.notify_all()
 
     def wait(self, slot: Slot, deadline_s: float) -> Slot:
@@ -219,6 +230,7 @@ class Ledger:
                 self._by_task[start.task] = slot
             slot.start = start
             if self._follower and slot.pages and not slot.bound:
+                slot.needs_check = True
                 self._to_bind.append(slot)
             self._cv.notify_all()
 
