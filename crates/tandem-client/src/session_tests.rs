@@ -106,7 +106,7 @@ fn serve(stream: UnixStream, acts: Vec<Act>, log: &Mutex<Vec<String>>) {
 
 fn kind(req: &EngineRequest) -> &'static str {
     match req {
-        EngineRequest::Hello { .. } => "hello",
+        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => "hello",
         EngineRequest::RegisterBuffer { .. } => "register",
         EngineRequest::Lookup { .. } => "lookup",
         EngineRequest::Store { .. } => "store",

@@ -24,7 +24,9 @@ use thiserror::Error;
 /// The protocol version this build speaks (frame semantics, message set, handshake rules).
 /// Version 2: 128-bit block hashes, and every setting the leader decides with in the
 /// configuration fingerprint. Version 3: frame 0's reconciliation carries no pin list.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4: a store or load may start without page ids (`TaskStart::page_ids` empty): each
+/// rank's engine binds its own pages, and lookup pins last until the request's load or release.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// 32 random bytes the leader sends in a challenge.
 pub type Nonce = [u8; 32];

@@ -210,7 +210,7 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
         }
     }
     match req {
-        EngineRequest::Hello { .. } => EngineReply::Welcome {
+        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => EngineReply::Welcome {
             epoch: Epoch(s.epoch),
             rank,
             world_size: s.spec.world,
