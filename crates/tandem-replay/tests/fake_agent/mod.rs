@@ -367,6 +367,8 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
             cv.notify_all();
             EngineReply::Acked
         }
+        EngineRequest::Bind { task, .. } => EngineReply::Bound { task },
+        EngineRequest::Release { .. } => EngineReply::Released { blocks: 0 },
     }
 }
 
