@@ -67,12 +67,8 @@ impl PageBinds {
         }
     }
 
-    /// The deadline, ms.
-    pub(crate) fn timeout_ms(&self) -> u64 {
-        self.timeout_ms
-    }
-
     /// Tasks waiting for a bind or a copy on this rank.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.tasks.len()
     }

@@ -91,9 +91,8 @@ fn outcome_everywhere(g: &mut Group, task: TaskId) -> Vec<TaskOutcome> {
         }
         for r in 1..g.spec.world {
             let read = read_and_ack(g, r, s);
-            if let Some(o) = read.outcomes().find(|o| o.task == task) {
-                seen.push(o.clone());
-            }
+            let o = read.outcomes().find(|o| o.task == task).cloned();
+            seen.extend(o);
         }
         assert_eq!(g.ack(0, s), EngineReply::Acked);
         if !seen.is_empty() {
@@ -144,9 +143,21 @@ fn every_rank_copies_from_the_pages_its_own_engine_bound_and_only_once_bound() {
         page_ids: Vec::new(),
     };
     let load = started(g.call(0, req));
-    for (r, p) in [(0, [0, 1]), (1, [12, 13]), (2, [0, 7])] {
+    // The leader's engine binds at once; a follower's once the frame starting the load
+    // reached its rank (before that its agent does not know the task).
+    assert_eq!(
+        bind(&mut g, 1, load, &[12, 13]),
+        EngineReply::Error(AgentError::Bind(BindError::UnknownTask { task: load }))
+    );
+    assert_eq!(bind(&mut g, 0, load, &[0, 1]), EngineReply::Bound { task: load });
+    let s = g.end_step().step.0;
+    for (r, p) in [(1, [12, 13]), (2, [0, 7])] {
+        let call = g.frame_call(r, s, 1_000);
+        assert!(matches!(g.reply(r, call), Some(EngineReply::Frame(_))));
         assert_eq!(bind(&mut g, r, load, &p), EngineReply::Bound { task: load });
+        assert_eq!(g.ack(r, s), EngineReply::Acked);
     }
+    assert_eq!(g.ack(0, s), EngineReply::Acked);
     for o in outcome_everywhere(&mut g, load) {
         assert_eq!(o.result, OutcomeResult::Ok);
     }
