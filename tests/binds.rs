@@ -13,9 +13,7 @@ use std::time::Duration;
 
 use tandem_client::api::{BindError, ENGINE_PROTOCOL_VERSION};
 use tandem_client::wire::{read_message, write_message};
-use tandem_client::{
-    AgentError, ClientError, EngineClient, EngineReply, EngineRequest, PagePool,
-};
+use tandem_client::{AgentError, ClientError, EngineClient, EngineReply, EngineRequest, PagePool};
 use tandem_proto::frame::{OutcomeResult, TaskOutcome};
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step, TaskId};
 use tandem_tests::cluster::{Group, GroupSpec};
@@ -53,10 +51,19 @@ fn hashes() -> Vec<BlockHash> {
 fn layout(rank: u32) -> (Vec<PageId>, Vec<PageId>) {
     let n = BLOCKS as u32;
     match rank {
-        0 => ((0..n).map(PageId).collect(), (20..20 + n).map(PageId).collect()),
+        0 => (
+            (0..n).map(PageId).collect(),
+            (20..20 + n).map(PageId).collect(),
+        ),
         // A pool of 16 pages: the blocks in reverse in the top half, loads into the bottom.
-        1 => ((n..2 * n).rev().map(PageId).collect(), (0..n).map(PageId).collect()),
-        _ => ((40..40 + n).map(PageId).collect(), (50..50 + n).map(PageId).collect()),
+        1 => (
+            (n..2 * n).rev().map(PageId).collect(),
+            (0..n).map(PageId).collect(),
+        ),
+        _ => (
+            (40..40 + n).map(PageId).collect(),
+            (50..50 + n).map(PageId).collect(),
+        ),
     }
 }
 
@@ -122,7 +129,10 @@ fn follower(
         }
         for o in frame.outcomes() {
             let mut s = seen.lock().unwrap();
-            s.outcomes.entry(o.task).or_default().push((rank, o.clone()));
+            s.outcomes
+                .entry(o.task)
+                .or_default()
+                .push((rank, o.clone()));
             if let Some(blocks) = loads.remove(&o.task) {
                 if o.result == OutcomeResult::Ok {
                     for h in &blocks {
@@ -229,7 +239,9 @@ fn every_rank_binds_its_own_pages_and_the_bytes_verify_on_every_rank() {
         .leader
         .store(Step(0), RequestId(1), hashes(), Vec::new())
         .expect("store");
-    r.leader.bind(store, src).expect("the leader binds its pages");
+    r.leader
+        .bind(store, src)
+        .expect("the leader binds its pages");
     let o = until_outcome(&mut r.leader, &mut r.step, store, Duration::ZERO);
     assert_eq!(o.result, OutcomeResult::Ok, "store: {o:?}");
     let l = r
@@ -293,7 +305,10 @@ fn a_follower_that_never_binds_fails_the_task_on_every_rank_and_stays_ready() {
         assert_eq!(code, 200, "rank {rank} stays ready: {body}");
     }
     let s = seen.lock().unwrap();
-    let read = s.outcomes.get(&store).expect("the followers read the outcome");
+    let read = s
+        .outcomes
+        .get(&store)
+        .expect("the followers read the outcome");
     assert_eq!(read.len(), 2, "{read:?}");
     for (rank, seen_outcome) in read {
         assert_eq!(seen_outcome, &o, "rank {rank} sees the leader's outcome");
@@ -385,7 +400,11 @@ fn bad_binds_old_engines_and_repeated_lookups_with_real_agents() {
     assert_eq!(follower.frame(Step(0), DEADLINE).expect("frame"), f);
     assert!(matches!(
         bind_err(follower.bind(store, (1..=BLOCKS as u32).map(PageId).collect())),
-        BindError::PageOutOfRange { page: 8, pool_pages: 8, .. }
+        BindError::PageOutOfRange {
+            page: 8,
+            pool_pages: 8,
+            ..
+        }
     ));
     follower
         .bind(store, (0..BLOCKS as u32).rev().map(PageId).collect())
@@ -403,8 +422,9 @@ fn bad_binds_old_engines_and_repeated_lookups_with_real_agents() {
     let outcome = |leader: &mut EngineClient, follower: &mut EngineClient, step: &mut u64, t| {
         for _ in 0..200 {
             let f = step_both(leader, follower, step);
-            if let Some(o) = f.outcomes().find(|o| o.task == t) {
-                return o.result.clone();
+            let result = f.outcomes().find(|o| o.task == t).map(|o| o.result.clone());
+            if let Some(r) = result {
+                return r;
             }
         }
         panic!("no outcome for {t}")
@@ -415,7 +435,12 @@ fn bad_binds_old_engines_and_repeated_lookups_with_real_agents() {
     );
     // A task that started with page ids needs no bind.
     let named = leader
-        .store(Step(step), RequestId(5), hashes()[..1].to_vec(), vec![PageId(0)])
+        .store(
+            Step(step),
+            RequestId(5),
+            hashes()[..1].to_vec(),
+            vec![PageId(0)],
+        )
         .expect("store");
     assert_eq!(
         bind_err(leader.bind(named, vec![PageId(0)])),
@@ -438,9 +463,16 @@ fn bad_binds_old_engines_and_repeated_lookups_with_real_agents() {
     assert_eq!(release(&mut leader, 9), BLOCKS as u32);
     assert_eq!(release(&mut leader, 9), 0);
     // No pin leaked: the tier (8 blocks) takes 8 new ones.
-    let fresh: Vec<BlockHash> = (0..BLOCKS).map(|i| BlockHash::from(0xf1_0000 + i)).collect();
+    let fresh: Vec<BlockHash> = (0..BLOCKS)
+        .map(|i| BlockHash::from(0xf1_0000 + i))
+        .collect();
     let fill_task = leader
-        .store(Step(step), RequestId(10), fresh, (0..BLOCKS as u32).map(PageId).collect())
+        .store(
+            Step(step),
+            RequestId(10),
+            fresh,
+            (0..BLOCKS as u32).map(PageId).collect(),
+        )
         .expect("store");
     assert_eq!(
         outcome(&mut leader, &mut follower, &mut step, fill_task),

@@ -199,10 +199,7 @@ impl EngineClient {
     /// # Errors
     /// As [`EngineClient::connect`].
     pub fn hello(&mut self) -> Result<Welcome, ClientError> {
-        match self.call(
-            EngineRequest::hello(self.welcome.rank),
-            0,
-        )? {
+        match self.call(EngineRequest::hello(self.welcome.rank), 0)? {
             EngineReply::Welcome {
                 epoch,
                 rank,

@@ -114,6 +114,8 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::EndStep { .. } => "end_step",
         EngineRequest::Frame { .. } => "frame",
         EngineRequest::Ack { .. } => "ack",
+        EngineRequest::Bind { .. } => "bind",
+        EngineRequest::Release { .. } => "release",
     }
 }
 

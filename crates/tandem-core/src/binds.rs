@@ -269,7 +269,10 @@ mod tests {
         assert_eq!(b.poll_timeout(), Some(110));
         assert_eq!(b.due(TaskKind::Store, t.clone()), Due::Waiting);
         b.evicted(&BTreeSet::from([BlockHash(2)]));
-        let (kind, ready) = b.bind(t.task, pages(&[7, 8, 9]), Some(16)).unwrap().unwrap();
+        let (kind, ready) = b
+            .bind(t.task, pages(&[7, 8, 9]), Some(16))
+            .unwrap()
+            .unwrap();
         assert_eq!(kind, TaskKind::Store);
         assert_eq!(ready.block_hashes, vec![BlockHash(1), BlockHash(3)]);
         assert_eq!(ready.page_ids, pages(&[7, 9]));
@@ -337,7 +340,11 @@ mod tests {
         let failed = b.expire(1, 100);
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].0, t.task);
-        assert!(failed[0].1.contains("bind_timeout_ms = 100 ms"), "{}", failed[0].1);
+        assert!(
+            failed[0].1.contains("bind_timeout_ms = 100 ms"),
+            "{}",
+            failed[0].1
+        );
         assert!(b.expire(1, 200).is_empty(), "a shard fails once");
         assert_eq!(b.poll_timeout(), None);
         assert_eq!(

@@ -145,11 +145,9 @@ impl FollowerCore {
             | EngineRequest::EndStep { .. } => EngineReply::Error(AgentError::NotLeader { rank }),
             EngineRequest::Hello { .. }
             | EngineRequest::HelloVersioned { .. }
-            | EngineRequest::RegisterBuffer { .. } => {
-                EngineReply::Error(AgentError::BadRequest {
-                    reason: "routed to the wrong actor".into(),
-                })
-            }
+            | EngineRequest::RegisterBuffer { .. } => EngineReply::Error(AgentError::BadRequest {
+                reason: "routed to the wrong actor".into(),
+            }),
         };
         sh.reply(call, answer);
     }

@@ -116,15 +116,27 @@ fn every_rank_copies_from_the_pages_its_own_engine_bound_and_only_once_bound() {
     let call = g.frame_call(2, 0, 1_000);
     assert!(matches!(g.reply(2, call), Some(EngineReply::Frame(_))));
     assert_eq!(bind(&mut g, 2, task, &[6, 7]), EngineReply::Bound { task });
-    assert!(copies(&g, 2, task).is_empty(), "held until the step is acknowledged");
+    assert!(
+        copies(&g, 2, task).is_empty(),
+        "held until the step is acknowledged"
+    );
     assert_eq!(g.ack(2, 0), EngineReply::Acked);
     assert_eq!(copies(&g, 2, task)[0].page_ids, pages(&[6, 7]));
     read_and_ack(&mut g, 1, 0);
-    assert!(copies(&g, 1, task).is_empty(), "acknowledged, not bound: waits");
-    assert_eq!(bind(&mut g, 1, task, &[10, 11]), EngineReply::Bound { task });
+    assert!(
+        copies(&g, 1, task).is_empty(),
+        "acknowledged, not bound: waits"
+    );
+    assert_eq!(
+        bind(&mut g, 1, task, &[10, 11]),
+        EngineReply::Bound { task }
+    );
     assert_eq!(copies(&g, 1, task)[0].page_ids, pages(&[10, 11]));
     // The same bind again is answered the same (a retried call) and copies nothing more.
-    assert_eq!(bind(&mut g, 1, task, &[10, 11]), EngineReply::Bound { task });
+    assert_eq!(
+        bind(&mut g, 1, task, &[10, 11]),
+        EngineReply::Bound { task }
+    );
     assert_eq!(copies(&g, 1, task).len(), 1);
     assert_eq!(g.ack(0, 0), EngineReply::Acked);
     for o in outcome_everywhere(&mut g, task) {
@@ -149,7 +161,10 @@ fn every_rank_copies_from_the_pages_its_own_engine_bound_and_only_once_bound() {
         bind(&mut g, 1, load, &[12, 13]),
         EngineReply::Error(AgentError::Bind(BindError::UnknownTask { task: load }))
     );
-    assert_eq!(bind(&mut g, 0, load, &[0, 1]), EngineReply::Bound { task: load });
+    assert_eq!(
+        bind(&mut g, 0, load, &[0, 1]),
+        EngineReply::Bound { task: load }
+    );
     let s = g.end_step().step.0;
     for (r, p) in [(1, [12, 13]), (2, [0, 7])] {
         let call = g.frame_call(r, s, 1_000);
@@ -320,10 +335,17 @@ fn repeated_lookups_hold_one_pin_set_until_the_release_and_the_tier_fills_again(
     // The same request asks again, in this step and in later ones: the same answer, recorded
     // once, on the same pins.
     for i in 0..50 {
-        assert_eq!(g.lookup(9, &[1, 2, 3, 4, 5]), EngineReply::Lookup(first.clone()));
+        assert_eq!(
+            g.lookup(9, &[1, 2, 3, 4, 5]),
+            EngineReply::Lookup(first.clone())
+        );
         if i % 10 == 0 {
             let f = g.step();
-            assert!(f.lookups.len() <= 1, "one record per lookup: {:?}", f.lookups);
+            assert!(
+                f.lookups.len() <= 1,
+                "one record per lookup: {:?}",
+                f.lookups
+            );
         }
     }
     assert!((1..=4).all(|b| pinned(&g, b)), "pins last across steps");
@@ -402,6 +424,9 @@ fn a_hello_of_another_engine_protocol_version_is_refused_naming_both() {
     );
     assert!(matches!(
         g.call(0, EngineRequest::hello(0)),
-        EngineReply::Welcome { next_step: Step(0), .. }
+        EngineReply::Welcome {
+            next_step: Step(0),
+            ..
+        }
     ));
 }

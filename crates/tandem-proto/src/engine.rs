@@ -247,7 +247,9 @@ pub enum EngineReply {
 pub enum BindError {
     /// No task of this epoch waits for pages on this rank under that id: it was never started
     /// (or not yet seen in a frame by this rank), or its outcome is already known.
-    #[error("unknown task {task}: no task of this epoch waits for this rank's pages under that id")]
+    #[error(
+        "unknown task {task}: no task of this epoch waits for this rank's pages under that id"
+    )]
     UnknownTask {
         /// The task named.
         task: TaskId,
@@ -507,11 +509,21 @@ mod tests {
         );
         let task = TaskId { epoch: 3, seq: 9 };
         assert_eq!(
-            AgentError::Bind(BindError::WrongCount { task, blocks: 4, pages: 3 }).to_string(),
+            AgentError::Bind(BindError::WrongCount {
+                task,
+                blocks: 4,
+                pages: 3
+            })
+            .to_string(),
             format!("bind refused: task {task} has 4 blocks, the bind names 3 pages")
         );
         assert_eq!(
-            BindError::PageOutOfRange { task, page: 64, pool_pages: 64 }.to_string(),
+            BindError::PageOutOfRange {
+                task,
+                page: 64,
+                pool_pages: 64
+            }
+            .to_string(),
             format!("task {task}: page 64 is out of range of this rank's pool of 64 pages")
         );
         assert_eq!(

@@ -195,9 +195,15 @@ impl Client {
     /// (one page per block of the task, in its frame's block order). Raises a `BindRefused`
     /// subclass (`UnknownTask`, `BindCount`, `BindPageOutOfRange`, `AlreadyBound`,
     /// `BindExpired`).
-    fn bind(&self, py: Python<'_>, task: TaskId, page_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn bind(
+        &self,
+        py: Python<'_>,
+        task: PyRef<'_, TaskId>,
+        page_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let task: tandem_proto::TaskId = (*task).into();
         let pages = keys::page_ids(page_ids)?;
-        self.call(py, |c| c.bind(task.into(), pages))
+        self.call(py, |c| c.bind(task, pages))
     }
 
     /// Leader: `request` is done with its lookup: its pinned blocks go back; returns how many.

@@ -122,7 +122,11 @@ fn bind(py: Python<'_>, msg: String, e: BindError) -> Raise<'_> {
         BindError::UnknownTask { task } => {
             Raise::new(py, "UnknownTask", msg).field("task", task.to_string())
         }
-        BindError::WrongCount { task, blocks, pages } => Raise::new(py, "BindCount", msg)
+        BindError::WrongCount {
+            task,
+            blocks,
+            pages,
+        } => Raise::new(py, "BindCount", msg)
             .field("task", task.to_string())
             .field("blocks", blocks)
             .field("pages", pages),

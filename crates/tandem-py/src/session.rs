@@ -277,9 +277,15 @@ impl Session {
     /// Any rank: this engine's `page_ids` for `task`, a store or load started without page ids
     /// (one page per block of the task, in its frame's block order). Raises `PageOutOfRange`
     /// (nothing sent) or a `BindRefused` subclass.
-    fn bind(&self, py: Python<'_>, task: TaskId, page_ids: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn bind(
+        &self,
+        py: Python<'_>,
+        task: PyRef<'_, TaskId>,
+        page_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let task: tandem_proto::TaskId = (*task).into();
         let pages = keys::page_ids(page_ids)?;
-        self.call(py, |s| s.bind(task.into(), &pages))
+        self.call(py, |s| s.bind(task, &pages))
     }
 
     /// Leader: `request` is done with its lookup: its pinned blocks go back; returns how many.

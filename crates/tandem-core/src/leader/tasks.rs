@@ -19,10 +19,10 @@ use tandem_proto::{
 };
 
 use super::{Held, LeaderCore, LookupHold, TaskPins};
-use crate::shared::Shared;
 use crate::cadence::TIER_OPS_PER_BLOCK;
 use crate::index::IndexError;
 use crate::shared::leader_refusal;
+use crate::shared::Shared;
 
 /// Block and page lists of one request have the same length (or no page list: every rank
 /// binds its own pages).

@@ -210,13 +210,15 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
         }
     }
     match req {
-        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => EngineReply::Welcome {
-            epoch: Epoch(s.epoch),
-            rank,
-            world_size: s.spec.world,
-            shard_bytes: s.spec.shard_bytes,
-            next_step: Step(s.next_step),
-        },
+        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => {
+            EngineReply::Welcome {
+                epoch: Epoch(s.epoch),
+                rank,
+                world_size: s.spec.world,
+                shard_bytes: s.spec.shard_bytes,
+                next_step: Step(s.next_step),
+            }
+        }
         EngineRequest::RegisterBuffer {
             source,
             size_bytes,
