@@ -29,6 +29,8 @@ fn start(world: u32, host: u64, disk: u64, bind_timeout_ms: u64) -> Group {
     (spec.host_capacity_blocks, spec.disk_capacity_blocks) = (host, disk);
     let mut g = Group::configure(&spec);
     g.use_small_shards();
+    // 12 KV heads split evenly over 1, 2, 3 or 4 ranks.
+    g.edit_config("num_kv_heads = 8", "num_kv_heads = 12");
     g.edit_config(
         "frame_deadline_ms = 5000",
         &format!("frame_deadline_ms = 5000\nbind_timeout_ms = {bind_timeout_ms}"),
