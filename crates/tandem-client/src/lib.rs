@@ -75,7 +75,9 @@
 //! - **Pages per rank.** A `store` or `load` with page ids uses the same pages on every rank.
 //!   With no page ids, every engine (the leader's too) binds its own
 //!   ([`EngineClient::bind`]): one page per block of the task, in the order of the task's
-//!   blocks in the frame that starts it. A rank copies only once bound; a rank that gets no
+//!   blocks in the frame that starts it (a store leaves out blocks already cached, so the
+//!   leader's engine binds from the frame unless none can be; a task with no block takes an
+//!   empty bind or none). A rank copies only once bound; a rank that gets no
 //!   bind within `protocol.bind_timeout_ms` of the task reaching it fails its shard, and the
 //!   task finishes `Failed` on every rank. Refusals are [`AgentError::Bind`].
 //! - **Versions.** The hello carries the engine protocol version

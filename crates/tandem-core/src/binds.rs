@@ -74,14 +74,13 @@ impl PageBinds {
     }
 
     /// `task` (with `blocks`) started without page ids: binds are taken from now on. Its
-    /// deadline starts with [`Self::arrived`].
+    /// deadline starts with [`Self::arrived`]. A task with no blocks (every one was cached
+    /// already) is bound from the start, to no page: an empty bind is answered, nothing waits.
     pub(crate) fn expect(&mut self, task: TaskId, blocks: Vec<BlockHash>) {
-        if blocks.is_empty() {
-            return;
-        }
+        let pages = blocks.is_empty().then(Vec::new);
         self.tasks.entry(task).or_insert(Entry {
             blocks,
-            pages: None,
+            pages,
             deadline_ms: None,
             parked: None,
             expired: false,
@@ -90,7 +89,7 @@ impl PageBinds {
 
     /// The frame starting `t` reached this rank at `now_ms`: its deadline starts (once).
     pub(crate) fn arrived(&mut self, t: &TaskStart, now_ms: u64) {
-        if !needs_bind(t) {
+        if !t.page_ids.is_empty() {
             return;
         }
         self.expect(t.task, t.block_hashes.clone());
@@ -365,10 +364,26 @@ mod tests {
         let mut t = start(0, &[1]);
         t.page_ids = pages(&[5]);
         b.arrived(&t, 0);
+        assert_eq!(b.len(), 0, "a task with page ids waits for nothing");
         let empty = start(1, &[]);
         b.arrived(&empty, 0);
-        assert_eq!(b.len(), 0);
+        assert_eq!(b.poll_timeout(), None, "no blocks: no deadline");
         assert_eq!(b.due(TaskKind::Store, t.clone()), Due::Copy(t));
-        assert_eq!(b.due(TaskKind::Store, empty.clone()), Due::Copy(empty));
+        assert_eq!(
+            b.due(TaskKind::Store, empty.clone()),
+            Due::Copy(empty.clone())
+        );
+        assert!(b.expire(1, 1_000).is_empty());
+        // An engine that binds every task of a frame started without page ids may bind this
+        // one too: no page for no block.
+        assert_eq!(b.bind(empty.task, Vec::new(), None), Ok(None));
+        assert_eq!(
+            b.bind(empty.task, pages(&[0]), Some(4)),
+            Err(BindError::WrongCount {
+                task: empty.task,
+                blocks: 0,
+                pages: 1
+            })
+        );
     }
 }
