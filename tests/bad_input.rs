@@ -196,7 +196,7 @@ fn engine_socket_garbage_leaves_the_agent_serving() {
         );
         // A valid request followed by garbage: the request is answered, the garbage ends it.
         let mut s = engine_stream(&g, rank);
-        write_message(&mut s, &EngineRequest::Hello { rank }).expect("hello");
+        write_message(&mut s, &EngineRequest::hello(rank)).expect("hello");
         let _ = s.write_all(&[0, 0, 0, 2, 0xee, 0xee]);
         let got = replies(
             &read_to_close(&mut s, "hello then garbage"),

@@ -456,7 +456,7 @@ fn an_engine_that_dies_mid_store_moves_the_group_to_a_new_epoch() {
     step_both(&mut leader, &mut follower, Step(0));
     // The same engine's connection: a store request, then the process is gone.
     let mut raw = std::os::unix::net::UnixStream::connect(c.group.socket(0)).expect("connect");
-    write_message(&mut raw, &EngineRequest::Hello { rank: 0 }).expect("hello");
+    write_message(&mut raw, &EngineRequest::hello(0)).expect("hello");
     let _: tandem_client::EngineReply =
         tandem_client::wire::read_message(&mut raw).expect("welcome");
     write_message(

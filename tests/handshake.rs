@@ -76,17 +76,24 @@ fn assert_no_secret(log: &str, whose: &str) {
 #[test]
 fn other_protocol_version_is_refused_naming_the_field() {
     let mut g = leader_only();
+    // The previous version (before per-rank page binding), as an agent of the last release
+    // speaks it.
+    let old = tandem_proto::wire::handshake::PROTOCOL_VERSION - 1;
     let (status, log) = refused_follower(&g, |c| {
-        c.arg("--test-protocol-version").arg("99");
+        c.arg("--test-protocol-version").arg(old.to_string());
     });
     println!("follower exit: {status}\n{log}");
     assert!(
         !status.success(),
-        "a follower of protocol version 99 was not refused:\n{log}"
+        "a follower of protocol version {old} was not refused:\n{log}"
+    );
+    let both = format!(
+        "protocol version differs: leader speaks {}, rank speaks {old}",
+        tandem_proto::wire::handshake::PROTOCOL_VERSION
     );
     assert!(
-        log.contains("protocol version") && log.contains("99"),
-        "the refusal names the field and the version:\n{log}"
+        log.contains(&both),
+        "the refusal names both versions ({both}):\n{log}"
     );
     let leader = leader_log_with(&g, "protocol version");
     assert!(

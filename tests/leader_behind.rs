@@ -106,7 +106,7 @@ fn raw(g: &Group, rank: u32) -> (UnixStream, Epoch, Step) {
     };
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    match call(&mut s, &EngineRequest::Hello { rank }) {
+    match call(&mut s, &EngineRequest::hello(rank)) {
         EngineReply::Welcome {
             epoch, next_step, ..
         } => (s, epoch, next_step),
@@ -179,7 +179,7 @@ fn requests_of_another_epoch_are_refused_and_never_applied() {
     );
     expect_stale(reply, ours, Epoch(4), "future end_step");
     // Nothing was sealed: the leader's next step is still 0, and step 0 seals now.
-    match call(&mut leader, &EngineRequest::Hello { rank: 0 }) {
+    match call(&mut leader, &EngineRequest::hello(0)) {
         EngineReply::Welcome { next_step, .. } => {
             assert_eq!(next_step, Step(0), "a stale end_step sealed a step")
         }

@@ -228,7 +228,7 @@ level = "info"
     }
 
     /// Replace the first `from` in the configuration file with `to`.
-    fn edit_config(&self, from: &str, to: &str) {
+    pub fn edit_config(&self, from: &str, to: &str) {
         let text = std::fs::read_to_string(&self.config).expect("read config");
         std::fs::write(&self.config, text.replacen(from, to, 1)).expect("write config");
     }

@@ -140,6 +140,8 @@ pub fn agent_error_kind(e: &AgentError) -> &'static str {
         AgentError::Buffer { .. } => "buffer",
         AgentError::BadRequest { .. } => "bad_request",
         AgentError::FrameTooLarge { .. } => "frame_too_large",
+        AgentError::ProtocolVersion { .. } => "protocol_version",
+        AgentError::Bind(_) => "bind",
     }
 }
 

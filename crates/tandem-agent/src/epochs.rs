@@ -59,6 +59,8 @@ pub struct EpochDriver {
     pub backends: Option<Backends>,
     /// The rank's store.
     pub store: Addr<StoreActor>,
+    /// Pages of the engine's registered pool, kept by the store.
+    pub pool: crate::store_actor::PoolSize,
     /// Where engine, peer and HTTP requests find the current protocol actor.
     pub router: Router,
     /// The cores' events, for the machine.
@@ -252,6 +254,7 @@ impl EpochDriver {
             }),
             metrics: self.metrics.clone(),
             max_frame_bytes: s.max_frame_bytes,
+            pool: self.pool.clone(),
         };
         let protocol = ProtocolActor::new(core, self.clock, wiring).start();
         if !s.is_leader() {
@@ -313,6 +316,7 @@ fn core_config(s: &AgentSettings, durable: bool) -> CoreConfig {
         heartbeat_timeout_ms: s.heartbeat_timeout_ms,
         host_capacity_blocks: s.config.store.host_capacity_blocks,
         disk_capacity_blocks: s.config.store.disk_capacity_blocks,
+        bind_timeout_ms: s.config.protocol.bind_timeout_ms,
         durable,
         membership: s.membership.clone(),
         leader_addr: s.leader_addr.clone(),

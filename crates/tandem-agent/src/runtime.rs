@@ -60,8 +60,10 @@ pub async fn serve(
     });
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
     let store_fatal = fatal_tx.clone();
+    let pool = crate::store_actor::PoolSize::default();
+    let store_pool = pool.clone();
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
-        StoreActor::new(store, shard_bytes, store_metrics, store_fatal)
+        StoreActor::new(store, shard_bytes, store_metrics, store_fatal, store_pool)
     });
     let router = Router::default();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
@@ -130,6 +132,7 @@ pub async fn serve(
         wall: Arc::new(SystemClock),
         backends,
         store: store_addr,
+        pool,
         router: router.clone(),
         events: events_tx,
         fatal: fatal_tx,

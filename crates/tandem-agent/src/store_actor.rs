@@ -26,6 +26,23 @@ use crate::AgentRunError;
 /// The name under which the engine's page pool is registered.
 const ENGINE_REGION: &str = "engine";
 
+/// Pages of the engine's registered pool (0: none), shared with the protocol actors, which
+/// tell their core (binds are checked against it). Written only by the StoreActor.
+#[derive(Clone, Debug, Default)]
+pub struct PoolSize(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl PoolSize {
+    /// Pages of the registered pool, `None` when none is registered.
+    pub fn get(&self) -> Option<u64> {
+        let pages = self.0.load(std::sync::atomic::Ordering::Acquire);
+        (pages > 0).then_some(pages)
+    }
+
+    fn set(&self, pages: u64) {
+        self.0.store(pages, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A task's shard on this rank is done (`Ok`) or failed (`Err(reason)`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -122,16 +139,19 @@ pub struct StoreActor {
     fatal: UnboundedSender<AgentRunError>,
     /// Set once a write was fenced: nothing more is attempted.
     fenced: bool,
+    /// Pages of the registered pool, for the protocol actors.
+    pool: PoolSize,
 }
 
 impl StoreActor {
     /// Wrap an opened store; `shard_bytes` is the page size engines must register; a write
-    /// refused by the fence is sent to `fatal`.
+    /// refused by the fence is sent to `fatal`; `pool` is kept at the registered pool's size.
     pub fn new(
         store: Store,
         shard_bytes: u64,
         metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
         fatal: UnboundedSender<AgentRunError>,
+        pool: PoolSize,
     ) -> Self {
         let (writer, snapshots) =
             std::sync::mpsc::channel::<(tandem_store::manifest::Manifest, std::path::PathBuf)>();
@@ -170,6 +190,7 @@ impl StoreActor {
             stats: StoreStats::default(),
             fatal,
             fenced: false,
+            pool,
         }
     }
 
@@ -376,6 +397,7 @@ impl Handler<RegisterBuffer> for StoreActor {
         }
         .map_err(refused)?;
         self.buffers = fresh;
+        self.pool.set(pages);
         Ok(pages)
     }
 }

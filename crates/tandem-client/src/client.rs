@@ -199,12 +199,7 @@ impl EngineClient {
     /// # Errors
     /// As [`EngineClient::connect`].
     pub fn hello(&mut self) -> Result<Welcome, ClientError> {
-        match self.call(
-            EngineRequest::Hello {
-                rank: self.welcome.rank,
-            },
-            0,
-        )? {
+        match self.call(EngineRequest::hello(self.welcome.rank), 0)? {
             EngineReply::Welcome {
                 epoch,
                 rank,
@@ -303,8 +298,10 @@ impl EngineClient {
         }
     }
 
-    /// Leader: look up the cached prefix of `block_hashes` in `step`; matched blocks are
-    /// pinned until loaded (or released by a new epoch).
+    /// Leader: look up the cached prefix of `block_hashes` in `step` for `request`; matched
+    /// blocks are pinned until the request's load, [`EngineClient::release`], or a new epoch.
+    /// Asking again for the same request and blocks returns the same answer and holds the same
+    /// pins (one pin set per request).
     ///
     /// # Errors
     /// [`AgentError::NotLeader`], [`AgentError::StaleEpoch`], [`AgentError::NotReady`].
@@ -401,6 +398,43 @@ impl EngineClient {
             deadline_ms,
         };
         self.frame_reply("frame", req, deadline_ms)
+    }
+
+    /// Any rank: this engine's pages for `task`, a store or load started without page ids: one
+    /// page per block of the task, in the order of its `block_hashes` in the frame that starts
+    /// it. This rank copies the task's shards only once bound; without a bind within
+    /// `protocol.bind_timeout_ms` of the task reaching this rank, its shard fails and the task
+    /// finishes `Failed` on every rank.
+    ///
+    /// # Errors
+    /// [`AgentError::Bind`] (unknown task, wrong count, page out of the registered pool, already
+    /// bound, past the deadline), [`AgentError::StaleEpoch`].
+    pub fn bind(&mut self, task: TaskId, page_ids: Vec<PageId>) -> Result<(), ClientError> {
+        let req = EngineRequest::Bind {
+            epoch: self.epoch(),
+            task,
+            page_ids,
+        };
+        match self.call(req, 0)? {
+            EngineReply::Bound { .. } => Ok(()),
+            other => Err(unexpected("bind", other)),
+        }
+    }
+
+    /// Leader: `request` is done with its lookup: the blocks it pinned and no load took are
+    /// given back; returns how many (0 when none was held).
+    ///
+    /// # Errors
+    /// [`AgentError::NotLeader`], [`AgentError::StaleEpoch`].
+    pub fn release(&mut self, request: RequestId) -> Result<u32, ClientError> {
+        let req = EngineRequest::Release {
+            epoch: self.epoch(),
+            request,
+        };
+        match self.call(req, 0)? {
+            EngineReply::Released { blocks } => Ok(blocks),
+            other => Err(unexpected("release", other)),
+        }
     }
 
     /// Tell the agent the engine has applied every frame up to and including `step`.
@@ -679,7 +713,9 @@ fn timed_out(e: &std::io::Error) -> bool {
 /// The request's kind, for errors.
 fn kind(req: &EngineRequest) -> &'static str {
     match req {
-        EngineRequest::Hello { .. } => "hello",
+        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => "hello",
+        EngineRequest::Bind { .. } => "bind",
+        EngineRequest::Release { .. } => "release",
         EngineRequest::RegisterBuffer { .. } => "register_buffer",
         EngineRequest::Lookup { .. } => "lookup",
         EngineRequest::Store { .. } => "store",

@@ -147,7 +147,6 @@ impl FdLedger {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
     fn read_all(b: &UnixStream, ledger: &mut FdLedger, at: &mut u64, buf: &mut Vec<u8>) {
@@ -191,12 +190,11 @@ mod tests {
     #[test]
     fn a_closed_descriptor_is_an_error_and_sends_nothing() {
         let (a, b) = UnixStream::pair().unwrap();
-        let file = tempfile::tempfile().unwrap();
-        let fd: OwnedFd = file.into();
-        let raw = fd.as_raw_fd();
-        drop(fd);
-        // SAFETY: deliberately a closed descriptor number, only passed to sendmsg, which must
-        // refuse it; nothing reads or closes through it.
+        // A number past any descriptor limit: never open, not even by another test thread
+        // (a descriptor closed here could be reused by one before the send).
+        let raw = 1 << 30;
+        // SAFETY: deliberately a descriptor number that is not open, only passed to sendmsg,
+        // which must refuse it; nothing reads or closes through it.
         let closed = unsafe { BorrowedFd::borrow_raw(raw) };
         let e = send_with_fd(&a, b"x", closed).unwrap_err();
         assert_eq!(

@@ -68,6 +68,21 @@
 //!   memfd), by passing its descriptor with the request. The agent refuses a pool whose page
 //!   size is not the block-shard size, whose size is not a positive whole number of pages, or
 //!   that it cannot map read-write, with [`AgentError::Buffer`] naming the numbers.
+//! - **Lookups hold one pin set per request.** `lookup(request, blocks)` pins the matched
+//!   prefix; asking again with the same blocks returns the same answer on the same pins. The
+//!   pins last until the request's `load`, [`EngineClient::release`] (a request that looked up
+//!   and will not load must be released), or a new epoch.
+//! - **Pages per rank.** A `store` or `load` with page ids uses the same pages on every rank.
+//!   With no page ids, every engine (the leader's too) binds its own
+//!   ([`EngineClient::bind`]): one page per block of the task, in the order of the task's
+//!   blocks in the frame that starts it (a store leaves out blocks already cached, so the
+//!   leader's engine binds from the frame unless none can be; a task with no block takes an
+//!   empty bind or none). A rank copies only once bound; a rank that gets no
+//!   bind within `protocol.bind_timeout_ms` of the task reaching it fails its shard, and the
+//!   task finishes `Failed` on every rank. Refusals are [`AgentError::Bind`].
+//! - **Versions.** The hello carries the engine protocol version
+//!   ([`api::ENGINE_PROTOCOL_VERSION`]); an agent of another version refuses it with
+//!   [`AgentError::ProtocolVersion`] naming both.
 //! - **Tasks that never started.** `store` and `load` return a task id at once, but the task
 //!   starts only when a frame lists it in `stores` or `loads` (its start is logged first). A task
 //!   id that no frame of its epoch listed when the epoch ends never started: no outcome will come

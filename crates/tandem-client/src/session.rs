@@ -211,6 +211,8 @@ const LOAD: Call = Call {
     name: "load",
     mutates: true,
 };
+const BIND: Call = Call::plain("bind");
+const RELEASE: Call = Call::plain("release");
 const END_STEP: Call = Call::plain("end_step");
 const FRAME: Call = Call::plain("frame");
 const ACK: Call = Call::plain("ack");
@@ -328,6 +330,7 @@ impl EngineSession {
                 Err(ClientError::Agent(
                     a @ (AgentError::BadRequest { .. }
                     | AgentError::NotLeader { .. }
+                    | AgentError::ProtocolVersion { .. }
                     | AgentError::Buffer { .. }),
                 )) => return Err(SessionError::Agent(a)),
                 Err(source) if started.elapsed() >= config.connect => {
@@ -495,7 +498,9 @@ impl EngineSession {
         Ok(welcome)
     }
 
-    /// Leader: the cached prefix of `block_hashes` for `request`, in the open step.
+    /// Leader: the cached prefix of `block_hashes` for `request`, in the open step, pinned until
+    /// the request's load or [`EngineSession::release`]; asking again for the same request and
+    /// blocks returns the same answer on the same pins.
     ///
     /// # Errors
     /// [`AgentError::NotLeader`], [`AgentError::FrameTooLarge`] (as [`SessionError::Agent`]),
@@ -562,6 +567,35 @@ impl EngineSession {
         })?;
         self.book.requested(task, kind, request);
         Ok(task)
+    }
+
+    /// Any rank: this engine's pages for `task`, started without page ids (see
+    /// [`EngineClient::bind`]): one page per block of the task as its frame lists it. Binding
+    /// again with the same pages is answered the same, so a bind whose reply was lost is simply
+    /// asked again.
+    ///
+    /// # Errors
+    /// [`SessionError::PageOutOfRange`] for a page past the registered pool (nothing is sent);
+    /// [`AgentError::Bind`] (as [`SessionError::Agent`]); [`SessionError::NewEpoch`] (the task
+    /// is settled by frame 0), and as any call.
+    pub fn bind(&mut self, task: TaskId, page_ids: &[PageId]) -> Result<(), SessionError> {
+        if let Some(pages) = self.pool_pages {
+            if let Some(p) = page_ids.iter().find(|p| u64::from(p.0) >= pages) {
+                return Err(SessionError::PageOutOfRange { page: p.0, pages });
+            }
+        }
+        self.run(BIND, |c, _| c.bind(task, page_ids.to_vec()))
+    }
+
+    /// Leader: `request` is done with its lookup (it loaded, finished or was dropped): the
+    /// blocks its lookup still pins are given back; returns how many. A load spends the pins by
+    /// itself; a request that looked up and will not load must be released, or its pins hold
+    /// blocks until the epoch ends.
+    ///
+    /// # Errors
+    /// As [`EngineSession::lookup`].
+    pub fn release(&mut self, request: RequestId) -> Result<u32, SessionError> {
+        self.run(RELEASE, |c, _| c.release(request))
     }
 
     /// Leader: seal the open step and apply its frame; the next step opens. Waits at most

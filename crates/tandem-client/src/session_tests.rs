@@ -106,7 +106,7 @@ fn serve(stream: UnixStream, acts: Vec<Act>, log: &Mutex<Vec<String>>) {
 
 fn kind(req: &EngineRequest) -> &'static str {
     match req {
-        EngineRequest::Hello { .. } => "hello",
+        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => "hello",
         EngineRequest::RegisterBuffer { .. } => "register",
         EngineRequest::Lookup { .. } => "lookup",
         EngineRequest::Store { .. } => "store",
@@ -114,6 +114,8 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::EndStep { .. } => "end_step",
         EngineRequest::Frame { .. } => "frame",
         EngineRequest::Ack { .. } => "ack",
+        EngineRequest::Bind { .. } => "bind",
+        EngineRequest::Release { .. } => "release",
     }
 }
 

@@ -67,7 +67,7 @@ fn stand_in(l: UnixListener, acts: Vec<Act>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         let (req, call) = read_call::<EngineRequest>(&mut s).expect("hello");
-        assert!(matches!(req, EngineRequest::Hello { .. }));
+        assert!(matches!(req, EngineRequest::HelloVersioned { .. }));
         s.write_all(&encode_call(&welcome(), call.expect("an id")).expect("encodes"))
             .expect("welcome");
         let mut held: Vec<u8> = Vec::new();

@@ -22,7 +22,7 @@ use std::cell::Cell;
 use std::io::Read;
 
 use proptest::prelude::*;
-use tandem_client::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
+use tandem_client::api::{AgentError, BindError, BufferSource, CallId, EngineReply, EngineRequest};
 use tandem_client::wire::{
     check_len, decode, decode_call, encode, encode_call, read_call, read_message, split_message,
     WireError, MAX_MESSAGE_BYTES,
@@ -149,7 +149,22 @@ fn request() -> impl Strategy<Value = EngineRequest> {
                 deadline_ms,
             }
         }),
-        (e, s).prop_map(|(epoch, step)| EngineRequest::Ack { epoch, step }),
+        (e.clone(), s).prop_map(|(epoch, step)| EngineRequest::Ack { epoch, step }),
+        any::<(u32, u16)>().prop_map(|(rank, protocol_version)| EngineRequest::HelloVersioned {
+            rank,
+            protocol_version
+        }),
+        (e.clone(), any::<(u64, u64)>(), pages()).prop_map(|(epoch, (te, seq), page_ids)| {
+            EngineRequest::Bind {
+                epoch,
+                task: TaskId { epoch: te, seq },
+                page_ids,
+            }
+        }),
+        (e, any::<u64>()).prop_map(|(epoch, r)| EngineRequest::Release {
+            epoch,
+            request: RequestId(r)
+        }),
     ]
 }
 
@@ -228,6 +243,35 @@ fn agent_error() -> impl Strategy<Value = AgentError> {
         ".{0,24}".prop_map(|reason| AgentError::BadRequest { reason }),
         ".{0,24}".prop_map(|reason| AgentError::Buffer { reason }),
         any::<(u64, u64)>().prop_map(|(bytes, limit)| AgentError::FrameTooLarge { bytes, limit }),
+        any::<(u16, u16)>()
+            .prop_map(|(agent, engine)| AgentError::ProtocolVersion { agent, engine }),
+        bind_error().prop_map(AgentError::Bind),
+    ]
+}
+
+fn bind_error() -> impl Strategy<Value = BindError> {
+    let t = any::<(u64, u64)>().prop_map(|(epoch, seq)| TaskId { epoch, seq });
+    prop_oneof![
+        t.clone().prop_map(|task| BindError::UnknownTask { task }),
+        (t.clone(), any::<(u32, u32)>()).prop_map(|(task, (blocks, pages))| {
+            BindError::WrongCount {
+                task,
+                blocks,
+                pages,
+            }
+        }),
+        (t.clone(), any::<(u32, u64)>()).prop_map(|(task, (page, pool_pages))| {
+            BindError::PageOutOfRange {
+                task,
+                page,
+                pool_pages,
+            }
+        }),
+        t.clone().prop_map(|task| BindError::AlreadyBound { task }),
+        (t, any::<u64>()).prop_map(|(task, bind_timeout_ms)| BindError::Expired {
+            task,
+            bind_timeout_ms
+        }),
     ]
 }
 
@@ -257,6 +301,10 @@ fn reply() -> impl Strategy<Value = EngineReply> {
         frame().prop_map(|f| EngineReply::Frame(Box::new(f))),
         Just(EngineReply::Acked),
         agent_error().prop_map(EngineReply::Error),
+        any::<(u64, u64)>().prop_map(|(epoch, seq)| EngineReply::Bound {
+            task: TaskId { epoch, seq }
+        }),
+        any::<u32>().prop_map(|blocks| EngineReply::Released { blocks }),
     ]
 }
 

@@ -141,6 +141,7 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
         ("group.tp_size", u64::from(cfg.group.tp_size)),
         ("protocol.window_steps", cfg.protocol.window_steps),
         ("protocol.frame_deadline_ms", cfg.protocol.frame_deadline_ms),
+        ("protocol.bind_timeout_ms", cfg.protocol.bind_timeout_ms),
         (
             "protocol.frame_retention_steps",
             cfg.protocol.frame_retention_steps,

@@ -111,6 +111,11 @@ pub struct ProtocolConfig {
     /// On SIGTERM, how long an agent may take to seal its open step and flush its outcomes to
     /// Redis before it exits, in milliseconds.
     pub drain_timeout_ms: u64,
+    /// How long a rank waits for its engine to bind its own pages for a store or load started
+    /// without page ids, from when the task reached the rank, in milliseconds; then the rank's
+    /// shard fails and with it the task on every rank. A rank's own deadline (not in the
+    /// configuration fingerprint): the outcome is the quorum's whatever each rank waits.
+    pub bind_timeout_ms: u64,
 }
 
 impl Default for ProtocolConfig {
@@ -122,6 +127,7 @@ impl Default for ProtocolConfig {
             max_frame_bytes: 16 * 1024 * 1024,
             handshake_timeout_ms: 2_000,
             drain_timeout_ms: 5_000,
+            bind_timeout_ms: 5_000,
         }
     }
 }

@@ -36,6 +36,10 @@ pub struct CoreConfig {
     pub host_capacity_blocks: u64,
     /// Disk tier capacity, blocks (`store.disk_capacity_blocks`).
     pub disk_capacity_blocks: u64,
+    /// How long a copy of a task started without page ids waits for this rank's engine to
+    /// bind its pages, from when the task reached this rank, ms (`protocol.bind_timeout_ms`).
+    /// A rank's own setting: it decides only when this rank's shard fails.
+    pub bind_timeout_ms: u64,
     /// Whether starts and outcomes are appended to a completion log before a frame reveals
     /// them (a Redis URL is configured). Without it they count as durable at once, a new
     /// epoch starts with empty tiers, and there is no manifest exchange.

@@ -9,17 +9,20 @@
 //! reads the pages of an earlier load until it applies the frame that reports that load
 //! finished. Copying a store earlier could store pages not yet written; copying a load
 //! earlier could overwrite pages the engine is still verifying. Tier operations are applied
-//! at once, in frame order (they touch no engine page). It never decides anything for the
-//! group.
+//! at once, in frame order (they touch no engine page). A task started without page ids is
+//! copied only once this rank's engine bound its own pages for it ([`crate::binds`]); no bind
+//! by the deadline fails this rank's shard, reported to the leader like a failed copy. It never
+//! decides anything for the group.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tandem_proto::engine::{AgentError, EngineReply, EngineRequest};
+use tandem_proto::engine::{AgentError, BindError, EngineReply, EngineRequest};
 use tandem_proto::{
-    BlockHash, Follower, FollowerError, FollowerEvent, FollowerStats, Message, Step, TaskId,
-    TaskStart, WaitId,
+    BlockHash, Follower, FollowerError, FollowerEvent, FollowerStats, Message, PageId, Step,
+    TaskId, TaskKind, TaskStart, WaitId,
 };
 
+use crate::binds::{Due, PageBinds};
 use crate::config::CoreConfig;
 use crate::output::{CallRef, Peer, StoreCommand};
 use crate::shared::{follower_refusal, Shared};
@@ -43,6 +46,8 @@ pub struct FollowerCore {
     next_heartbeat_ms: Option<u64>,
     /// Frame requests from the engine.
     frames_read: u64,
+    /// Tasks started without page ids, waiting for this engine's pages.
+    binds: PageBinds,
 }
 
 impl FollowerCore {
@@ -56,6 +61,7 @@ impl FollowerCore {
             engine_acked: None,
             next_heartbeat_ms: None,
             frames_read: 0,
+            binds: PageBinds::new(config.bind_timeout_ms),
         }
     }
 
@@ -131,20 +137,45 @@ impl FollowerCore {
                     reason: e.to_string(),
                 }),
             },
+            EngineRequest::Bind { task, page_ids, .. } => self.bind(sh, task, page_ids),
             EngineRequest::Lookup { .. }
             | EngineRequest::Store { .. }
             | EngineRequest::Load { .. }
+            | EngineRequest::Release { .. }
             | EngineRequest::EndStep { .. } => EngineReply::Error(AgentError::NotLeader { rank }),
-            EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => {
-                EngineReply::Error(AgentError::BadRequest {
-                    reason: "routed to the wrong actor".into(),
-                })
-            }
+            EngineRequest::Hello { .. }
+            | EngineRequest::HelloVersioned { .. }
+            | EngineRequest::RegisterBuffer { .. } => EngineReply::Error(AgentError::BadRequest {
+                reason: "routed to the wrong actor".into(),
+            }),
         };
         sh.reply(call, answer);
     }
 
-    /// Copy the loads and stores of every step the engine acknowledged.
+    /// This engine's pages for `task`: recorded, and the copy goes out if it only waited for
+    /// them.
+    fn bind(&mut self, sh: &mut Shared, task: TaskId, pages: Vec<PageId>) -> EngineReply {
+        if !self.binds.knows(task) && self.follower.open_tasks().iter().any(|t| t.task == task) {
+            // Started with page ids: nothing to bind.
+            return EngineReply::Error(AgentError::Bind(BindError::AlreadyBound { task }));
+        }
+        match self.binds.bind(task, pages, sh.pool_pages) {
+            Ok(ready) => {
+                if let Some((kind, t)) = ready {
+                    let (loads, stores) = match kind {
+                        TaskKind::Load => (vec![t], Vec::new()),
+                        TaskKind::Store => (Vec::new(), vec![t]),
+                    };
+                    copy(sh, loads, stores);
+                }
+                EngineReply::Bound { task }
+            }
+            Err(e) => EngineReply::Error(AgentError::Bind(e)),
+        }
+    }
+
+    /// Copy the loads and stores of every step the engine acknowledged (a task started without
+    /// page ids once its pages are bound).
     fn release_copies(&mut self, sh: &mut Shared) {
         let Some(acked) = self.engine_acked else {
             return;
@@ -152,26 +183,28 @@ impl FollowerCore {
         let later = self.held.split_off(&acked.next());
         let (mut loads, mut stores) = (Vec::new(), Vec::new());
         for (l, s) in std::mem::replace(&mut self.held, later).into_values() {
-            loads.extend(l);
-            stores.extend(s);
+            for t in l {
+                if let Due::Copy(t) = self.binds.due(TaskKind::Load, t) {
+                    loads.push(t);
+                }
+            }
+            for t in s {
+                if let Due::Copy(t) = self.binds.due(TaskKind::Store, t) {
+                    stores.push(t);
+                }
+            }
         }
-        let epoch = sh.epoch();
-        if !loads.is_empty() {
-            sh.store(StoreCommand::CopyLoads {
-                epoch,
-                tasks: loads,
-            });
-        }
-        if !stores.is_empty() {
-            sh.store(StoreCommand::CopyStores {
-                epoch,
-                tasks: stores,
-            });
-        }
+        copy(sh, loads, stores);
     }
 
-    /// A message from the leader; returns a failure reason when the epoch cannot go on.
-    pub(crate) fn leader_message(&mut self, sh: &mut Shared, msg: Message) -> Option<String> {
+    /// A message from the leader at `now_ms`; returns a failure reason when the epoch cannot
+    /// go on.
+    pub(crate) fn leader_message(
+        &mut self,
+        sh: &mut Shared,
+        msg: Message,
+        now_ms: u64,
+    ) -> Option<String> {
         let frame = match &msg {
             Message::Frame(f) => Some(f.clone()),
             _ => None,
@@ -194,6 +227,14 @@ impl FollowerCore {
                         drop_blocks(t, &evicted);
                     }
                 }
+                self.binds.evicted(&evicted);
+            }
+            for o in &f.finished {
+                self.binds.forget(o.task);
+            }
+            // A task started without page ids: this rank's deadline for the bind starts now.
+            for t in f.loads.iter().chain(&f.stores) {
+                self.binds.arrived(t, now_ms);
             }
             if !f.tier_ops.is_empty() {
                 sh.store(StoreCommand::ApplyTierOps {
@@ -236,20 +277,30 @@ impl FollowerCore {
         self.send(sh, report);
     }
 
-    /// When [`Self::timeout`] must next run (ms): a wait's deadline or the next heartbeat.
+    /// When [`Self::timeout`] must next run (ms): a wait's deadline, a bind's deadline or the
+    /// next heartbeat.
     pub(crate) fn poll_timeout(&self) -> Option<u64> {
-        [self.follower.poll_timeout(), self.next_heartbeat_ms]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.follower.poll_timeout(),
+            self.next_heartbeat_ms,
+            self.binds.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Timers at `now_ms`: waits past their deadline end in `LeaderBehind`; a heartbeat goes
-    /// out every interval.
+    /// Timers at `now_ms`: waits past their deadline end in `LeaderBehind`; tasks still unbound
+    /// past their bind deadline fail this rank's shard; a heartbeat goes out every interval.
     pub(crate) fn timeout(&mut self, sh: &mut Shared, now_ms: u64) {
         if self.follower.poll_timeout().is_some_and(|t| now_ms >= t) {
             self.follower.handle_timeout(now_ms);
             self.drain_events(sh);
+        }
+        // No bind by the deadline: this rank's shard fails (the leader fails the task).
+        for (task, reason) in self.binds.expire(sh.config.rank.0, now_ms) {
+            tracing::warn!(%task, %reason, "shard failed: no bind");
+            self.shard_done(sh, task, Err(reason));
         }
         if self.next_heartbeat_ms.is_some_and(|t| now_ms >= t) {
             self.send(sh, self.follower.heartbeat(now_ms));
@@ -297,6 +348,23 @@ impl FollowerCore {
             tasks_failed: 0,
             index_blocks: 0,
         }
+    }
+}
+
+/// Hand `loads` and `stores` to this rank's store (loads first).
+fn copy(sh: &mut Shared, loads: Vec<TaskStart>, stores: Vec<TaskStart>) {
+    let epoch = sh.epoch();
+    if !loads.is_empty() {
+        sh.store(StoreCommand::CopyLoads {
+            epoch,
+            tasks: loads,
+        });
+    }
+    if !stores.is_empty() {
+        sh.store(StoreCommand::CopyStores {
+            epoch,
+            tasks: stores,
+        });
     }
 }
 

@@ -51,7 +51,10 @@
 //! - [`output`]: [`Output`] and its parts, [`CallRef`], [`ConnId`].
 //! - [`config`]: [`CoreConfig`], [`EpochStart`].
 //! - [`status`]: [`RankStatus`], [`CoreCounters`], [`NotReady`].
-//! - [`shared`]: the output queue, the frame-0 filter, refusals as the engine sees them.
+//! - [`shared`]: the output queue, the frame-0 filter, refusals as the engine sees them, the
+//!   registered pool's size.
+//! - `binds`: per-rank page binding: copies of tasks started without page ids wait for this
+//!   rank's engine's `bind`, until a deadline that fails the rank's shard.
 //! - [`cadence`]: the fixed figures the cores decide with.
 //!
 //! The invariants of the group index, and the tests that prove them, are in the crate's
@@ -77,6 +80,7 @@
 //!     epoch: Epoch(1), rank: Rank(rank), world_size: 2, shard_bytes: 64, window_steps: 8,
 //!     retention_steps: 64, max_frame_bytes: 1 << 20, heartbeat_interval_ms: 100,
 //!     heartbeat_timeout_ms: 1_000, host_capacity_blocks: 4, disk_capacity_blocks: 0,
+//!     bind_timeout_ms: 5_000,
 //!     durable: false, membership: membership.clone(), leader_addr: "leader".into(),
 //! };
 //! let mut leader = RankCore::new(config(0), EpochStart::default(), 0)?;
@@ -117,6 +121,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod binds;
 pub mod cadence;
 pub mod config;
 pub mod epoch_loop;

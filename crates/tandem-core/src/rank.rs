@@ -4,13 +4,17 @@
 //! Owns [`RankCore`]: the engine's `hello`, the fencing of requests of another epoch (refused
 //! and counted, never applied), the failure of the epoch (once, with its reason; every waiting
 //! call answered, every later one refused), readiness (told to the runtime once), the engines
-//! attached and what their disconnect means (with tasks in flight the group must restart), and
-//! the drain before a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
+//! attached and what their disconnect means (with tasks in flight the group must restart), the
+//! engine protocol version checked at hello, the size of the engine's registered pool (what
+//! binds are checked against), and the drain before a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
 //! outputs come from [`RankCore::poll_output`] in order, and [`RankCore::poll_timeout`] is the
 //! one deadline the driver arms. It never does IO, reads a clock or draws randomness, so the
 //! same inputs always give the same outputs.
 
-use tandem_proto::engine::{AgentError, EngineReply, EngineRequest};
+use tandem_proto::engine::{
+    version_text, AgentError, EngineReply, EngineRequest, ENGINE_PROTOCOL_VERSION,
+    UNVERSIONED_ENGINE_PROTOCOL,
+};
 use tandem_proto::wire::handshake::{HandshakeError, Nonce};
 use tandem_proto::{Epoch, Hello, Message, Rank, TaskId};
 
@@ -124,9 +128,27 @@ impl RankCore {
     /// later (always exactly once).
     pub fn handle_engine(&mut self, call: CallRef, req: EngineRequest, now_ms: u64) {
         let epoch = self.sh.epoch();
-        if let EngineRequest::Hello { rank } = &req {
+        let hello = match &req {
+            EngineRequest::Hello { rank } => Some((*rank, UNVERSIONED_ENGINE_PROTOCOL)),
+            EngineRequest::HelloVersioned {
+                rank,
+                protocol_version,
+            } => Some((*rank, *protocol_version)),
+            _ => None,
+        };
+        if let Some((rank, version)) = hello {
             let ours = self.sh.config.rank.0;
-            let answer = if *rank != ours {
+            let answer = if version == UNVERSIONED_ENGINE_PROTOCOL {
+                // The one refusal an engine of version 1 can decode.
+                EngineReply::Error(AgentError::BadRequest {
+                    reason: version_text(ENGINE_PROTOCOL_VERSION, version),
+                })
+            } else if version != ENGINE_PROTOCOL_VERSION {
+                EngineReply::Error(AgentError::ProtocolVersion {
+                    agent: ENGINE_PROTOCOL_VERSION,
+                    engine: version,
+                })
+            } else if rank != ours {
                 EngineReply::Error(AgentError::BadRequest {
                     reason: format!("engine says rank {rank}, this agent is rank {ours}"),
                 })
@@ -171,6 +193,13 @@ impl RankCore {
             Role::Follower(f) => f.engine(&mut self.sh, call, req, now_ms),
         }
         self.check_ready();
+    }
+
+    /// The engine's registered pool has `pages` pages (`None`: none registered): binds are
+    /// checked against it. The driver tells every core of the rank, at its start and at every
+    /// registration.
+    pub fn handle_pool(&mut self, pages: Option<u64>) {
+        self.sh.pool_pages = pages;
     }
 
     /// An engine connection closed at `now_ms`; `attached`: it had said hello. With tasks in
@@ -262,9 +291,8 @@ impl RankCore {
 
     /// Follower: `msg` arrived from the leader.
     pub fn handle_leader_message(&mut self, msg: Message, now_ms: u64) {
-        let _ = now_ms;
         let failed = match &mut self.role {
-            Role::Follower(f) => f.leader_message(&mut self.sh, msg),
+            Role::Follower(f) => f.leader_message(&mut self.sh, msg, now_ms),
             Role::Leader(_) => None,
         };
         self.settle(failed);
@@ -441,8 +469,12 @@ fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
         | EngineRequest::Load { epoch, .. }
         | EngineRequest::EndStep { epoch, .. }
         | EngineRequest::Frame { epoch, .. }
-        | EngineRequest::Ack { epoch, .. } => Some(*epoch),
-        EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => None,
+        | EngineRequest::Ack { epoch, .. }
+        | EngineRequest::Bind { epoch, .. }
+        | EngineRequest::Release { epoch, .. } => Some(*epoch),
+        EngineRequest::Hello { .. }
+        | EngineRequest::HelloVersioned { .. }
+        | EngineRequest::RegisterBuffer { .. } => None,
     }
 }
 

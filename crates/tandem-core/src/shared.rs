@@ -21,6 +21,9 @@ pub(crate) struct Shared {
     out: VecDeque<Output>,
     /// Redelivered outcomes this rank's engine already acknowledged (left out of frame 0).
     acknowledged: BTreeSet<TaskId>,
+    /// Pages of the pool this rank's engine registered, as the driver last told
+    /// (`RankCore::handle_pool`); `None`: none registered.
+    pub(crate) pool_pages: Option<u64>,
 }
 
 impl Shared {
@@ -29,6 +32,7 @@ impl Shared {
             config: Arc::new(config),
             out: VecDeque::new(),
             acknowledged,
+            pool_pages: None,
         }
     }
 

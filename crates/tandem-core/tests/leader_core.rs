@@ -61,7 +61,7 @@ fn a_store_reaches_every_rank_and_its_outcome_follows_every_shard() {
 }
 
 #[test]
-fn a_lookup_pins_its_prefix_for_the_load_of_its_step_and_the_step_end_releases_it() {
+fn a_lookup_pins_its_prefix_for_its_load_and_a_release_gives_back_what_no_load_took() {
     let mut g = Group::start(Spec::new(2));
     let t = started(g.store(1, &[1, 2, 3]));
     until_outcome(&mut g, t);
@@ -80,10 +80,16 @@ fn a_lookup_pins_its_prefix_for_the_load_of_its_step_and_the_step_end_releases_i
     let outcome = until_outcome(&mut g, load);
     assert_eq!(outcome.result, OutcomeResult::Ok);
     assert!(!pinned(&g, 1) && !pinned(&g, 2));
-    // A lookup with no load in its step: the step's end gives the pins back.
+    // A lookup with no load: its pins outlast the step, until the request's release.
     g.lookup(10, &[3]);
     assert!(pinned(&g, 3));
     g.step();
+    assert!(pinned(&g, 3));
+    let release = EngineRequest::Release {
+        epoch: g.epoch(),
+        request: RequestId(10),
+    };
+    assert_eq!(g.call(0, release), EngineReply::Released { blocks: 1 });
     assert!(!pinned(&g, 3));
     assert_eq!(tasks(&g).lookup_blocks, [4, 1]);
 }
@@ -97,7 +103,7 @@ fn a_load_of_blocks_its_lookup_did_not_match_is_refused_and_copies_nothing() {
     let outcome = until_outcome(&mut g, load);
     match outcome.result {
         OutcomeResult::Failed { reason } => assert!(
-            reason.contains("did not match"),
+            reason.contains("did not pin"),
             "the reason names the rule: {reason}"
         ),
         other => panic!("load of an unpinned block: {other:?}"),
@@ -492,7 +498,7 @@ fn a_silent_follower_fails_the_epoch_after_the_heartbeat_timeout() {
 #[test]
 fn an_engine_disconnect_fails_the_epoch_only_with_tasks_in_flight() {
     let mut g = Group::start(Spec::new(2));
-    let hello = EngineRequest::Hello { rank: 0 };
+    let hello = EngineRequest::hello(0);
     assert!(matches!(
         g.call(0, hello.clone()),
         EngineReply::Welcome { .. }
@@ -588,13 +594,13 @@ fn a_request_that_could_make_a_frame_too_large_is_refused_and_records_nothing() 
 fn hello_names_the_next_step_and_a_wrong_rank_or_follower_request_is_refused() {
     let mut g = Group::start(Spec::new(2));
     g.step();
-    match g.call(1, EngineRequest::Hello { rank: 1 }) {
+    match g.call(1, EngineRequest::hello(1)) {
         EngineReply::Welcome {
             next_step, rank, ..
         } => assert_eq!((next_step, rank), (Step(1), 1)),
         other => panic!("{other:?}"),
     }
-    match error(g.call(1, EngineRequest::Hello { rank: 0 })) {
+    match error(g.call(1, EngineRequest::hello(0))) {
         AgentError::BadRequest { reason } => {
             assert_eq!(reason, "engine says rank 0, this agent is rank 1")
         }

@@ -10,6 +10,20 @@ use crate::frame::{Frame, LookupResult};
 use crate::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 use serde::{Deserialize, Serialize};
 
+/// The engine protocol version this build speaks: what an engine and its agent must agree on
+/// (the requests, the replies and their meaning). Version 1 is the protocol before versions
+/// were sent: its [`EngineRequest::Hello`] carries none. Version 2 adds the versioned hello
+/// ([`EngineRequest::HelloVersioned`]), per-rank page binding ([`EngineRequest::Bind`]) and
+/// lookups whose pins last until the request's load or [`EngineRequest::Release`].
+///
+/// An agent answers a hello of another version with [`AgentError::ProtocolVersion`] naming
+/// both; a version-1 hello gets [`AgentError::BadRequest`] with the same text, the one refusal
+/// a version-1 engine can decode.
+pub const ENGINE_PROTOCOL_VERSION: u16 = 2;
+
+/// The engine protocol version of an [`EngineRequest::Hello`], which carries none.
+pub const UNVERSIONED_ENGINE_PROTOCOL: u16 = 1;
+
 /// The id of one call on one engine connection: chosen by the client (from 1, one more for
 /// every request it sends on the connection) and echoed by the agent in the reply, so that a
 /// reply is only ever taken as the answer to the request that asked for it.
@@ -36,7 +50,9 @@ impl std::fmt::Display for CallId {
 /// One request from an engine to its rank's agent. Each gets exactly one [`EngineReply`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EngineRequest {
-    /// Introduce the engine; answered with [`EngineReply::Welcome`].
+    /// Introduce an engine of engine protocol version 1 (before versions were sent): refused
+    /// with the versions named (see [`ENGINE_PROTOCOL_VERSION`]). Kept, at its place, so that
+    /// such an engine's hello decodes and its refusal is one it can read.
     Hello {
         /// The rank this engine runs as; must match the agent's.
         rank: u32,
@@ -53,7 +69,11 @@ pub enum EngineRequest {
         /// Bytes of one page; equal to the group's block-shard size.
         page_size_bytes: u64,
     },
-    /// Leader only: the longest cached prefix of `block_hashes`, pinned for a following load.
+    /// Leader only: the longest cached prefix of `block_hashes`, pinned for the request's
+    /// load. Idempotent per request: asking again with the same blocks returns the same answer
+    /// and holds the same pins (one pin set per request); asking with other blocks gives the
+    /// old pins back first. The pins last until the request's load, its
+    /// [`EngineRequest::Release`], or the end of the epoch.
     Lookup {
         /// The epoch the engine believes current.
         epoch: Epoch,
@@ -64,7 +84,9 @@ pub enum EngineRequest {
         /// The request's prefix block hashes, in order.
         block_hashes: Vec<BlockHash>,
     },
-    /// Leader only: store `block_hashes[i]` from page `page_ids[i]` on every rank.
+    /// Leader only: store `block_hashes[i]` from page `page_ids[i]` on every rank, or, with
+    /// `page_ids` empty, from the pages each rank's engine binds for the task
+    /// ([`EngineRequest::Bind`]).
     Store {
         /// The epoch the engine believes current.
         epoch: Epoch,
@@ -74,10 +96,12 @@ pub enum EngineRequest {
         request: RequestId,
         /// Blocks to store, in prefix order.
         block_hashes: Vec<BlockHash>,
-        /// The engine page holding each block's shard (same ids on every rank).
+        /// The engine page holding each block's shard (same ids on every rank); empty: every
+        /// rank binds its own.
         page_ids: Vec<PageId>,
     },
-    /// Leader only: load `block_hashes[i]` into page `page_ids[i]` on every rank.
+    /// Leader only: load `block_hashes[i]` into page `page_ids[i]` on every rank, or, with
+    /// `page_ids` empty, into the pages each rank's engine binds for the task.
     Load {
         /// The epoch the engine believes current.
         epoch: Epoch,
@@ -87,7 +111,8 @@ pub enum EngineRequest {
         request: RequestId,
         /// Blocks to load (a pinned prefix from a lookup).
         block_hashes: Vec<BlockHash>,
-        /// Destination page of each block (same ids on every rank).
+        /// Destination page of each block (same ids on every rank); empty: every rank binds
+        /// its own.
         page_ids: Vec<PageId>,
     },
     /// Leader only: seal the frame of `step` and return it; waits at most `deadline_ms`
@@ -117,6 +142,46 @@ pub enum EngineRequest {
         /// The last step applied.
         step: Step,
     },
+    /// Introduce the engine, naming the engine protocol version it speaks; answered with
+    /// [`EngineReply::Welcome`], or [`AgentError::ProtocolVersion`] for another version.
+    HelloVersioned {
+        /// The rank this engine runs as; must match the agent's.
+        rank: u32,
+        /// [`ENGINE_PROTOCOL_VERSION`] of the engine's build.
+        protocol_version: u16,
+    },
+    /// Any rank: the pages of this rank's engine for `task`, a store or load started without
+    /// page ids: one page per block of the task, in the order of the task's `block_hashes` in
+    /// the frame that starts it. This rank copies the task's shards only once bound; without a
+    /// bind by `protocol.bind_timeout_ms` after the task reached this rank, its shard fails,
+    /// and with it the task on every rank. Binding again with the same pages answers
+    /// [`EngineReply::Bound`] again; refusals are [`AgentError::Bind`].
+    Bind {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The task, as a frame (or, on the leader, `Started`) named it.
+        task: TaskId,
+        /// One page of this engine's pool per block of the task.
+        page_ids: Vec<PageId>,
+    },
+    /// Leader only: the request is done with its lookup: the blocks its lookup pinned and no
+    /// load took are given back (none is fine). Answered with [`EngineReply::Released`].
+    Release {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The request.
+        request: RequestId,
+    },
+}
+
+impl EngineRequest {
+    /// The hello of an engine of this build's [`ENGINE_PROTOCOL_VERSION`] running as `rank`.
+    pub fn hello(rank: u32) -> EngineRequest {
+        EngineRequest::HelloVersioned {
+            rank,
+            protocol_version: ENGINE_PROTOCOL_VERSION,
+        }
+    }
 }
 
 /// Where the agent finds an engine's page pool.
@@ -165,6 +230,67 @@ pub enum EngineReply {
     Acked,
     /// The request was refused.
     Error(AgentError),
+    /// Answer to `Bind`: this rank's pages for the task are recorded.
+    Bound {
+        /// The task.
+        task: TaskId,
+    },
+    /// Answer to `Release`: pins given back.
+    Released {
+        /// Blocks the request's lookup still had pinned, now given back.
+        blocks: u32,
+    },
+}
+
+/// Why a [`EngineRequest::Bind`] was refused; nothing was recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+pub enum BindError {
+    /// No task of this epoch waits for pages on this rank under that id: it was never started
+    /// (or not yet seen in a frame by this rank), or its outcome is already known.
+    #[error(
+        "unknown task {task}: no task of this epoch waits for this rank's pages under that id"
+    )]
+    UnknownTask {
+        /// The task named.
+        task: TaskId,
+    },
+    /// The page list does not have one page per block of the task.
+    #[error("task {task} has {blocks} blocks, the bind names {pages} pages")]
+    WrongCount {
+        /// The task.
+        task: TaskId,
+        /// Blocks of the task (its `block_hashes` in the frame that starts it).
+        blocks: u32,
+        /// Pages named.
+        pages: u32,
+    },
+    /// A page past the end of this rank's registered pool (or no pool is registered:
+    /// `pool_pages` 0).
+    #[error("task {task}: page {page} is out of range of this rank's pool of {pool_pages} pages")]
+    PageOutOfRange {
+        /// The task.
+        task: TaskId,
+        /// The first page out of range.
+        page: u32,
+        /// Pages of the pool registered on this rank (0: none registered).
+        pool_pages: u64,
+    },
+    /// The task's pages on this rank are already named: by an earlier bind with other pages,
+    /// or by the page ids the task started with.
+    #[error("task {task} is already bound on this rank")]
+    AlreadyBound {
+        /// The task.
+        task: TaskId,
+    },
+    /// The bind came after this rank's deadline: its shard already failed, and with it the
+    /// task (its outcome, `Failed`, arrives in a frame).
+    #[error("task {task}: bind too late, this rank's shard failed after protocol.bind_timeout_ms = {bind_timeout_ms} ms")]
+    Expired {
+        /// The task.
+        task: TaskId,
+        /// The deadline this rank waited, milliseconds.
+        bind_timeout_ms: u64,
+    },
 }
 
 /// Why an agent refused an engine's request. Positions are step numbers within an epoch.
@@ -259,6 +385,23 @@ pub enum AgentError {
         /// What was wrong.
         reason: String,
     },
+    /// The engine speaks another engine protocol version than the agent: refused at hello.
+    #[error("{}", version_text(*.agent, *.engine))]
+    ProtocolVersion {
+        /// The agent's [`ENGINE_PROTOCOL_VERSION`].
+        agent: u16,
+        /// The engine's.
+        engine: u16,
+    },
+    /// A bind was refused; nothing was recorded.
+    #[error("bind refused: {0}")]
+    Bind(BindError),
+}
+
+/// The text of a version refusal, naming both versions (also the reason of the
+/// [`AgentError::BadRequest`] a version-1 engine gets).
+pub fn version_text(agent: u16, engine: u16) -> String {
+    format!("engine protocol version differs: the agent speaks {agent}, the engine speaks {engine}; run an engine and an agent of the same Tandem release")
 }
 
 fn sealed_text(sealed: Option<Step>) -> String {
@@ -359,6 +502,41 @@ mod tests {
         assert_eq!(
             AgentError::BadRequest { reason: "x".into() }.to_string(),
             "bad request: x"
+        );
+        assert_eq!(
+            AgentError::ProtocolVersion { agent: 2, engine: 1 }.to_string(),
+            "engine protocol version differs: the agent speaks 2, the engine speaks 1; run an engine and an agent of the same Tandem release"
+        );
+        let task = TaskId { epoch: 3, seq: 9 };
+        assert_eq!(
+            AgentError::Bind(BindError::WrongCount {
+                task,
+                blocks: 4,
+                pages: 3
+            })
+            .to_string(),
+            format!("bind refused: task {task} has 4 blocks, the bind names 3 pages")
+        );
+        assert_eq!(
+            BindError::PageOutOfRange {
+                task,
+                page: 64,
+                pool_pages: 64
+            }
+            .to_string(),
+            format!("task {task}: page 64 is out of range of this rank's pool of 64 pages")
+        );
+        assert_eq!(
+            BindError::UnknownTask { task }.to_string(),
+            format!("unknown task {task}: no task of this epoch waits for this rank's pages under that id")
+        );
+        assert_eq!(
+            BindError::AlreadyBound { task }.to_string(),
+            format!("task {task} is already bound on this rank")
+        );
+        assert_eq!(
+            BindError::Expired { task, bind_timeout_ms: 500 }.to_string(),
+            format!("task {task}: bind too late, this rank's shard failed after protocol.bind_timeout_ms = 500 ms")
         );
         assert_eq!(
             AgentError::FrameTooLarge {

@@ -42,7 +42,9 @@ pub struct TaskStart {
     pub request: RequestId,
     /// The blocks moved, in prefix order.
     pub block_hashes: Vec<BlockHash>,
-    /// The engine pages, one per block, same order as `block_hashes`.
+    /// The engine pages, one per block, same order as `block_hashes`, the same on every rank.
+    /// Empty when the task started without page ids: each rank's engine then binds its own
+    /// pages for the task (`EngineRequest::Bind`) before that rank copies.
     pub page_ids: Vec<PageId>,
     /// For a store: the tier every rank writes each block's shard to (one per block, chosen
     /// by the leader's group index). Empty for a load: the shard is read from wherever the

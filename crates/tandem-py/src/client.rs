@@ -125,7 +125,8 @@ impl Client {
     }
 
     /// Leader: look up the cached prefix of `block_hashes` (ints, bytes digests or hex str)
-    /// for `request` in `step`; matched blocks are pinned until loaded.
+    /// for `request` in `step`; matched blocks are pinned until the request's load, `release`,
+    /// or a new epoch. The same request and blocks again: the same answer, the same pins.
     fn lookup(
         &self,
         py: Python<'_>,
@@ -188,6 +189,26 @@ impl Client {
     fn frame(&self, py: Python<'_>, step: u64, deadline_s: f64) -> PyResult<Frame> {
         let deadline = secs(deadline_s, "deadline_s")?;
         self.call(py, |c| c.frame(Step(step), deadline).map(Frame))
+    }
+
+    /// Any rank: this engine's `page_ids` for `task`, a store or load started without page ids
+    /// (one page per block of the task, in its frame's block order). Raises a `BindRefused`
+    /// subclass (`UnknownTask`, `BindCount`, `BindPageOutOfRange`, `AlreadyBound`,
+    /// `BindExpired`).
+    fn bind(
+        &self,
+        py: Python<'_>,
+        task: PyRef<'_, TaskId>,
+        page_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let task: tandem_proto::TaskId = (*task).into();
+        let pages = keys::page_ids(page_ids)?;
+        self.call(py, |c| c.bind(task, pages))
+    }
+
+    /// Leader: `request` is done with its lookup: its pinned blocks go back; returns how many.
+    fn release(&self, py: Python<'_>, request: u64) -> PyResult<u32> {
+        self.call(py, |c| c.release(RequestId(request)))
     }
 
     /// The engine applied every frame up to and including `step`.

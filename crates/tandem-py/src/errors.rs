@@ -10,6 +10,7 @@ use std::fmt::Display;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use tandem_client::api::BindError;
 use tandem_client::wire::WireError;
 use tandem_client::{AgentError, ClientError, PagePoolError, SessionError};
 
@@ -104,8 +105,49 @@ pub(crate) fn agent(py: Python<'_>, e: AgentError) -> PyErr {
         AgentError::BadRequest { reason } => {
             Raise::new(py, "BadRequest", msg).field("reason", reason)
         }
+        AgentError::ProtocolVersion { agent, engine } => {
+            Raise::new(py, "ProtocolVersionMismatch", msg)
+                .field("agent", agent)
+                .field("engine", engine)
+        }
+        AgentError::Bind(b) => bind(py, msg, b),
     }
     .build()
+}
+
+/// The exception for a refused bind: a subclass of `BindRefused` per variant, with the task as
+/// `task` (its text, `epoch:seq`).
+fn bind(py: Python<'_>, msg: String, e: BindError) -> Raise<'_> {
+    match e {
+        BindError::UnknownTask { task } => {
+            Raise::new(py, "UnknownTask", msg).field("task", task.to_string())
+        }
+        BindError::WrongCount {
+            task,
+            blocks,
+            pages,
+        } => Raise::new(py, "BindCount", msg)
+            .field("task", task.to_string())
+            .field("blocks", blocks)
+            .field("pages", pages),
+        BindError::PageOutOfRange {
+            task,
+            page,
+            pool_pages,
+        } => Raise::new(py, "BindPageOutOfRange", msg)
+            .field("task", task.to_string())
+            .field("page", page)
+            .field("pages", pool_pages),
+        BindError::AlreadyBound { task } => {
+            Raise::new(py, "AlreadyBound", msg).field("task", task.to_string())
+        }
+        BindError::Expired {
+            task,
+            bind_timeout_ms,
+        } => Raise::new(py, "BindExpired", msg)
+            .field("task", task.to_string())
+            .field("bind_timeout_ms", bind_timeout_ms),
+    }
 }
 
 /// The exception for a client error.

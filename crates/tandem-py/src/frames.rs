@@ -32,6 +32,15 @@ pub(crate) struct TaskId {
     seq: u64,
 }
 
+impl From<TaskId> for ids::TaskId {
+    fn from(t: TaskId) -> Self {
+        ids::TaskId {
+            epoch: t.epoch,
+            seq: t.seq,
+        }
+    }
+}
+
 impl From<ids::TaskId> for TaskId {
     fn from(t: ids::TaskId) -> Self {
         Self {

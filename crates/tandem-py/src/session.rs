@@ -197,7 +197,9 @@ impl Session {
         self.call(py, |s| s.hello().map(Welcome::from))
     }
 
-    /// Leader: the cached prefix of `block_hashes` for `request`, in the open step.
+    /// Leader: the cached prefix of `block_hashes` for `request`, in the open step, pinned until
+    /// the request's load or `release`; the same request and blocks again return the same
+    /// answer on the same pins.
     fn lookup(
         &self,
         py: Python<'_>,
@@ -270,6 +272,25 @@ impl Session {
             s.seek(Step(step));
             Ok(())
         })
+    }
+
+    /// Any rank: this engine's `page_ids` for `task`, a store or load started without page ids
+    /// (one page per block of the task, in its frame's block order). Raises `PageOutOfRange`
+    /// (nothing sent) or a `BindRefused` subclass.
+    fn bind(
+        &self,
+        py: Python<'_>,
+        task: PyRef<'_, TaskId>,
+        page_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let task: tandem_proto::TaskId = (*task).into();
+        let pages = keys::page_ids(page_ids)?;
+        self.call(py, |s| s.bind(task, &pages))
+    }
+
+    /// Leader: `request` is done with its lookup: its pinned blocks go back; returns how many.
+    fn release(&self, py: Python<'_>, request: u64) -> PyResult<u32> {
+        self.call(py, |s| s.release(RequestId(request)))
     }
 
     /// Acknowledge every frame applied so far in this epoch; returns the step acknowledged

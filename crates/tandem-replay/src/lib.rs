@@ -23,6 +23,12 @@
 //!   and the store of its other blocks (computed first) are all issued in the step of the
 //!   lookup; the store does not wait for the load, because simulated compute needs no KV.
 //!   This puts a store and a load of one request in flight together.
+//! - **No lookup pin outlives its request.** A lookup's pins last until the request's load,
+//!   its `release`, or the epoch's end. A lookup that matched blocks is always followed by
+//!   the load of exactly those blocks in the same call (which spends the pins); the only
+//!   load never issued is one queued when the epoch changed, whose pins the new epoch already
+//!   dropped. So the replay needs no `release`, and a pin leak would show as observed hit
+//!   ratios below the expected ones at a bounded capacity.
 //! - **Pages** are freed only by the frame that reports the task finished: a store's pages
 //!   on any result, a load's after its `Ok` pages were verified. A failed, aborted or lost
 //!   load is recomputed into its pages and stored (the contract's "recompute from the last

@@ -111,7 +111,10 @@ async fn serve_one(
                 return Err(e);
             }
         };
-        let hello = matches!(req, EngineRequest::Hello { .. });
+        let hello = matches!(
+            req,
+            EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. }
+        );
         let answer = route(req, fds, router, store).await;
         *attached |= hello && matches!(answer, EngineReply::Welcome { .. });
         reply(&mut stream, call, &answer).await?;

@@ -16,11 +16,15 @@ use crate::store_actor::ShardDone;
 
 impl Handler<EngineCall> for ProtocolActor {
     type Result = ();
-    /// An engine request: answered now or when its wait ends.
+    /// An engine request: answered now or when its wait ends (the pool's size told first).
     fn handle(&mut self, msg: EngineCall, ctx: &mut Context<Self>) {
         let end_step = matches!(msg.req, EngineRequest::EndStep { .. });
         let call = self.call(msg.reply, end_step);
-        self.input(ctx, |core, now| core.handle_engine(call, msg.req, now));
+        let pool = self.wiring.pool.get();
+        self.input(ctx, |core, now| {
+            core.handle_pool(pool);
+            core.handle_engine(call, msg.req, now)
+        });
     }
 }
 

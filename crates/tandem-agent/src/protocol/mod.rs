@@ -59,6 +59,8 @@ pub struct Wiring {
     pub metrics: Arc<tandem_metrics::AgentMetrics>,
     /// Largest wire message, bytes (`protocol.max_frame_bytes`).
     pub max_frame_bytes: usize,
+    /// Pages of the engine's registered pool, as the store keeps it.
+    pub pool: crate::store_actor::PoolSize,
 }
 
 /// One engine call being carried: where its reply goes, and when an `end_step` arrived (for

@@ -2,7 +2,8 @@
 //!
 //! Composes the sans-IO [`Leader`] (frames, quorums, the write-ahead, the window, liveness)
 //! with the [`GroupIndex`] (placement, LRU, pins) and owns everything around them that used to
-//! sit in the agent: the pins of lookups and tasks, the `end_step` calls waiting for the
+//! sit in the agent: the pins of lookups (per request, until its load or release) and tasks,
+//! the binds of the leader engine's own pages ([`crate::binds`]), the `end_step` calls waiting for the
 //! window with their deadlines, the durable-vs-volatile persist rule (an [`Append`] before any
 //! frame reveals a start or an outcome), the admission of followers and which connection each
 //! was admitted on, the rebuild of the index from the ranks' manifests (with its deadline), and
@@ -27,6 +28,7 @@ use tandem_proto::{
     TierOp,
 };
 
+use crate::binds::PageBinds;
 use crate::cadence;
 use crate::config::{CoreConfig, EpochStart};
 use crate::index::{GroupIndex, IndexConfig, IndexError, Pin};
@@ -49,6 +51,18 @@ impl Clone for Held {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct TaskPins {
     kind: TaskKind,
+    pins: Vec<Held>,
+}
+
+/// What one request's lookup holds: its answer and its pins, until the request's load, its
+/// release, or the end of the epoch (an answer with no pin lasts only for its step).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LookupHold {
+    /// The step of the lookup that made it.
+    step: Step,
+    /// The answer given (the blocks asked, the prefix matched).
+    result: tandem_proto::LookupResult,
+    /// One pin per matched block.
     pins: Vec<Held>,
 }
 
@@ -94,9 +108,11 @@ pub struct LeaderCore {
     index: GroupIndex,
     /// The connection each admitted follower was admitted on.
     conns: BTreeMap<Rank, ConnId>,
-    /// Pins taken by this step's lookups, waiting for the request's load.
-    lookup_pins: BTreeMap<RequestId, Vec<Held>>,
+    /// Each request's lookup: its answer and pins, waiting for the request's load or release.
+    lookups: BTreeMap<RequestId, LookupHold>,
     tasks: BTreeMap<TaskId, TaskPins>,
+    /// Tasks started without page ids, waiting for the leader engine's pages.
+    binds: PageBinds,
     end_waits: Vec<EndWait>,
     appending: Option<Appending>,
     /// The previous epoch's in-flight tasks, aborted; appended with the first record.
@@ -150,8 +166,9 @@ impl LeaderCore {
             leader,
             index,
             conns: BTreeMap::new(),
-            lookup_pins: BTreeMap::new(),
+            lookups: BTreeMap::new(),
             tasks: BTreeMap::new(),
+            binds: PageBinds::new(config.bind_timeout_ms),
             end_waits: Vec::new(),
             appending: None,
             aborted_pending: std::mem::take(&mut start.aborted),
@@ -443,6 +460,10 @@ impl LeaderCore {
                 }),
                 Err(e) => Err(leader_refusal(e, epoch)),
             },
+            EngineRequest::Bind { task, page_ids, .. } => self.bind(sh, task, page_ids),
+            EngineRequest::Release { request, .. } => Ok(EngineReply::Released {
+                blocks: self.release_lookup(request) as u32,
+            }),
             EngineRequest::Ack { step, .. } => {
                 let ack = Ack {
                     epoch,
@@ -454,11 +475,11 @@ impl LeaderCore {
                     .map(|()| EngineReply::Acked)
                     .map_err(|e| leader_refusal(e, epoch))
             }
-            EngineRequest::Hello { .. } | EngineRequest::RegisterBuffer { .. } => {
-                Err(AgentError::BadRequest {
-                    reason: "routed to the wrong actor".into(),
-                })
-            }
+            EngineRequest::Hello { .. }
+            | EngineRequest::HelloVersioned { .. }
+            | EngineRequest::RegisterBuffer { .. } => Err(AgentError::BadRequest {
+                reason: "routed to the wrong actor".into(),
+            }),
         };
         sh.reply(call, answer.unwrap_or_else(EngineReply::Error));
     }
@@ -483,7 +504,7 @@ impl LeaderCore {
     }
 
     /// When [`Self::timeout`] must next run (ms): a window wait's deadline, a manifest read
-    /// again, a follower's heartbeat deadline (once every follower joined).
+    /// again, a bind's deadline, a follower's heartbeat deadline (once every follower joined).
     pub(crate) fn poll_timeout(&self) -> Option<u64> {
         let waits = self.end_waits.iter().map(|w| w.deadline_ms);
         let rebuild = match self.rebuild {
@@ -495,7 +516,11 @@ impl LeaderCore {
             .all_joined()
             .then(|| self.leader.poll_timeout())
             .flatten();
-        waits.chain(rebuild).chain(liveness).min()
+        waits
+            .chain(rebuild)
+            .chain(liveness)
+            .chain(self.binds.poll_timeout())
+            .min()
     }
 
     /// Timers at `now_ms`: window waits past their deadline are answered `WindowFull`, a
@@ -512,6 +537,11 @@ impl LeaderCore {
                 window: self.leader.config().window_steps,
             };
             sh.refuse(w.call, err);
+        }
+        // No bind by the deadline: the leader's own shard fails (and with it the task).
+        for (task, reason) in self.binds.expire(0, now_ms) {
+            tracing::warn!(%task, %reason, "shard failed: no bind");
+            self.shard_done(task, Err(reason));
         }
         if let Rebuild::Retry { at_ms, until_ms } = self.rebuild {
             if now_ms >= at_ms {

@@ -9,9 +9,10 @@
 //! the full window waits, until its deadline, for an acknowledgement that opens it.
 
 use tandem_proto::engine::{AgentError, EngineReply};
-use tandem_proto::{Frame, LeaderError, Message, Step};
+use tandem_proto::{Frame, LeaderError, Message, Step, TaskKind, TaskStart};
 
 use super::{append_record, Appending, EndWait, LeaderCore};
+use crate::binds::Due;
 use crate::output::{CallRef, Output, Peer, StoreCommand};
 use crate::shared::{leader_refusal, Shared};
 
@@ -25,11 +26,9 @@ impl LeaderCore {
         deadline_ms: u64,
         now_ms: u64,
     ) {
-        // Lookup pins last for their step: whatever was not loaded goes back.
-        let requests: Vec<_> = self.lookup_pins.keys().copied().collect();
-        for r in requests {
-            self.release_lookup_pins(r);
-        }
+        // Lookup pins last until the request's load or release; answers without a pin only for
+        // their step.
+        self.forget_unpinned_lookups();
         if sh.config.durable {
             let batch = self.leader.poll_persist();
             let aborted = std::mem::take(&mut self.aborted_pending);
@@ -138,7 +137,8 @@ impl LeaderCore {
 
     /// Seal `step`, send the frame to every admitted follower and start this rank's copies:
     /// tier operations first, then loads and stores. The leader's engine wrote its store pages
-    /// before asking, so they are copied at once.
+    /// before asking, so they are copied at once; a task started without page ids once the
+    /// leader's engine bound its pages (its deadline starts now).
     fn seal(&mut self, sh: &mut Shared, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
         let frame = self.leader.seal(step, now_ms)?;
         let mut to = Vec::new();
@@ -156,15 +156,33 @@ impl LeaderCore {
             let ops = frame.tier_ops.clone();
             sh.store(StoreCommand::ApplyTierOps { epoch, ops });
         }
-        if !frame.loads.is_empty() {
-            let tasks = frame.loads.clone();
-            sh.store(StoreCommand::CopyLoads { epoch, tasks });
+        let loads = self.due(TaskKind::Load, &frame.loads, now_ms);
+        if !loads.is_empty() {
+            sh.store(StoreCommand::CopyLoads {
+                epoch,
+                tasks: loads,
+            });
         }
-        if !frame.stores.is_empty() {
-            let tasks = frame.stores.clone();
-            sh.store(StoreCommand::CopyStores { epoch, tasks });
+        let stores = self.due(TaskKind::Store, &frame.stores, now_ms);
+        if !stores.is_empty() {
+            sh.store(StoreCommand::CopyStores {
+                epoch,
+                tasks: stores,
+            });
         }
         Ok(frame)
+    }
+
+    /// The copies of `tasks` this rank makes now (the others wait for their bind).
+    fn due(&mut self, kind: TaskKind, tasks: &[TaskStart], now_ms: u64) -> Vec<TaskStart> {
+        let mut now = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            self.binds.arrived(t, now_ms);
+            if let Due::Copy(t) = self.binds.due(kind, t.clone()) {
+                now.push(t);
+            }
+        }
+        now
     }
 
     /// An acknowledgement arrived: seal for the `end_step`s the window held.

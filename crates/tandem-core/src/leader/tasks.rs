@@ -6,22 +6,28 @@
 //! the index changes: a request that could make a frame the leader cannot send is refused
 //! with `AgentError::FrameTooLarge` and leaves nothing behind. Every decision is recorded in
 //! the open step of the sans-IO `Leader`. One pin mechanism: the index's move-only pins, held
-//! here per lookup (until the request's load in the same step, or the step's end) and per task
-//! (until its outcome).
+//! here per request's lookup (one set per request: until its load, its release or the end of
+//! the epoch) and per task (until its outcome). A lookup asked again for the same request and
+//! blocks returns the answer it gave and takes no second pin set. A store or load started
+//! without page ids waits for the leader engine's bind before the leader copies
+//! ([`crate::binds`]).
 
-use tandem_proto::engine::{AgentError, EngineReply};
+use tandem_proto::engine::{AgentError, BindError, EngineReply};
 use tandem_proto::{
-    BlockHash, LookupResult, OutcomeResult, PageId, RequestId, StepRequest, TaskKind, TaskOutcome,
+    BlockHash, LookupResult, OutcomeResult, PageId, RequestId, StepRequest, TaskId, TaskKind,
+    TaskOutcome,
 };
 
-use super::{Held, LeaderCore, TaskPins};
+use super::{Held, LeaderCore, LookupHold, TaskPins};
 use crate::cadence::TIER_OPS_PER_BLOCK;
 use crate::index::IndexError;
 use crate::shared::leader_refusal;
+use crate::shared::Shared;
 
-/// Block and page lists of one request have the same length.
+/// Block and page lists of one request have the same length (or no page list: every rank
+/// binds its own pages).
 pub(super) fn check_lists(hashes: &[BlockHash], pages: &[PageId]) -> Result<(), AgentError> {
-    if hashes.len() != pages.len() {
+    if !pages.is_empty() && hashes.len() != pages.len() {
         return Err(AgentError::BadRequest {
             reason: format!("{} block hashes but {} page ids", hashes.len(), pages.len()),
         });
@@ -46,6 +52,7 @@ impl LeaderCore {
             OutcomeResult::Aborted => 2,
         };
         self.counts.finished[kind_index(outcome.kind)][result] += 1;
+        self.binds.forget(outcome.task);
         let Some(t) = self.tasks.remove(&outcome.task) else {
             return;
         };
@@ -85,12 +92,21 @@ impl LeaderCore {
             .map_err(|e| leader_refusal(e, epoch))
     }
 
-    /// The longest cached prefix, pinned for a load in this step (promotions planned).
+    /// The longest cached prefix, pinned for the request's load (promotions planned). The same
+    /// request and blocks again: the answer already given, on the pins already held.
     pub(super) fn lookup(
         &mut self,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
     ) -> Result<EngineReply, AgentError> {
+        let step = self.leader.open_step();
+        if let Some(hold) = self.lookups.get(&request) {
+            // Pins keep the answer true; without one it holds only in its own step.
+            let current = !hold.pins.is_empty() || hold.step == step;
+            if current && hold.result.block_hashes == block_hashes {
+                return Ok(EngineReply::Lookup(hold.result.clone()));
+            }
+        }
         let prefix = self.index.lookup_prefix(&block_hashes);
         let mut result = LookupResult {
             request,
@@ -102,7 +118,7 @@ impl LeaderCore {
             lookup: &result,
             tier_ops: TIER_OPS_PER_BLOCK * prefix as u64,
         })?;
-        self.release_lookup_pins(request);
+        self.release_lookup(request);
         let block_hashes = std::mem::take(&mut result.block_hashes);
         let mut pins = Vec::with_capacity(prefix);
         for hash in &block_hashes[..prefix] {
@@ -125,9 +141,14 @@ impl LeaderCore {
             matched_blocks: pins.len() as u32,
             pinned: !pins.is_empty(),
         };
-        if !pins.is_empty() {
-            self.lookup_pins.insert(request, pins);
-        }
+        self.lookups.insert(
+            request,
+            LookupHold {
+                step,
+                result: result.clone(),
+                pins,
+            },
+        );
         self.leader.record_lookup(result.clone());
         Ok(EngineReply::Lookup(result))
     }
@@ -148,14 +169,17 @@ impl LeaderCore {
         })?;
         let (mut hashes, mut pages, mut tiers, mut pins) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (hash, page) in block_hashes.into_iter().zip(page_ids) {
+        let unbound = page_ids.is_empty();
+        let mut page_ids = page_ids.into_iter();
+        for hash in block_hashes {
+            let page = page_ids.next();
             match self.index.begin_store(hash) {
                 Ok(plan) => {
                     for op in plan.moves {
                         self.record(op);
                     }
                     hashes.push(hash);
-                    pages.push(page);
+                    pages.extend(page);
                     tiers.push(plan.tier);
                     pins.push(Held(plan.pin));
                 }
@@ -168,7 +192,12 @@ impl LeaderCore {
                 }
             }
         }
+        // Without page ids every rank binds its own pages, the leader's engine too.
+        let unbound = unbound.then(|| hashes.clone());
         let task = self.leader.start_store(request, hashes, pages, tiers);
+        if let Some(blocks) = unbound {
+            self.binds.expect(task, blocks);
+        }
         self.counts.started[0] += 1;
         self.tasks.insert(
             task,
@@ -194,8 +223,8 @@ impl LeaderCore {
         EngineReply::Started { task }
     }
 
-    /// Start a load of blocks this request's lookup pinned in this step; a load of anything
-    /// else is refused (its task fails, nothing is copied).
+    /// Start a load of blocks this request's lookup pinned; a load of anything else is refused
+    /// (its task fails, nothing is copied). Either way the lookup's pins are spent.
     pub(super) fn load(
         &mut self,
         request: RequestId,
@@ -209,7 +238,11 @@ impl LeaderCore {
             page_ids: &page_ids,
             tier_ops: 0,
         })?;
-        let mut pinned = self.lookup_pins.remove(&request).unwrap_or_default();
+        let mut pinned = self
+            .lookups
+            .remove(&request)
+            .map(|h| h.pins)
+            .unwrap_or_default();
         let covered = block_hashes.len() <= pinned.len()
             && block_hashes
                 .iter()
@@ -218,7 +251,7 @@ impl LeaderCore {
         if !covered {
             self.give_back_load_pins(pinned);
             let reason = format!(
-                "request {request}: load of blocks that its lookup in this step did not match (load {} blocks)",
+                "request {request}: load of blocks that its lookup did not pin (load {} blocks)",
                 block_hashes.len()
             );
             let task = self.leader.reject_task(TaskKind::Load, request, reason);
@@ -228,7 +261,11 @@ impl LeaderCore {
         // Pins beyond what is loaded go back now.
         let extra = pinned.split_off(block_hashes.len());
         self.give_back_load_pins(extra);
+        let unbound = page_ids.is_empty().then(|| block_hashes.clone());
         let task = self.leader.start_load(request, block_hashes, page_ids);
+        if let Some(blocks) = unbound {
+            self.binds.expect(task, blocks);
+        }
         self.counts.started[1] += 1;
         self.tasks.insert(
             task,
@@ -248,9 +285,45 @@ impl LeaderCore {
         }
     }
 
-    pub(super) fn release_lookup_pins(&mut self, request: RequestId) {
-        if let Some(pins) = self.lookup_pins.remove(&request) {
-            self.give_back_load_pins(pins);
+    /// The request is done with its lookup: its pins go back; returns how many.
+    pub(super) fn release_lookup(&mut self, request: RequestId) -> usize {
+        let Some(hold) = self.lookups.remove(&request) else {
+            return 0;
+        };
+        let n = hold.pins.len();
+        self.give_back_load_pins(hold.pins);
+        n
+    }
+
+    /// The step ends: answers that pinned nothing are forgotten (the next lookup looks again).
+    pub(super) fn forget_unpinned_lookups(&mut self) {
+        self.lookups.retain(|_, h| !h.pins.is_empty());
+    }
+
+    /// The leader engine's pages for `task` (started without page ids): recorded, and the copy
+    /// goes out if it only waited for them.
+    pub(super) fn bind(
+        &mut self,
+        sh: &mut Shared,
+        task: TaskId,
+        pages: Vec<PageId>,
+    ) -> Result<EngineReply, AgentError> {
+        if !self.binds.knows(task) && self.tasks.contains_key(&task) {
+            // Started with page ids: nothing to bind.
+            return Err(AgentError::Bind(BindError::AlreadyBound { task }));
         }
+        let ready = self
+            .binds
+            .bind(task, pages, sh.pool_pages)
+            .map_err(AgentError::Bind)?;
+        if let Some((kind, t)) = ready {
+            let epoch = sh.epoch();
+            let tasks = vec![t];
+            sh.store(match kind {
+                TaskKind::Load => crate::output::StoreCommand::CopyLoads { epoch, tasks },
+                TaskKind::Store => crate::output::StoreCommand::CopyStores { epoch, tasks },
+            });
+        }
+        Ok(EngineReply::Bound { task })
     }
 }

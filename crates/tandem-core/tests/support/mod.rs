@@ -33,6 +33,7 @@ pub struct Spec {
     pub heartbeat_interval_ms: u64,
     pub heartbeat_timeout_ms: u64,
     pub max_frame_bytes: u64,
+    pub bind_timeout_ms: u64,
 }
 
 impl Spec {
@@ -48,6 +49,7 @@ impl Spec {
             heartbeat_interval_ms: 100,
             heartbeat_timeout_ms: 1_000,
             max_frame_bytes: 1 << 20,
+            bind_timeout_ms: 500,
         }
     }
 }
@@ -76,6 +78,7 @@ pub fn config(spec: &Spec, rank: u32) -> CoreConfig {
         heartbeat_timeout_ms: spec.heartbeat_timeout_ms,
         host_capacity_blocks: spec.host,
         disk_capacity_blocks: spec.disk,
+        bind_timeout_ms: spec.bind_timeout_ms,
         durable: spec.durable,
         membership: membership(spec),
         leader_addr: "leader:1".into(),

@@ -65,6 +65,7 @@ impl TandemModel {
             heartbeat_timeout_ms: NEVER_MS,
             host_capacity_blocks: 64,
             disk_capacity_blocks: 0,
+            bind_timeout_ms: NEVER_MS,
             durable: true,
             membership: membership(epoch, world_size),
             leader_addr: "leader".into(),

@@ -24,7 +24,9 @@ use thiserror::Error;
 /// The protocol version this build speaks (frame semantics, message set, handshake rules).
 /// Version 2: 128-bit block hashes, and every setting the leader decides with in the
 /// configuration fingerprint. Version 3: frame 0's reconciliation carries no pin list.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4: a store or load may start without page ids (`TaskStart::page_ids` empty): each
+/// rank's engine binds its own pages, and lookup pins last until the request's load or release.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// 32 random bytes the leader sends in a challenge.
 pub type Nonce = [u8; 32];
@@ -274,14 +276,15 @@ mod tests {
                 theirs: 9
             })
         );
-        // Ranks of earlier releases (64-bit hashes; pins in frame 0) are refused by name.
-        for old in [1, 2] {
+        // Ranks of earlier releases (64-bit hashes; pins in frame 0; no per-rank binds) are
+        // refused by name.
+        for old in [1, 2, 3] {
             let mut p = membership();
             p.protocol_version = old;
             assert_eq!(
                 check(&p, 1).map_err(|e| e.to_string()),
                 Err(HandshakeError::ProtocolVersion {
-                    ours: 3,
+                    ours: 4,
                     theirs: old
                 }
                 .to_string())

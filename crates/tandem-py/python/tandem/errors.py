@@ -26,6 +26,13 @@ __all__ = [
     "BufferRefused",
     "FrameTooLarge",
     "BadRequest",
+    "ProtocolVersionMismatch",
+    "BindRefused",
+    "UnknownTask",
+    "BindCount",
+    "BindPageOutOfRange",
+    "AlreadyBound",
+    "BindExpired",
     "ClientError",
     "WireError",
     "ConnectError",
@@ -161,6 +168,62 @@ class BadRequest(AgentError):
     ``reason``."""
 
     reason: str
+
+
+class ProtocolVersionMismatch(AgentError):
+    """The engine and the agent speak different engine protocol versions: refused at hello.
+    Run an engine and an agent of the same Tandem release.
+
+    ``agent``: the agent's version; ``engine``: the engine's."""
+
+    agent: int
+    engine: int
+
+
+class BindRefused(AgentError):
+    """A ``bind`` was refused; nothing was recorded. ``task``: the task named, as
+    ``str(TaskId)`` (``"epoch.seq"``)."""
+
+    task: str
+
+
+class UnknownTask(BindRefused):
+    """No task of this epoch waits for this rank's pages under that id (never started, not yet
+    in a frame this rank read, or its outcome is already known)."""
+
+
+class BindCount(BindRefused):
+    """The bind does not name one page per block of the task.
+
+    ``blocks``: blocks of the task (its ``block_hashes`` in the frame that starts it);
+    ``pages``: pages named."""
+
+    blocks: int
+    pages: int
+
+
+class BindPageOutOfRange(BindRefused):
+    """A page past the end of this rank's registered pool.
+
+    ``page``: the first page out of range; ``pages``: pages of the pool (0: none
+    registered)."""
+
+    page: int
+    pages: int
+
+
+class AlreadyBound(BindRefused):
+    """The task's pages on this rank are already named (by an earlier bind with other pages,
+    or by the page ids the task started with)."""
+
+
+class BindExpired(BindRefused):
+    """The bind came after this rank's deadline: its shard failed, and with it the task (its
+    ``failed`` outcome arrives in a frame).
+
+    ``bind_timeout_ms``: the deadline this rank waited."""
+
+    bind_timeout_ms: int
 
 
 # --- The client failed (tandem_client::ClientError). ---

@@ -210,13 +210,15 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
         }
     }
     match req {
-        EngineRequest::Hello { .. } => EngineReply::Welcome {
-            epoch: Epoch(s.epoch),
-            rank,
-            world_size: s.spec.world,
-            shard_bytes: s.spec.shard_bytes,
-            next_step: Step(s.next_step),
-        },
+        EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => {
+            EngineReply::Welcome {
+                epoch: Epoch(s.epoch),
+                rank,
+                world_size: s.spec.world,
+                shard_bytes: s.spec.shard_bytes,
+                next_step: Step(s.next_step),
+            }
+        }
         EngineRequest::RegisterBuffer {
             source,
             size_bytes,
@@ -367,6 +369,8 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
             cv.notify_all();
             EngineReply::Acked
         }
+        EngineRequest::Bind { task, .. } => EngineReply::Bound { task },
+        EngineRequest::Release { .. } => EngineReply::Released { blocks: 0 },
     }
 }
 
