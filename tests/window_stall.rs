@@ -57,7 +57,7 @@ fn metrics_once(g: &Group, name: &str, label: &str, value: f64) -> String {
 
 #[test]
 fn a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank() {
-    let mut spec = GroupSpec::new(1, 3);
+    let mut spec = GroupSpec::new(1, 4);
     spec.window_steps = 4;
     let g = Group::start(&spec);
     g.wait_ready(Duration::from_secs(30));
@@ -65,13 +65,19 @@ fn a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank()
     let (mut leader, _p0) = connect_engine(&g.socket(0), &g.pool_path(0), 0, 4);
     let (mut r1, _p1) = connect_engine(&g.socket(1), &g.pool_path(1), 1, 4);
     let (mut r2, _p2) = connect_engine(&g.socket(2), &g.pool_path(2), 2, 4);
+    let (mut r3, _p3) = connect_engine(&g.socket(3), &g.pool_path(3), 3, 4);
 
-    // Step 0 on every rank; then rank 2's engine reads frames but stops acknowledging.
+    // Step 0 on every rank; then rank 2's engine reads frames but stops acknowledging
+    // (ranks 1 and 3 go on: the rank named is the one holding the window, not the last one).
     for s in 0..4 {
         leader.end_step(Step(s), WAIT).expect("end_step");
         leader.ack(Step(s)).expect("leader ack");
-        r1.frame(Step(s), WAIT).expect("rank 1 frame");
-        r1.ack(Step(s)).expect("rank 1 ack");
+        for (r, e) in [(1, &mut r1), (3, &mut r3)] {
+            e.frame(Step(s), WAIT)
+                .unwrap_or_else(|err| panic!("rank {r} frame: {err}"));
+            e.ack(Step(s))
+                .unwrap_or_else(|err| panic!("rank {r} ack: {err}"));
+        }
         r2.frame(Step(s), WAIT).expect("rank 2 frame");
         if s == 0 {
             r2.ack(Step(s)).expect("rank 2 ack");
@@ -117,7 +123,7 @@ fn a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank()
     assert_eq!(metric_in(&metrics, "tandem_window_stalls_total", ""), 1.0);
     assert_eq!(metric_in(&metrics, "tandem_ready", ""), 0.0);
     // Followers are not the ones stalled: their readiness is unchanged.
-    for r in 1..3 {
+    for r in 1..4 {
         assert_eq!(g.http_get(r, "/readyz").map(|a| a.0), Some(200), "rank {r}");
     }
 
