@@ -6,10 +6,11 @@
 # replay, and the ratio of each to the run without faults measured here, with the kills, the
 # group's restarts and epochs, the longest recovery and the outcome counts that must be 0.
 #
-# Usage: scripts/bench-churn.sh [--requests N] [--ranks R] [--intervals "10 3 1.5"] [--out DIR]
+# Usage: scripts/bench-churn.sh [--requests N] [--ranks R] [--intervals "10 3 1.5"] [--timeout S] [--out DIR]
 #   --requests N   requests per run (default 3000)
 #   --ranks R      ranks of the group (default 2)
 #   --intervals    kill intervals in seconds (default "10 3 1.5"); a run without faults first
+#   --timeout S    stop a run after S seconds (SIGTERM; its row says so; default: none)
 #   --out DIR      where each run's JSON summary and stderr go (default target/bench-churn/<UTC>)
 # TANDEM_BIN names the binary (default: target/debug/tandem, built with cargo build -p tandem-cli).
 # Needs redis-server (each run starts its own) and python3.
@@ -20,13 +21,15 @@ requests=3000
 ranks=2
 intervals="10 3 1.5"
 out=""
+limit=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --requests) requests="$2"; shift ;;
     --ranks) ranks="$2"; shift ;;
     --intervals) intervals="$2"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --timeout) limit="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -45,7 +48,9 @@ run() { # NAME [CHAOS]
   [ $# -gt 1 ] && chaos=(--chaos "kill-agent:$2")
   echo "run $name: $requests requests, $ranks ranks ${chaos[*]:-}" >&2
   # Chaos restarts the group on purpose: the replay lifts the restart limit itself then.
-  if ! "$TANDEM_BIN" replay --json --trace "$trace" --limit "$requests" --ranks "$ranks" \
+  local stop=()
+  [ -n "$limit" ] && stop=(timeout "$limit")
+  if ! "${stop[@]}" "$TANDEM_BIN" replay --json --trace "$trace" --limit "$requests" --ranks "$ranks" \
       "${chaos[@]}" > "$out/$name.json" 2> "$out/$name.stderr"; then
     echo "run $name failed (exit $?); see $out/$name.stderr" >&2
   fi
@@ -77,7 +82,7 @@ print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for n, s in rows:
     label = "none" if n == "none" else "kill every " + n.split("-", 1)[1] + " s"
     if s is None:
-        print(f"| {label} | failed (see {out}/{n}.stderr) |||||||||||")
+        print(f"| {label} | did not finish (timeout or failure, see {out}/{n}.stderr) |||||||||||")
         continue
     r, k = rate(s, "requests"), blocks(s)
     bad = "/".join(str(s[x]) for x in ("lost_completions", "duplicate_completions", "verify_failures", "mismatches"))

@@ -143,7 +143,10 @@ fn kills_every_one_and_a_half_seconds_leave_the_group_ready_between_kills() {
                 "ready_between",
                 ready_after_ms.iter().flatten().count().to_string(),
             ),
-            ("ready_after_ms", format!("{ready_after_ms:?}").replace(' ', "")),
+            (
+                "ready_after_ms",
+                format!("{ready_after_ms:?}").replace(' ', ""),
+            ),
             (
                 "ready_after_last_ms",
                 ready_at_end.map_or("none".into(), |m| m.to_string()),

@@ -379,17 +379,13 @@ impl RestartMachine {
     /// new epoch after the policy's backoff, or the group is failed past the limit.
     fn one_for_all(&mut self, failure: String, now_ms: u64, jitter: f64) -> Vec<Effect> {
         self.failed_at_ms.get_or_insert(now_ms);
-        match self
-            .config
-            .policy
-            .decide(
-                &self.state.restarts_ms,
-                self.recovered_at_ms,
-                now_ms,
-                jitter,
-                &failure,
-            )
-        {
+        match self.config.policy.decide(
+            &self.state.restarts_ms,
+            self.recovered_at_ms,
+            now_ms,
+            jitter,
+            &failure,
+        ) {
             Decision::GiveUp { reason } => {
                 self.phase = Phase::Failed;
                 self.state.state = GroupState::Failed {

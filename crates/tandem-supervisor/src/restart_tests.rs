@@ -255,7 +255,10 @@ fn a_restart_that_reached_a_healthy_group_resets_the_backoff() {
         seen.members = vec![Rank(0)];
         seen.exited = vec!["agent of rank 1 exited (signal: 9)".into()];
         let out = m.handle_observation(&seen, now, 1.0);
-        match out.iter().find(|e| matches!(e, Effect::RestartScheduled { .. })) {
+        match out
+            .iter()
+            .find(|e| matches!(e, Effect::RestartScheduled { .. }))
+        {
             Some(Effect::RestartScheduled { delay_ms, .. }) => delays.push(*delay_ms),
             other => panic!("no restart scheduled: {other:?}"),
         }
@@ -267,7 +270,16 @@ fn a_restart_that_reached_a_healthy_group_resets_the_backoff() {
     assert_eq!(delays, vec![100, 200, 400, 800]);
     // Every rank joins epoch 5: healthy again.
     let out = m.handle_observation(&all_well(5, now), now, 1.0);
-    assert!(matches!(out[0], Effect::Recovered { epoch: Epoch(5), .. }), "{out:?}");
+    assert!(
+        matches!(
+            out[0],
+            Effect::Recovered {
+                epoch: Epoch(5),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
     // The next failure backs off from the start; the history still holds every restart.
     now += 1_500;
     let mut seen = all_well(5, now);
