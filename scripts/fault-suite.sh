@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full fault and bad-input suite of docs/RELIABILITY.md: the same tests CI runs
-# (tests/faults.rs, tests/bad_input.rs, tests/access.rs, the fuzzers of tandem-proto and
-# tandem-client), with more rounds, more requests and more fuzz cases, each test run on its own
+# (tests/faults.rs, tests/bad_input.rs, tests/access.rs, tests/churn.rs, tests/window_stall.rs,
+# the fuzzers of tandem-proto and tandem-client), with more rounds, more requests and more fuzz cases, each test run on its own
 # and repeated, with its pass/fail, its wall time and every FIGURE line it printed collected in
 # one directory.
 #
@@ -117,6 +117,13 @@ for t in sigstop_past_the_heartbeat_timeout_fences_the_woken_rank sigstop_agents
          partition_one_rank_then_heal a_disk_tier_on_a_full_file_system redis_unreachable_for_ten_seconds_during_a_replay; do
   run "faults::$t" "$REPEAT" -p tandem-tests --test faults "$t"
 done
+
+# Churn and stalls.
+for t in per_epoch_redis_keys_stay_bounded_over_many_epochs kills_every_one_and_a_half_seconds_leave_the_group_ready_between_kills; do
+  run "churn::$t" "$REPEAT" -p tandem-tests --test churn "$t"
+done
+run "window_stall::a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank" "$REPEAT" \
+  -p tandem-tests --test window_stall a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank
 
 echo
 echo "results: $results"

@@ -304,7 +304,8 @@ pub struct SupervisorConfig {
     pub max_restarts: u32,
     /// Window of the restart limit, in seconds.
     pub restart_window_s: u64,
-    /// First backoff between restarts, in milliseconds (doubles, with jitter).
+    /// First backoff between restarts, in milliseconds (doubles with each restart until a
+    /// restart reaches a healthy group, then starts over; with jitter).
     pub backoff_initial_ms: u64,
     /// Largest backoff between restarts, in milliseconds.
     pub backoff_max_ms: u64,

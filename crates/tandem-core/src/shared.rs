@@ -86,10 +86,12 @@ pub fn leader_refusal(e: LeaderError, epoch: Epoch) -> AgentError {
     match e {
         LeaderError::WindowFull {
             step,
+            rank,
             slowest_ack,
             window,
         } => AgentError::WindowFull {
             step,
+            rank: rank.0,
             slowest_ack,
             window,
         },

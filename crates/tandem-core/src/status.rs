@@ -54,6 +54,9 @@ pub enum NotReady {
     CompletionLog,
     /// The epoch failed; the rank waits for the supervisor's next epoch.
     EpochFailed,
+    /// The leader's window has been full for longer than the heartbeat timeout: a follower
+    /// stopped acknowledging (its rank is in the status reason and the counters).
+    WindowStalled,
 }
 
 /// Task counts by kind (store 0, load 1): started, and finished by result (ok 0, failed 1,
@@ -97,6 +100,11 @@ pub enum RoleCounters {
         evictions: u64,
         /// Task counts.
         tasks: TaskCounts,
+        /// Window stalls declared in this epoch (a window full for longer than the heartbeat
+        /// timeout).
+        window_stalls: u64,
+        /// The follower holding a stalled window, while it does.
+        window_stalled_rank: Option<u32>,
     },
     /// Ranks 1.. .
     Follower {

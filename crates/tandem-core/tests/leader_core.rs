@@ -225,10 +225,76 @@ fn a_full_window_ends_end_step_at_its_deadline_naming_the_slowest_ack() {
         g.reply(0, call).map(error),
         Some(AgentError::WindowFull {
             step: Step(2),
+            rank: 1,
             slowest_ack: Some(Step(0)),
             window: 1
         })
     );
+}
+
+/// The window-stall counters of the leader: (stalls declared, the stalled follower).
+fn window_stall(g: &Group) -> (u64, Option<u32>) {
+    match g.nodes[0].core.counters().role {
+        RoleCounters::Leader {
+            window_stalls,
+            window_stalled_rank,
+            ..
+        } => (window_stalls, window_stalled_rank),
+        RoleCounters::Follower { .. } => unreachable!(),
+    }
+}
+
+#[test]
+fn a_window_full_past_the_heartbeat_timeout_is_a_stall_naming_the_rank() {
+    let mut spec = Spec::new(3);
+    spec.window = 2;
+    let mut g = Group::start(spec);
+    g.step();
+    // Rank 1 keeps acknowledging; rank 2's engine stops at step 0.
+    for s in 1..3 {
+        g.end_step();
+        let read = g.frame_call(1, s, 100);
+        assert!(matches!(g.reply(1, read), Some(EngineReply::Frame(_))));
+        assert_eq!(g.ack(1, s), EngineReply::Acked);
+    }
+    let call = g.end_step_call(200);
+    g.advance(200);
+    assert_eq!(
+        g.reply(0, call).map(error),
+        Some(AgentError::WindowFull {
+            step: Step(3),
+            rank: 2,
+            slowest_ack: Some(Step(0)),
+            window: 2
+        }),
+        "the refusal names the rank holding the window"
+    );
+    // Full, but not for the grace (the heartbeat timeout, 1,000 ms) yet: still ready.
+    assert!(g.nodes[0].core.status().ready);
+    assert_eq!(window_stall(&g), (0, None));
+    g.advance(800);
+    assert_eq!(window_stall(&g), (1, Some(2)));
+    let status = g.nodes[0].core.status();
+    assert!(!status.ready);
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("window stalled: rank 2 acknowledged step 0, the leader cannot seal step 3 (window 2 steps)")
+    );
+    assert_eq!(
+        g.nodes[0].core.counters().not_ready,
+        Some(NotReady::WindowStalled)
+    );
+    assert!(g.failed(0).is_none(), "a stall never fails the epoch");
+    // Rank 2 catches up: the window opens, the leader is ready again; the count stays.
+    for s in 1..3 {
+        let read = g.frame_call(2, s, 100);
+        assert!(matches!(g.reply(2, read), Some(EngineReply::Frame(_))));
+        assert_eq!(g.ack(2, s), EngineReply::Acked);
+    }
+    assert_eq!(window_stall(&g), (1, None));
+    let status = g.nodes[0].core.status();
+    assert!(status.ready, "{status:?}");
+    assert_eq!(g.nodes[0].core.counters().not_ready, None);
 }
 
 /// A durable group whose ranks published empty manifests, every follower admitted.

@@ -26,7 +26,13 @@ use tandem_proto::{Epoch, Rank};
 /// 4. **Membership** of an epoch is a set: joining twice changes nothing (the second call
 ///    returns `false`); [`Self::members`] lists ranks ascending; a rank outside
 ///    `0..world_size` is refused with [`crate::DurableError::RankOutOfRange`].
-/// 5. **Bounded**, as every call of this crate.
+/// 5. **Per-epoch keys are bounded.** [`Self::next_epoch`] to epoch `e` deletes the
+///    membership of epoch `e - 1` and its manifests ([`crate::LivenessStore::put_manifest`]),
+///    and [`Self::join`] of an epoch older than the counter is refused with
+///    [`crate::DurableError::EpochOver`], so no late join re-creates them: however many epochs
+///    pass, a group holds the membership of its current epoch only, and manifests of its
+///    current epoch plus any put late for an ended one (those expire with their TTL).
+/// 6. **Bounded** calls, as every call of this crate.
 ///
 /// Object safe (`Arc<dyn EpochStore>`), with `Send` futures.
 #[async_trait]
@@ -64,6 +70,8 @@ pub trait EpochStore: Send + Sync + fmt::Debug {
     /// had already joined.
     ///
     /// # Errors
+    /// [`crate::DurableError::EpochOver`] when the group's counter is past `epoch` (nothing
+    /// written: a late join never re-creates an ended epoch's membership),
     /// [`crate::DurableError::RankOutOfRange`] and the connection errors.
     async fn join(&self, epoch: Epoch, rank: Rank) -> Result<bool>;
 

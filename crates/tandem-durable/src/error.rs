@@ -58,6 +58,15 @@ pub enum DurableError {
         /// The group's epoch in Redis (0 when the counter was never incremented).
         current: Epoch,
     },
+    /// A join named an epoch the group has moved past: its membership set may already be
+    /// deleted, and a late join must not re-create it. Nothing was written.
+    #[error("join of epoch {epoch} refused: the group is at epoch {current}")]
+    EpochOver {
+        /// The epoch the join named.
+        epoch: Epoch,
+        /// The group's current epoch.
+        current: Epoch,
+    },
     /// The Redis URL could not be parsed.
     #[error("invalid redis url {url}: {reason}")]
     InvalidUrl {
@@ -301,6 +310,13 @@ mod tests {
                     current: Epoch(4),
                 },
                 "append for epoch 3 refused: the group is at epoch 4",
+            ),
+            (
+                DurableError::EpochOver {
+                    epoch: Epoch(3),
+                    current: Epoch(5),
+                },
+                "join of epoch 3 refused: the group is at epoch 5",
             ),
             (
                 DurableError::InvalidUrl {

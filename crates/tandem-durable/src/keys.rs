@@ -57,6 +57,11 @@ impl Keys {
         })
     }
 
+    /// `tandem:{group}:`: the prefix of every key of the group.
+    pub fn prefix(&self) -> String {
+        format!("tandem:{{{}}}:", self.group)
+    }
+
     /// `tandem:{group}:members:{epoch}`: the set of ranks that joined `epoch`.
     pub fn members(&self, epoch: Epoch) -> String {
         format!("tandem:{{{}}}:members:{}", self.group, epoch.0)
@@ -82,6 +87,8 @@ mod tests {
         assert_eq!(k.epoch, "tandem:{llama-70b.pp2}:epoch");
         assert_eq!(k.supervisor, "tandem:{llama-70b.pp2}:supervisor");
         assert_eq!(k.members(Epoch(7)), "tandem:{llama-70b.pp2}:members:7");
+        assert_eq!(k.prefix(), "tandem:{llama-70b.pp2}:");
+        assert!(k.members(Epoch(7)).starts_with(&k.prefix()));
         assert_eq!(consumer_group(Rank(3)), "rank-3");
     }
 

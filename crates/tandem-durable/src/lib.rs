@@ -31,10 +31,14 @@
 //! | `tandem:{g}:completions` groups `rank-{r}` | consumer groups | one per rank, consumer `agent`: delivered = read by the rank's agent, acknowledged = its engine acknowledged the frame |
 //! | `tandem:{g}:epoch` | string counter | the group's current epoch (INCR with the barrier, in one script; absent = 0 before the first) |
 //! | `tandem:{g}:supervisor` | hash | `v`, `epoch`, `restarts_ms`, `state`, `reason`: what a restarted supervisor continues from |
-//! | `tandem:{g}:members:{epoch}` | set | ranks that joined that epoch |
+//! | `tandem:{g}:members:{epoch}` | set | ranks that joined that epoch; deleted when the next epoch starts (a join of an ended epoch is refused, so none comes back) |
 //! | `tandem:{g}:heartbeat:{rank}` | string, `PX` expiry | `epoch:unix_ms` of the rank's last heartbeat |
 //! | `tandem:{g}:failures` | list | JSON [`FailureReport`]s, oldest first, at most [`liveness::MAX_FAILURE_REPORTS`] |
-//! | `tandem:{g}:manifest:{epoch}:{rank}` | string, `PX` expiry | the shard manifest the rank published for that epoch |
+//! | `tandem:{g}:manifest:{epoch}:{rank}` | string, `PX` expiry | the shard manifest the rank published for that epoch; deleted when the next epoch starts |
+//!
+//! Every key is bounded or expires: one counter, one hash, one capped list, one trimmed
+//! stream, one heartbeat per rank, and the membership and manifests of the current epoch only
+//! (a manifest put late for an ended epoch expires with its TTL).
 //!
 //! The braces are literal: they make every key of a group one Redis Cluster hash slot, so
 //! `next_epoch` (a script touching the stream and the counter, both declared as keys) stays

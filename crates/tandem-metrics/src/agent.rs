@@ -37,6 +37,8 @@
 //! | `tandem_lookup_blocks_total` | counter | `result` | blocks asked about by prefix lookups: `hit` (matched) or `miss` (leader) |
 //! | `tandem_frame_limit_refusals` | counter | | engine requests refused because a frame could exceed `protocol.max_frame_bytes` (leader) |
 //! | `tandem_stream_entries_rejected` | counter | | completion-stream entries ignored as duplicates or inconsistent with their entry id (recovery and delivery) |
+//! | `tandem_window_stalls` | counter | | window stalls declared: the window full for longer than the heartbeat timeout (leader) |
+//! | `tandem_window_stalled_follower` | gauge | | the follower rank holding a stalled window, 0 while none is (leader) |
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -84,7 +86,7 @@ pub struct AgentMetrics {
     engine_frames_read: SyncedCounter,
     wait_timeouts: SyncedCounter,
     peers_joined: Gauge,
-    not_ready: [Gauge; 5],
+    not_ready: [Gauge; 6],
     redis_up: Gauge,
     stream_max_length: Gauge,
     stores_refused: [SyncedCounter; 2],
@@ -93,6 +95,8 @@ pub struct AgentMetrics {
     lookup_blocks: [SyncedCounter; 2],
     frame_limit_refusals: SyncedCounter,
     stream_entries_rejected: SyncedCounter,
+    window_stalls: SyncedCounter,
+    window_stalled_follower: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -316,6 +320,20 @@ impl AgentMetrics {
             stream_entries_rejected.clone(),
         );
 
+        let window_stalls = SyncedCounter::default();
+        registry.register(
+            "window_stalls",
+            "Window stalls declared: the leader's window full for longer than the heartbeat timeout because a follower stopped acknowledging (leader)",
+            window_stalls.clone(),
+        );
+
+        let window_stalled_follower = Gauge::default();
+        registry.register(
+            "window_stalled_follower",
+            "The follower rank holding a stalled window, 0 while none is (leader; rank 0 is never a follower)",
+            window_stalled_follower.clone(),
+        );
+
         Self {
             registry,
             steps_sealed,
@@ -345,6 +363,8 @@ impl AgentMetrics {
             lookup_blocks,
             frame_limit_refusals,
             stream_entries_rejected,
+            window_stalls,
+            window_stalled_follower,
         }
     }
 
@@ -403,6 +423,18 @@ impl AgentMetrics {
     /// duplicates or as inconsistent with their entry id.
     pub fn stream_entries_rejected(&self) -> &SyncedCounter {
         &self.stream_entries_rejected
+    }
+
+    /// `tandem_window_stalls_total`: window stalls declared (leader).
+    pub fn window_stalls(&self) -> &SyncedCounter {
+        &self.window_stalls
+    }
+
+    /// Set `tandem_window_stalled_follower`: the follower rank holding a stalled window,
+    /// `None` (0) while none is.
+    pub fn set_window_stalled_follower(&self, rank: Option<u32>) {
+        self.window_stalled_follower
+            .set(i64::from(rank.unwrap_or(0)));
     }
 
     /// `tandem_steps_sealed_total`: frames sealed (leader) or received (follower).

@@ -157,20 +157,24 @@ pub enum NotReadyReason {
     EpochFailed,
     /// No protocol actor runs: the agent moves between epochs (`between_epochs`).
     BetweenEpochs,
+    /// The leader's window has been full for longer than the heartbeat timeout: a follower
+    /// stopped acknowledging (`window_stalled`; the rank is `tandem_window_stalled_follower`).
+    WindowStalled,
 }
 
 impl NotReadyReason {
     /// Every reason, in exposition order.
-    pub const ALL: [NotReadyReason; 5] = [
+    pub const ALL: [NotReadyReason; 6] = [
         NotReadyReason::Joining,
         NotReadyReason::RebuildingIndex,
         NotReadyReason::CompletionLog,
         NotReadyReason::EpochFailed,
         NotReadyReason::BetweenEpochs,
+        NotReadyReason::WindowStalled,
     ];
 
-    /// The label value: `joining`, `rebuilding_index`, `completion_log`, `epoch_failed` or
-    /// `between_epochs`.
+    /// The label value: `joining`, `rebuilding_index`, `completion_log`, `epoch_failed`,
+    /// `between_epochs` or `window_stalled`.
     pub fn as_str(self) -> &'static str {
         match self {
             NotReadyReason::Joining => "joining",
@@ -178,6 +182,7 @@ impl NotReadyReason {
             NotReadyReason::CompletionLog => "completion_log",
             NotReadyReason::EpochFailed => "epoch_failed",
             NotReadyReason::BetweenEpochs => "between_epochs",
+            NotReadyReason::WindowStalled => "window_stalled",
         }
     }
 

@@ -17,7 +17,7 @@ fn parsed(m: &AgentMetrics) -> ParsedExposition {
 }
 
 /// (OpenMetrics family name, type, the label keys every sample has besides group and rank).
-const FAMILIES: [(&str, &str, &[&str]); 27] = [
+const FAMILIES: [(&str, &str, &[&str]); 29] = [
     ("tandem_steps_sealed", "counter", &[]),
     ("tandem_frame_latency_seconds", "histogram", &[]),
     ("tandem_tasks_started", "counter", &["kind"]),
@@ -45,6 +45,8 @@ const FAMILIES: [(&str, &str, &[&str]); 27] = [
     ("tandem_lookup_blocks", "counter", &["result"]),
     ("tandem_frame_limit_refusals", "counter", &[]),
     ("tandem_stream_entries_rejected", "counter", &[]),
+    ("tandem_window_stalls", "counter", &[]),
+    ("tandem_window_stalled_follower", "gauge", &[]),
 ];
 
 fn sample_names(family: &str, kind: &str) -> Vec<String> {
@@ -388,4 +390,25 @@ fn not_ready_names_one_reason_and_ready_clears_them() {
     assert!(p.samples_named("tandem_not_ready").all(|s| s.value == 0.0));
     assert_eq!(p.value("tandem_ready", &[]), Some(1.0));
     assert_eq!(m.not_ready(), None);
+}
+
+#[test]
+fn a_window_stall_names_the_follower_until_it_clears() {
+    use tandem_metrics::NotReadyReason;
+    let m = AgentMetrics::new("g1", 0);
+    m.set_not_ready(Some(NotReadyReason::WindowStalled));
+    m.set_window_stalled_follower(Some(3));
+    m.window_stalls().set_total(1);
+    let p = parsed(&m);
+    assert_eq!(
+        p.value("tandem_not_ready", &[("reason", "window_stalled")]),
+        Some(1.0)
+    );
+    assert_eq!(p.value("tandem_window_stalled_follower", &[]), Some(3.0));
+    assert_eq!(p.value("tandem_window_stalls_total", &[]), Some(1.0));
+    m.set_not_ready(None);
+    m.set_window_stalled_follower(None);
+    let p = parsed(&m);
+    assert_eq!(p.value("tandem_window_stalled_follower", &[]), Some(0.0));
+    assert_eq!(p.value("tandem_window_stalls_total", &[]), Some(1.0));
 }

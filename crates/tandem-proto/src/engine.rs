@@ -337,10 +337,12 @@ pub enum AgentError {
     },
     /// The leader could not seal `step` before the deadline: a follower is more than the
     /// window behind.
-    #[error("window full: cannot seal step {step}; slowest follower acknowledged {}, window is {window} steps", acked_text(*.slowest_ack))]
+    #[error("window full: cannot seal step {step}; slowest follower rank {rank} acknowledged {}, window is {window} steps", acked_text(*.slowest_ack))]
     WindowFull {
         /// The step to seal.
         step: Step,
+        /// The slowest follower's rank (the lowest rank among equals).
+        rank: u32,
         /// The slowest follower's last acknowledged step.
         slowest_ack: Option<Step>,
         /// The window, in steps.
@@ -446,16 +448,18 @@ mod tests {
         );
         let e = AgentError::WindowFull {
             step: Step(20),
+            rank: 3,
             slowest_ack: Some(Step(11)),
             window: 8,
         };
-        assert_eq!(e.to_string(), "window full: cannot seal step 20; slowest follower acknowledged step 11, window is 8 steps");
+        assert_eq!(e.to_string(), "window full: cannot seal step 20; slowest follower rank 3 acknowledged step 11, window is 8 steps");
         let e = AgentError::WindowFull {
             step: Step(9),
+            rank: 1,
             slowest_ack: None,
             window: 8,
         };
-        assert_eq!(e.to_string(), "window full: cannot seal step 9; slowest follower acknowledged no step, window is 8 steps");
+        assert_eq!(e.to_string(), "window full: cannot seal step 9; slowest follower rank 1 acknowledged no step, window is 8 steps");
         let e = AgentError::StaleEpoch {
             ours: Epoch(4),
             theirs: Epoch(3),

@@ -96,12 +96,14 @@ pub enum LeaderError {
     /// Sealing `step` would put the leader more than `window` steps ahead of the slowest
     /// follower's acknowledgement.
     #[error(
-        "window full: cannot seal step {step}; the slowest follower has acknowledged {}, window is {window} steps",
+        "window full: cannot seal step {step}; the slowest follower, rank {rank}, has acknowledged {}, window is {window} steps",
         acked_text(.slowest_ack)
     )]
     WindowFull {
         /// The step that could not be sealed.
         step: Step,
+        /// The slowest follower (the lowest rank among equals).
+        rank: Rank,
         /// The slowest follower's last acknowledged step.
         slowest_ack: Option<Step>,
         /// The window, in steps.
@@ -288,12 +290,12 @@ mod tests {
             "wrong step: the open step is 5, seal was called for step 7",
         );
         check(
-            LeaderError::WindowFull { step: Step(12), slowest_ack: Some(Step(3)), window: 8 },
-            "window full: cannot seal step 12; the slowest follower has acknowledged step 3, window is 8 steps",
+            LeaderError::WindowFull { step: Step(12), rank: Rank(2), slowest_ack: Some(Step(3)), window: 8 },
+            "window full: cannot seal step 12; the slowest follower, rank 2, has acknowledged step 3, window is 8 steps",
         );
         check(
-            LeaderError::WindowFull { step: Step(8), slowest_ack: None, window: 8 },
-            "window full: cannot seal step 8; the slowest follower has acknowledged no step yet, window is 8 steps",
+            LeaderError::WindowFull { step: Step(8), rank: Rank(1), slowest_ack: None, window: 8 },
+            "window full: cannot seal step 8; the slowest follower, rank 1, has acknowledged no step yet, window is 8 steps",
         );
         check(
             LeaderError::AckBeyondSealed {

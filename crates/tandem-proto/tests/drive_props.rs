@@ -154,6 +154,7 @@ impl Sim {
                         step: s,
                         slowest_ack,
                         window,
+                        ..
                     }) => {
                         let base = slowest_ack.map_or(0, |a| a.0 + 1);
                         prop_assert!(s.0 >= base + window);

@@ -252,6 +252,7 @@ fn window_full_until_the_slowest_follower_acks() {
         err,
         Err(LeaderError::WindowFull {
             step: Step(W),
+            rank: Rank(1),
             slowest_ack: None,
             window: W
         })
@@ -261,10 +262,12 @@ fn window_full_until_the_slowest_follower_acks() {
     // One follower acking is not enough: the slowest one counts.
     let msg = g.followers[0].ack(Step(2)).unwrap();
     g.leader.handle_message(Rank(1), &msg, 0).unwrap();
+    // The refusal names the follower holding the window: rank 2 has acknowledged nothing.
     assert!(matches!(
         g.leader.seal(Step(W), 0),
-        Err(LeaderError::WindowFull { .. })
+        Err(LeaderError::WindowFull { rank: Rank(2), .. })
     ));
+    assert_eq!(g.leader.slowest_rank(), Some(Rank(2)));
     g.ack_all(Step(0));
     assert_eq!(g.leader.slowest_ack(), Some(Step(0)));
     let f = g.seal();

@@ -86,10 +86,12 @@ pub(crate) fn agent(py: Python<'_>, e: AgentError) -> PyErr {
             .field("oldest", oldest.0),
         AgentError::WindowFull {
             step,
+            rank,
             slowest_ack,
             window,
         } => Raise::new(py, "WindowFull", msg)
             .field("step", step.0)
+            .field("rank", rank)
             .field("slowest_ack", slowest_ack.map(|s| s.0))
             .field("window", window),
         AgentError::WrongStep { expected, got } => Raise::new(py, "WrongStep", msg)

@@ -144,11 +144,12 @@ fn engine_error_messages_name_rank_and_position() {
         waited_ms: 9000,
         last: AgentError::WindowFull {
             step: Step(20),
+            rank: 1,
             slowest_ack: Some(Step(11)),
             window: 8,
         },
     };
-    assert_eq!(e.to_string(), "rank 0: could not seal step 20 of epoch 1 within 9000 ms: window full: cannot seal step 20; slowest follower acknowledged step 11, window is 8 steps");
+    assert_eq!(e.to_string(), "rank 0: could not seal step 20 of epoch 1 within 9000 ms: window full: cannot seal step 20; slowest follower rank 1 acknowledged step 11, window is 8 steps");
     let e = EngineError::PoolTooSmall {
         request: 12,
         blocks: 400,

@@ -36,13 +36,20 @@ pub enum Decision {
 impl RestartPolicy {
     /// Decide about a failure at `now_ms`, given the times of earlier restarts (`history`, ms).
     /// Restarts older than the window no longer count. The backoff doubles with each restart
-    /// still in the window, capped, then scaled by `0.5 + jitter / 2` so that groups restarted
-    /// together do not stampede.
-    pub fn decide(&self, history: &[u64], now_ms: u64, jitter: f64, failure: &str) -> Decision {
-        let recent = history
-            .iter()
-            .filter(|t| now_ms.saturating_sub(**t) < self.window_ms)
-            .count() as u32;
+    /// still in the window and after `recovered_ms` (when the group last became healthy again
+    /// after a restart; 0 if never), capped, then scaled by `0.5 + jitter / 2` so that groups
+    /// restarted together do not stampede. A restart that reached a healthy group therefore
+    /// resets the backoff, while every restart in the window still counts towards the limit.
+    pub fn decide(
+        &self,
+        history: &[u64],
+        recovered_ms: u64,
+        now_ms: u64,
+        jitter: f64,
+        failure: &str,
+    ) -> Decision {
+        let in_window = |t: &&u64| now_ms.saturating_sub(**t) < self.window_ms;
+        let recent = history.iter().filter(in_window).count() as u32;
         if recent >= self.max_restarts {
             return Decision::GiveUp {
                 reason: format!(
@@ -52,9 +59,14 @@ impl RestartPolicy {
                 ),
             };
         }
+        let streak = history
+            .iter()
+            .filter(in_window)
+            .filter(|t| **t > recovered_ms)
+            .count() as u32;
         let exp = self
             .backoff_initial_ms
-            .saturating_mul(1u64 << recent.min(32));
+            .saturating_mul(1u64 << streak.min(32));
         let capped = exp.min(self.backoff_max_ms) as f64;
         let delay_ms = (capped * (0.5 + jitter.clamp(0.0, 1.0) / 2.0)).round() as u64;
         Decision::Restart { delay_ms }
@@ -86,15 +98,15 @@ mod tests {
     #[test]
     fn backoff_doubles_and_is_capped_with_jitter() {
         assert_eq!(
-            P.decide(&[], 1_000_000, 1.0, "x"),
+            P.decide(&[], 0, 1_000_000, 1.0, "x"),
             Decision::Restart { delay_ms: 100 }
         );
         assert_eq!(
-            P.decide(&[], 1_000_000, 0.0, "x"),
+            P.decide(&[], 0, 1_000_000, 0.0, "x"),
             Decision::Restart { delay_ms: 50 }
         );
         assert_eq!(
-            P.decide(&[999_000], 1_000_000, 1.0, "x"),
+            P.decide(&[999_000], 0, 1_000_000, 1.0, "x"),
             Decision::Restart { delay_ms: 200 }
         );
         let big = RestartPolicy {
@@ -103,15 +115,39 @@ mod tests {
         };
         let h: Vec<u64> = (0..6).map(|i| 999_000 + i).collect();
         assert_eq!(
-            big.decide(&h, 1_000_000, 1.0, "x"),
+            big.decide(&h, 0, 1_000_000, 1.0, "x"),
             Decision::Restart { delay_ms: 1_000 }
         );
     }
 
     #[test]
+    fn a_recovery_resets_the_backoff_but_not_the_limit() {
+        let big = RestartPolicy {
+            max_restarts: 10,
+            ..P
+        };
+        let h: Vec<u64> = (0..6).map(|i| 999_000 + i).collect();
+        // Recovered after the fourth restart: two restarts since, 100 × 2².
+        assert_eq!(
+            big.decide(&h, 999_003, 1_000_000, 1.0, "x"),
+            Decision::Restart { delay_ms: 400 }
+        );
+        // Recovered after the last: the first backoff again.
+        assert_eq!(
+            big.decide(&h, 999_005, 1_000_000, 1.0, "x"),
+            Decision::Restart { delay_ms: 100 }
+        );
+        // The limit counts every restart in the window, recovered or not.
+        assert!(matches!(
+            P.decide(&[999_000, 999_001, 999_002], 999_002, 1_000_000, 1.0, "x"),
+            Decision::GiveUp { .. }
+        ));
+    }
+
+    #[test]
     fn past_the_limit_gives_up_naming_it() {
         let h = [950_000, 960_000, 970_000];
-        match P.decide(&h, 1_000_000, 0.5, "rank 2 connection lost") {
+        match P.decide(&h, 0, 1_000_000, 0.5, "rank 2 connection lost") {
             Decision::GiveUp { reason } => {
                 assert_eq!(reason, "3 restarts within 60 s reached the limit of 3 (last failure: rank 2 connection lost)")
             }
@@ -123,7 +159,7 @@ mod tests {
     fn old_restarts_leave_the_window() {
         let h = [100, 200, 300];
         assert!(matches!(
-            P.decide(&h, 1_000_000, 0.5, "x"),
+            P.decide(&h, 0, 1_000_000, 0.5, "x"),
             Decision::Restart { .. }
         ));
         assert_eq!(P.record(&h, 1_000_000), vec![1_000_000]);

@@ -3,7 +3,8 @@
 //!
 //! Owns the group-level decisions: which observations are failures of the current epoch,
 //! the one_for_all decision (a failure of any rank restarts every rank into a new epoch),
-//! backoff as a deadline, when a restarted group is healthy again, when to give up, and
+//! backoff as a deadline (reset once a restarted group is healthy again: every rank joined),
+//! when a restarted group is healthy again, when to give up, and
 //! what to save so that a restarted supervisor continues ([`resume`]). Inputs are `handle_*`
 //! calls that carry the wall-clock time (ms since the Unix epoch) and, for a decision, a
 //! jitter in `[0, 1)`; outputs are [`Effect`]s the driver carries out in order, and
@@ -174,6 +175,10 @@ pub struct RestartMachine {
     /// The first failure of the restart under way.
     failed_at_ms: Option<u64>,
     last_recovery_ms: Option<u64>,
+    /// When the group last became healthy again after a restart (0: not since this machine
+    /// started): restarts before it no longer grow the backoff. Not saved: a restarted
+    /// supervisor backs off from its whole history, the cautious side.
+    recovered_at_ms: u64,
     restarts_total: u64,
 }
 
@@ -192,6 +197,7 @@ impl RestartMachine {
             watching_since_ms: now_ms,
             failed_at_ms: None,
             last_recovery_ms: None,
+            recovered_at_ms: 0,
             restarts_total: 0,
         }
     }
@@ -289,6 +295,7 @@ impl RestartMachine {
             && failures.is_empty()
         {
             self.last_recovery_ms = self.failed_at_ms.take().map(|t| now_ms.saturating_sub(t));
+            self.recovered_at_ms = now_ms;
             self.state.state = GroupState::Healthy;
             out.push(Effect::Recovered {
                 epoch: self.state.epoch,
@@ -372,11 +379,13 @@ impl RestartMachine {
     /// new epoch after the policy's backoff, or the group is failed past the limit.
     fn one_for_all(&mut self, failure: String, now_ms: u64, jitter: f64) -> Vec<Effect> {
         self.failed_at_ms.get_or_insert(now_ms);
-        match self
-            .config
-            .policy
-            .decide(&self.state.restarts_ms, now_ms, jitter, &failure)
-        {
+        match self.config.policy.decide(
+            &self.state.restarts_ms,
+            self.recovered_at_ms,
+            now_ms,
+            jitter,
+            &failure,
+        ) {
             Decision::GiveUp { reason } => {
                 self.phase = Phase::Failed;
                 self.state.state = GroupState::Failed {

@@ -245,6 +245,57 @@ fn a_new_failure_while_restarting_restarts_again_with_a_longer_backoff() {
 }
 
 #[test]
+fn a_restart_that_reached_a_healthy_group_resets_the_backoff() {
+    let mut m = RestartMachine::new(config(100), healthy(1), T0);
+    let mut now = T0;
+    let mut delays = Vec::new();
+    // Four failures, each landing while the group is still restarting: the backoff grows.
+    for epoch in 1..=4 {
+        let mut seen = all_well(epoch, now);
+        seen.members = vec![Rank(0)];
+        seen.exited = vec!["agent of rank 1 exited (signal: 9)".into()];
+        let out = m.handle_observation(&seen, now, 1.0);
+        match out
+            .iter()
+            .find(|e| matches!(e, Effect::RestartScheduled { .. }))
+        {
+            Some(Effect::RestartScheduled { delay_ms, .. }) => delays.push(*delay_ms),
+            other => panic!("no restart scheduled: {other:?}"),
+        }
+        now += delays.last().copied().unwrap_or(0);
+        m.handle_timeout(now);
+        m.handle_epoch_moved(Epoch(epoch + 1), now);
+        now += 10;
+    }
+    assert_eq!(delays, vec![100, 200, 400, 800]);
+    // Every rank joins epoch 5: healthy again.
+    let out = m.handle_observation(&all_well(5, now), now, 1.0);
+    assert!(
+        matches!(
+            out[0],
+            Effect::Recovered {
+                epoch: Epoch(5),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    // The next failure backs off from the start; the history still holds every restart.
+    now += 1_500;
+    let mut seen = all_well(5, now);
+    seen.exited = vec!["agent of rank 0 exited (signal: 9)".into()];
+    let out = m.handle_observation(&seen, now, 1.0);
+    assert!(
+        out.contains(&Effect::RestartScheduled {
+            delay_ms: 100,
+            reason: "agent of rank 0 exited (signal: 9)".into()
+        }),
+        "{out:?}"
+    );
+    assert_eq!(m.state().restarts_ms.len(), 4);
+}
+
+#[test]
 fn silence_is_judged_by_the_timeout_and_afresh_after_the_log_was_unreadable() {
     let mut m = RestartMachine::new(config(3), healthy(1), T0);
     let stale = Observation {

@@ -16,6 +16,7 @@ impl ProtocolActor {
             NotReady::RebuildingIndex => NotReadyReason::RebuildingIndex,
             NotReady::CompletionLog => NotReadyReason::CompletionLog,
             NotReady::EpochFailed => NotReadyReason::EpochFailed,
+            NotReady::WindowStalled => NotReadyReason::WindowStalled,
         }));
         m.steps_sealed().set_total(c.steps_sealed);
         m.stale_epoch_rejected().set_total(c.stale_epoch_rejected);
@@ -25,7 +26,11 @@ impl ProtocolActor {
                 peers_joined,
                 evictions,
                 tasks,
+                window_stalls,
+                window_stalled_rank,
             } => {
+                m.window_stalls().set_total(window_stalls);
+                m.set_window_stalled_follower(window_stalled_rank);
                 m.frame_limit_refusals().set_total(frame_limit_refusals);
                 m.set_peers_joined(peers_joined);
                 m.evictions().set_total(evictions);

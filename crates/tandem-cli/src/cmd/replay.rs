@@ -250,7 +250,8 @@ pub(super) fn run(args: ReplayArgs) -> anyhow::Result<()> {
     )
 }
 
-/// Every `every`, SIGKILL a random agent (once the group is ready again).
+/// Every `every`, SIGKILL a random agent: on a timer, whether or not the group has recovered
+/// from the last kill (a kill can land in a recovery).
 fn chaos_loop(
     every: Duration,
     done: &AtomicBool,

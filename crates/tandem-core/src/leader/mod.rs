@@ -12,11 +12,14 @@
 //! - `tasks.rs`: lookups with their pins, stores and loads started or refused against the
 //!   index, and what a finished task gives back to it.
 //! - `seal.rs`: `end_step`: the append, the seal, the window waits and their deadlines.
+//! - `window.rs`: the window-stall watch: a window full for longer than the heartbeat
+//!   timeout names the follower holding it, makes the leader not ready and is counted.
 //!
 //! It never does IO and never reads a clock: time is the `now_ms` of each input.
 
 mod seal;
 mod tasks;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -35,6 +38,7 @@ use crate::index::{GroupIndex, IndexConfig, IndexError, Pin};
 use crate::output::{Append, CallRef, ConnId, Output, Peer};
 use crate::shared::{leader_refusal, Shared};
 use crate::status::{NotReady, RankStatus, RoleCounters, TaskCounts};
+use window::WindowWatch;
 
 /// A pin held by the core. Cloning it duplicates the token, which only a copy of the whole
 /// core (index included) does; outside this crate a [`Pin`] stays move-only.
@@ -122,6 +126,7 @@ pub struct LeaderCore {
     rebuild: Rebuild,
     counts: TaskCounts,
     evictions: u64,
+    window: WindowWatch,
 }
 
 /// Why a core could not be made.
@@ -180,6 +185,7 @@ impl LeaderCore {
             },
             counts: TaskCounts::default(),
             evictions: 0,
+            window: WindowWatch::default(),
         })
     }
 
@@ -348,7 +354,15 @@ impl LeaderCore {
         }
         if matches!(msg, Message::Ack(_)) {
             self.retry_end_waits(sh, now_ms);
+            self.watch_window(now_ms);
         }
+    }
+
+    /// Look at the window after anything that can fill or open it (a seal, an
+    /// acknowledgement, a timer).
+    fn watch_window(&mut self, now_ms: u64) {
+        let grace = self.leader.config().heartbeat_timeout_ms;
+        self.window.observe(&self.leader, grace, now_ms);
     }
 
     /// Follower connection `conn` of `rank` ended: inside an epoch that is a rank failure
@@ -516,15 +530,20 @@ impl LeaderCore {
             .all_joined()
             .then(|| self.leader.poll_timeout())
             .flatten();
+        let stall = self
+            .window
+            .poll_timeout(self.leader.config().heartbeat_timeout_ms);
         waits
             .chain(rebuild)
             .chain(liveness)
             .chain(self.binds.poll_timeout())
+            .chain(stall)
             .min()
     }
 
     /// Timers at `now_ms`: window waits past their deadline are answered `WindowFull`, a
-    /// manifest read is made again, silent followers fail the epoch (the reason returned).
+    /// window full past the grace becomes a stall, a manifest read is made again, silent
+    /// followers fail the epoch (the reason returned).
     pub(crate) fn timeout(&mut self, sh: &mut Shared, now_ms: u64) -> Option<String> {
         let (expired, keep): (Vec<EndWait>, Vec<EndWait>) = std::mem::take(&mut self.end_waits)
             .into_iter()
@@ -533,6 +552,7 @@ impl LeaderCore {
         for w in expired {
             let err = AgentError::WindowFull {
                 step: w.step,
+                rank: self.leader.slowest_rank().map_or(0, |r| r.0),
                 slowest_ack: self.leader.slowest_ack(),
                 window: self.leader.config().window_steps,
             };
@@ -543,6 +563,7 @@ impl LeaderCore {
             tracing::warn!(%task, %reason, "shard failed: no bind");
             self.shard_done(task, Err(reason));
         }
+        self.watch_window(now_ms);
         if let Rebuild::Retry { at_ms, until_ms } = self.rebuild {
             if now_ms >= at_ms {
                 self.rebuild = Rebuild::Fetching { until_ms };
@@ -598,6 +619,8 @@ impl LeaderCore {
             Some(NotReady::Joining)
         } else if self.rebuild != Rebuild::Done {
             Some(NotReady::RebuildingIndex)
+        } else if self.window.stall().is_some() {
+            Some(NotReady::WindowStalled)
         } else {
             None
         }
@@ -615,13 +638,16 @@ impl LeaderCore {
             peers_joined: stats.handshakes_admitted,
             evictions: self.evictions,
             tasks: self.counts,
+            window_stalls: self.window.stalls(),
+            window_stalled_rank: self.window.stall().map(|s| s.rank.0),
         }
     }
 
     /// Status for `/status` and `/readyz`.
     pub(crate) fn status(&self, config: &CoreConfig) -> RankStatus {
         let joined: Vec<u32> = self.leader.joined().iter().map(|r| r.0).collect();
-        let ready = self.ready() && self.log_error.is_none();
+        let stall = self.window.stall();
+        let ready = self.ready() && self.log_error.is_none() && stall.is_none();
         let stats = self.leader.stats();
         RankStatus {
             group: config.membership.group_id.0.clone(),
@@ -633,6 +659,9 @@ impl LeaderCore {
                 Some(e) => Some(format!("completion log unavailable: {e}")),
                 None if self.rebuild != Rebuild::Done && self.leader.all_joined() => {
                     Some("rebuilding the group index from the ranks' manifests".into())
+                }
+                None if self.ready() && stall.is_some() => {
+                    stall.map(|s| s.reason(self.leader.config().window_steps))
                 }
                 None => (!ready).then(|| {
                     format!(

@@ -140,7 +140,9 @@ impl LeaderCore {
     /// before asking, so they are copied at once; a task started without page ids once the
     /// leader's engine bound its pages (its deadline starts now).
     fn seal(&mut self, sh: &mut Shared, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
-        let frame = self.leader.seal(step, now_ms)?;
+        let sealed = self.leader.seal(step, now_ms);
+        self.watch_window(now_ms);
+        let frame = sealed?;
         let mut to = Vec::new();
         while let Some((rank, msg)) = self.leader.poll_transmit() {
             // The leader transmits only frames, one per follower: one message for all.

@@ -3,7 +3,7 @@
 
 use super::MemoryLog;
 use crate::epochs::EpochStore;
-use crate::error::Result;
+use crate::error::{DurableError, Result};
 use crate::id::StreamEntryId;
 use crate::record::StreamEntry;
 use crate::supervisor::SupervisorState;
@@ -21,6 +21,10 @@ impl EpochStore for MemoryLog {
             epoch = state.last_id.ms.saturating_add(1);
         }
         state.epoch = epoch;
+        // Per-epoch keys stay bounded: the older epochs' membership and manifests go (the
+        // Redis script deletes the previous epoch's; older ones cannot exist there).
+        state.members.retain(|e, _| e.0 >= epoch);
+        state.manifests.retain(|(e, _), _| e.0 >= epoch);
         let id = StreamEntryId { ms: epoch, seq: 0 };
         state.push_entry(StreamEntry::Barrier {
             id,
@@ -45,6 +49,12 @@ impl EpochStore for MemoryLog {
     async fn join(&self, epoch: Epoch, rank: Rank) -> Result<bool> {
         self.check_rank(rank)?;
         let mut state = self.state("join")?;
+        if epoch.0 < state.epoch {
+            return Err(DurableError::EpochOver {
+                epoch,
+                current: Epoch(state.epoch),
+            });
+        }
         Ok(state.members.entry(epoch).or_default().insert(rank))
     }
 

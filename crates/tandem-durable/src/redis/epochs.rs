@@ -2,7 +2,11 @@
 //! barrier by one Lua script), the supervisor hash `tandem:{g}:supervisor` and the membership
 //! sets `tandem:{g}:members:{epoch}`.
 //!
-//! Owns these commands and the script. It never decides when to restart or whom to admit.
+//! Owns these commands and the scripts. It never decides when to restart or whom to admit.
+//! Per-epoch keys stay bounded: the script that moves the epoch deletes the previous epoch's
+//! membership set and manifests, and a join of an epoch older than the counter is refused, so
+//! no late join re-creates a deleted set (at most one epoch's keys outlive their epoch, and
+//! only until the next move).
 
 use super::RedisLog;
 use crate::epochs::EpochStore;
@@ -16,6 +20,9 @@ use tandem_proto::{Epoch, Rank};
 /// older epoch's appends, atomically. KEYS: stream, counter. ARGV: record version.
 /// Should the counter ever be behind the stream (the counter key was lost but the stream
 /// kept), it is moved past the stream's last epoch first, so epochs never repeat.
+/// ARGV[2] is the group's key prefix `tandem:{g}:` and ARGV[3] its world size: the previous
+/// epoch's `members:{e-1}` and `manifest:{e-1}:{r}` are deleted (keys of the same hash slot,
+/// named inside the script because the epoch is decided there).
 pub(crate) const NEXT_EPOCH_SCRIPT: &str = r"
 local e = redis.call('INCR', KEYS[2])
 local r = redis.pcall('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
@@ -29,7 +36,23 @@ if type(r) == 'table' and r.err then
   redis.call('SET', KEYS[2], e)
   redis.call('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
 end
+if ARGV[2] and e > 1 then
+  local old = e - 1
+  redis.call('DEL', ARGV[2] .. 'members:' .. old)
+  for r = 0, tonumber(ARGV[3]) - 1 do
+    redis.call('DEL', ARGV[2] .. 'manifest:' .. old .. ':' .. r)
+  end
+end
 return e
+";
+
+/// Adds a rank to an epoch's membership set unless the epoch is older than the counter.
+/// KEYS: counter, members set. ARGV: epoch, rank. Returns 1 (added), 0 (already a member) or
+/// minus the current epoch (refused: the epoch is over, and its set may be gone).
+pub(crate) const JOIN_SCRIPT: &str = r"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < cur then return -cur end
+return redis.call('SADD', KEYS[2], ARGV[2])
 ";
 
 #[async_trait]
@@ -50,7 +73,9 @@ impl EpochStore for RedisLog {
                 .arg(2)
                 .arg(&self.keys.completions)
                 .arg(&self.keys.epoch)
-                .arg(crate::record::RECORD_VERSION);
+                .arg(crate::record::RECORD_VERSION)
+                .arg(self.keys.prefix())
+                .arg(self.world_size);
             return self
                 .replicated("next_epoch", cmd, |_: &u64| None)
                 .await
@@ -59,7 +84,9 @@ impl EpochStore for RedisLog {
         let mut inv = self.next_epoch_script.prepare_invoke();
         inv.key(&self.keys.completions)
             .key(&self.keys.epoch)
-            .arg(crate::record::RECORD_VERSION);
+            .arg(crate::record::RECORD_VERSION)
+            .arg(self.keys.prefix())
+            .arg(self.world_size);
         self.conn.script("next_epoch", &inv).await.map(Epoch)
     }
 
@@ -99,12 +126,21 @@ impl EpochStore for RedisLog {
         SupervisorState::from_fields(&self.keys.supervisor, &fields).map(Some)
     }
 
-    /// SADD.
+    /// One script: SADD unless the counter is past `epoch`.
     async fn join(&self, epoch: Epoch, rank: Rank) -> Result<bool> {
         self.check_rank(rank)?;
-        let mut cmd = redis::cmd("SADD");
-        cmd.arg(self.keys.members(epoch)).arg(rank.0);
-        let added: u64 = self.conn.query("join", &cmd).await?;
+        let mut inv = self.join_script.prepare_invoke();
+        inv.key(&self.keys.epoch)
+            .key(self.keys.members(epoch))
+            .arg(epoch.0)
+            .arg(rank.0);
+        let added: i64 = self.conn.script("join", &inv).await?;
+        if added < 0 {
+            return Err(DurableError::EpochOver {
+                epoch,
+                current: Epoch(added.unsigned_abs()),
+            });
+        }
         Ok(added == 1)
     }
 

@@ -104,6 +104,7 @@ pub struct RedisLog {
     pub(crate) world_size: u32,
     pub(crate) page: usize,
     pub(crate) next_epoch_script: Arc<Script>,
+    pub(crate) join_script: Arc<Script>,
     pub(crate) wait: ReplicationWait,
 }
 
@@ -128,6 +129,7 @@ impl RedisLog {
             world_size: config.world_size,
             page: config.page_entries.max(1),
             next_epoch_script: Arc::new(Script::new(epochs::NEXT_EPOCH_SCRIPT)),
+            join_script: Arc::new(Script::new(epochs::JOIN_SCRIPT)),
             wait: config.wait,
         };
         log.ensure_groups().await?;

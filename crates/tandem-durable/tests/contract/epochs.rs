@@ -97,3 +97,45 @@ pub(crate) async fn a_new_epoch_is_above_every_epoch_in_the_stream(kind: Kind) {
         Err(DurableError::StaleEpoch { .. })
     ));
 }
+
+pub(crate) async fn a_new_epoch_drops_the_previous_epochs_keys_and_late_joins_are_refused(
+    kind: Kind,
+) {
+    let b = open(kind, 2).await;
+    let hour = 3_600_000;
+    let mut previous = None;
+    for _ in 0..40 {
+        let e = b.epochs.next_epoch().await.unwrap();
+        if let Some(old) = previous {
+            // The previous epoch's membership and manifests are gone with the move ...
+            assert!(b.epochs.members(old).await.unwrap().is_empty(), "{old}");
+            assert_eq!(b.liveness.manifests(old).await.unwrap(), vec![None, None]);
+            // ... and a late join cannot bring its membership back.
+            assert_eq!(
+                b.epochs.join(old, Rank(1)).await,
+                Err(DurableError::EpochOver {
+                    epoch: old,
+                    current: e
+                })
+            );
+            assert!(b.epochs.members(old).await.unwrap().is_empty());
+        }
+        for r in 0..2 {
+            assert!(b.epochs.join(e, Rank(r)).await.unwrap());
+            b.liveness
+                .put_manifest(e, Rank(r), &[r as u8], hour)
+                .await
+                .unwrap();
+        }
+        assert_eq!(b.epochs.members(e).await.unwrap(), vec![Rank(0), Rank(1)]);
+        // A join of the current epoch, or one the counter has not reached, still works.
+        assert!(!b.epochs.join(e, Rank(0)).await.unwrap());
+        previous = Some(e);
+    }
+    let last = previous.unwrap();
+    assert_eq!(
+        b.liveness.manifests(last).await.unwrap(),
+        vec![Some(vec![0]), Some(vec![1])]
+    );
+    assert!(b.epochs.members(Epoch(1)).await.unwrap().is_empty());
+}

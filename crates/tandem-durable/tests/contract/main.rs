@@ -239,6 +239,7 @@ contract!(
     epochs::epoch_increment_is_atomic_across_concurrent_callers,
     epochs::supervisor_state_and_membership,
     epochs::a_new_epoch_is_above_every_epoch_in_the_stream,
+    epochs::a_new_epoch_drops_the_previous_epochs_keys_and_late_joins_are_refused,
     liveness::heartbeats_expire_after_their_ttl,
     liveness::manifests_are_kept_per_epoch_and_expire,
     liveness::failure_reports_come_out_in_order_once_and_bounded,

@@ -409,6 +409,17 @@ impl Leader {
             .flatten()
     }
 
+    /// The follower holding the window back: the one with the lowest acknowledgement (one
+    /// that acknowledged nothing first), the lowest rank among equals; `None` in a group of
+    /// one rank.
+    pub fn slowest_rank(&self) -> Option<Rank> {
+        self.acks
+            .iter()
+            .filter(|(r, _)| r.0 != 0)
+            .min_by_key(|(r, a)| (**a, **r))
+            .map(|(r, _)| *r)
+    }
+
     /// The lowest step acknowledged by every rank, rank 0's engine included.
     pub fn acked_by_all(&self) -> Option<Step> {
         self.acks.values().copied().min().flatten()
@@ -442,6 +453,7 @@ impl Leader {
                 }
                 return Err(LeaderError::WindowFull {
                     step,
+                    rank: self.slowest_rank().unwrap_or(Rank(0)),
                     slowest_ack,
                     window: self.config.window_steps,
                 });

@@ -118,10 +118,11 @@ class WindowFull(AgentError):
     """The leader cannot seal ``step``: a follower is more than ``window`` steps behind. Try
     again.
 
-    ``step``; ``slowest_ack``: the slowest follower's last acknowledged step, or ``None``;
-    ``window``: in steps."""
+    ``step``; ``rank``: the slowest follower; ``slowest_ack``: its last acknowledged step, or
+    ``None``; ``window``: in steps."""
 
     step: int
+    rank: int
     slowest_ack: int | None
     window: int
 

@@ -305,8 +305,13 @@ fn handle(rank: u32, req: EngineRequest, shared: &(Mutex<State>, Condvar)) -> En
                 if now >= until {
                     let slowest_ack =
                         (slowest >= 0 && slowest != i64::MAX).then_some(Step(slowest as u64));
+                    // The slowest follower: the lowest rank among equals.
+                    let rank = (1..s.acks.len())
+                        .min_by_key(|&r| s.acks[r].map_or(-1, |v| v as i64))
+                        .unwrap_or(0) as u32;
                     return EngineReply::Error(AgentError::WindowFull {
                         step,
+                        rank,
                         slowest_ack,
                         window: s.spec.window,
                     });
