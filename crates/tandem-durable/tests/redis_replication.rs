@@ -159,6 +159,18 @@ async fn without_the_wait_a_failover_loses_what_the_replica_had_not_received() {
             .await
             .unwrap();
     }
+    // Nothing waited for the replica so far: let it catch up first (replication is
+    // asynchronous, and on a loaded machine it can still be behind), so that what is lost
+    // below is exactly what was appended after the link went down.
+    let start = Instant::now();
+    while stream_ids(&replica).len() < 21 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the replica never received the first 21 entries: {}",
+            stream_ids(&replica).len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // The replication link goes down (the replica stopped, its connection closed by the
     // primary): what is appended now is on the primary alone, and acknowledged.
     signal(replica.pid(), libc::SIGSTOP);
