@@ -22,8 +22,8 @@ use tandem_proto::wire::handshake::{GroupSecret, Membership, PROTOCOL_VERSION};
 use tandem_proto::{ConfigFingerprint, Epoch, Frame, GroupId, Rank};
 
 use crate::config::{
-    Broken, DISK_BLOCKS, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS, HOST_BLOCKS,
-    LOG_SLOW_MAX_MS, RETENTION_STEPS, WALL_BASE_MS, WINDOW_STEPS,
+    Broken, DISK_BLOCKS, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS, HOST_BLOCKS, LOG_SLOW_MAX_MS,
+    RETENTION_STEPS, WALL_BASE_MS, WINDOW_STEPS,
 };
 use crate::store::Copy;
 use crate::world::{Ev, World};
@@ -99,9 +99,7 @@ pub(crate) fn core_config(world: u32, rank: u32, epoch: Epoch) -> CoreConfig {
 impl World {
     /// Agent `inc` of `rank`, if that one is running.
     pub(crate) fn agent_mut(&mut self, rank: u32, inc: u64) -> Option<&mut Agent> {
-        self.agents[rank as usize]
-            .as_mut()
-            .filter(|a| a.inc == inc)
+        self.agents[rank as usize].as_mut().filter(|a| a.inc == inc)
     }
 
     /// Rank `r`'s agent process starts (a fresh epoch loop that follows the counter).
@@ -150,7 +148,9 @@ impl World {
             self.break_conn(c);
         }
         self.engine_disconnected(r);
-        self.sup.exited.push(format!("agent of rank {r} exited: {why}"));
+        self.sup
+            .exited
+            .push(format!("agent of rank {r} exited: {why}"));
     }
 
     /// Carries out everything rank `r`'s core and epoch loop ask for, until neither has more.
@@ -318,7 +318,14 @@ impl World {
                             a.appending = false;
                         }
                         if r != 0 {
-                            self.schedule(now, Ev::Join { rank: r, inc, epoch });
+                            self.schedule(
+                                now,
+                                Ev::Join {
+                                    rank: r,
+                                    inc,
+                                    epoch,
+                                },
+                            );
                         }
                     }
                     Err(e) => self.check.fail(0, now, format!("core refused: {e}")),
@@ -422,7 +429,12 @@ impl World {
 
     /// A call the engine made: into the core of rank `r`, or, for the broken driver, a
     /// frame read answered with the frame that arrived last.
-    pub(crate) fn engine_call(&mut self, r: u32, call: CallRef, req: tandem_proto::engine::EngineRequest) {
+    pub(crate) fn engine_call(
+        &mut self,
+        r: u32,
+        call: CallRef,
+        req: tandem_proto::engine::EngineRequest,
+    ) {
         let now = self.now;
         if r != 0 && self.cfg.broken == Some(Broken::FollowerAppliesArrivalOrder) {
             if let tandem_proto::engine::EngineRequest::Frame { .. } = &req {
@@ -435,7 +447,10 @@ impl World {
                 }
             }
         }
-        match self.agents[r as usize].as_mut().and_then(|a| a.core.as_mut()) {
+        match self.agents[r as usize]
+            .as_mut()
+            .and_then(|a| a.core.as_mut())
+        {
             Some(core) => {
                 core.handle_engine(call, req, now);
                 self.pump(r);

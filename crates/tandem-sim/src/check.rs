@@ -145,7 +145,14 @@ impl Checker {
 
     /// Rank `rank`'s engine read `frame` as step `step` of `epoch` without applying it (a
     /// re-read, a read ahead): rule 1 only.
-    pub fn applied_read(&mut self, rank: u32, epoch: Epoch, step: Step, frame: &Frame, now_ms: u64) {
+    pub fn applied_read(
+        &mut self,
+        rank: u32,
+        epoch: Epoch,
+        step: Step,
+        frame: &Frame,
+        now_ms: u64,
+    ) {
         let ok = self
             .sealed
             .get(&(epoch, step))
@@ -178,7 +185,10 @@ fn same_frame(got: &Frame, sealed: &Frame) -> bool {
         if let Some(r) = &mut f.reconciliation {
             r.redelivered.clear();
         }
-        if f.reconciliation.as_ref().is_some_and(|r| r.aborted.is_empty()) {
+        if f.reconciliation
+            .as_ref()
+            .is_some_and(|r| r.aborted.is_empty())
+        {
             f.reconciliation = None;
         }
         f

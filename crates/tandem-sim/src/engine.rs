@@ -209,7 +209,9 @@ impl World {
     fn prefix(&mut self) -> Vec<BlockHash> {
         let first = self.rng.gen_range(0..BLOCK_UNIVERSE);
         let len = self.rng.gen_range(1..=3u64);
-        (first..first + len).map(|b| BlockHash::from(b * 7 + 1)).collect()
+        (first..first + len)
+            .map(|b| BlockHash::from(b * 7 + 1))
+            .collect()
     }
 
     fn request(&mut self) -> RequestId {
@@ -277,7 +279,12 @@ impl World {
         self.note(|| format!("rank {r}: engine gets {reply:?}"));
         let asked = self.engines[r as usize].asked.remove(&call);
         match (p.req, reply) {
-            (EngineRequest::Hello { .. }, EngineReply::Welcome { epoch, next_step, .. }) => {
+            (
+                EngineRequest::Hello { .. },
+                EngineReply::Welcome {
+                    epoch, next_step, ..
+                },
+            ) => {
                 let e = &mut self.engines[r as usize];
                 if e.epoch != Some(epoch) {
                     e.step = if r == 0 { next_step } else { Step(0) };
@@ -383,7 +390,9 @@ impl World {
         let after = self.engines[r as usize].book.tally();
         if !observed.lost.is_empty() {
             let ids: Vec<TaskId> = observed.lost.iter().map(|s| s.start.task).collect();
-            let what = format!("rank {r}: tasks {ids:?} started and never settled by epoch {epoch}'s frame 0");
+            let what = format!(
+                "rank {r}: tasks {ids:?} started and never settled by epoch {epoch}'s frame 0"
+            );
             self.check.fail(3, now, what);
         }
         if after.repeated_starts > before.repeated_starts {

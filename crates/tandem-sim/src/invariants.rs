@@ -25,7 +25,10 @@ impl World {
             let timer = a.core.as_ref().and_then(|c| c.poll_timeout());
             for (call, p) in &e.pending {
                 let what = match crate::engine::wait_deadline(&p.req) {
-                    None => Some(format!("rank {r}: call {call} ({:?}) not answered at once", p.req)),
+                    None => Some(format!(
+                        "rank {r}: call {call} ({:?}) not answered at once",
+                        p.req
+                    )),
                     Some(d) => {
                         let bound = p.issued_ms + d + if a.appending { LOG_SLOW_MAX_MS } else { 0 };
                         if now > bound {
@@ -34,7 +37,10 @@ impl World {
                                 p.req, p.issued_ms
                             ))
                         } else if timer.is_none() && !a.appending {
-                            Some(format!("rank {r}: call {call} ({:?}) waits with no timer armed", p.req))
+                            Some(format!(
+                                "rank {r}: call {call} ({:?}) waits with no timer armed",
+                                p.req
+                            ))
                         } else {
                             None
                         }
@@ -58,7 +64,9 @@ impl World {
         for r in 0..self.world {
             let open = self.engines[r as usize].book.open_tasks();
             if open > 0 {
-                let what = format!("rank {r}'s engine still waits for {open} outcomes after the settle time");
+                let what = format!(
+                    "rank {r}'s engine still waits for {open} outcomes after the settle time"
+                );
                 self.check.fail(6, now, what);
             }
         }

@@ -4,6 +4,7 @@
 //! Exit codes: 0 every seed kept every invariant; 1 some seed broke one (the first failing
 //! seeds are printed with the rule broken).
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -46,6 +47,15 @@ fn main() -> ExitCode {
         Some(s) => (s, 1),
         None => (args.start, args.seeds),
     };
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) ends the run quietly.
+    macro_rules! say {
+        ($($arg:tt)*) => {
+            if writeln!(out, $($arg)*).is_err() {
+                return ExitCode::SUCCESS;
+            }
+        };
+    }
     let began = Instant::now();
     let mut totals = Totals::default();
     let mut shown = 0;
@@ -54,23 +64,23 @@ fn main() -> ExitCode {
         totals.add(&run.report, run.violation.is_some());
         if args.seed.is_some() {
             for line in &run.trace {
-                println!("{line}");
+                say!("{line}");
             }
-            println!("{:?}", run.report);
+            say!("{:?}", run.report);
         }
         if let Some(v) = &run.violation {
             if shown < 10 {
-                println!("seed {seed}: {v}");
-                println!("  replay: cargo run -p tandem-sim --release -- --seed {seed} --trace");
+                say!("seed {seed}: {v}");
+                say!("  replay: cargo run -p tandem-sim --release -- --seed {seed} --trace");
                 shown += 1;
             }
         }
     }
     let secs = began.elapsed().as_secs_f64();
     for line in totals.lines() {
-        println!("{line}");
+        say!("{line}");
     }
-    println!(
+    say!(
         "seeds per second     {:.0}  ({:.2} s for {} seeds)",
         totals.seeds as f64 / secs.max(1e-9),
         secs,

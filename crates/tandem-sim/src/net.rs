@@ -78,7 +78,12 @@ impl World {
             return;
         }
         let (follower, f_inc, l_inc) = (c.follower, c.follower_inc, c.leader_inc);
-        self.note(|| format!("deliver {} on conn {conn} to_leader={to_leader}", msg.kind()));
+        self.note(|| {
+            format!(
+                "deliver {} on conn {conn} to_leader={to_leader}",
+                msg.kind()
+            )
+        });
         let now = self.now;
         if to_leader {
             let Some(a) = self.agent_mut(0, l_inc) else {
@@ -208,7 +213,9 @@ impl World {
             }
             Some(Err(refusal)) => match cadence::join_retry_ms(&refusal) {
                 Some(ms) => self.schedule(now + ms, Ev::Join { rank, inc, epoch }),
-                None => self.check.fail(0, now, format!("join refused for good: {refusal}")),
+                None => self
+                    .check
+                    .fail(0, now, format!("join refused for good: {refusal}")),
             },
             None => self.schedule(now + cadence::JOIN_RETRY_MS, Ev::Join { rank, inc, epoch }),
         }

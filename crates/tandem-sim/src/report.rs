@@ -83,7 +83,10 @@ impl Totals {
             format!("frames per seed      {:.0}", per(s.frames_sealed)),
             format!("tasks per seed       {:.1}", per(s.tasks_requested)),
             format!("outcomes per seed    {:.1}", per(s.outcomes)),
-            format!("redelivered (total)  {} unacked, {} after an ack", s.redelivered, s.duplicates),
+            format!(
+                "redelivered (total)  {} unacked, {} after an ack",
+                s.redelivered, s.duplicates
+            ),
             format!("never started (total) {}", s.not_started),
         ]
     }

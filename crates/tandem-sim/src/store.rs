@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use tandem_core::StoreCommand;
-use tandem_proto::{BlockHash, Epoch, PageId, RankBlocks, Rank, TaskStart, Tier, TierOp};
+use tandem_proto::{BlockHash, Epoch, PageId, Rank, RankBlocks, TaskStart, Tier, TierOp};
 
 /// The bytes of `hash`'s shard on `rank`, as one number (what every engine computes for
 /// that block: the same on every run).

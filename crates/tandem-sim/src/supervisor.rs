@@ -28,6 +28,9 @@ pub(crate) struct Sup {
     /// Agents that exited since the last round (kept across a supervisor crash: the launcher
     /// sees them gone).
     pub exited: Vec<String>,
+    /// The end of a backoff, as its driver wakes for it: only a deadline still ahead when a
+    /// round ended (one already due waits for the next round, as the actor's does), ms.
+    wake_at: Option<u64>,
     /// The last epoch it knew.
     last_epoch: Epoch,
     /// It gave up (past the restart limit).
@@ -38,9 +41,9 @@ impl Sup {
     /// Its next timer (a round or the end of a backoff), ms.
     pub(crate) fn next_timer(&self) -> Option<u64> {
         let m = self.machine.as_ref()?;
+        let _ = m;
         let t = self.next_round;
-        let backoff = m.poll_timeout().map(|w| w.saturating_sub(WALL_BASE_MS));
-        Some(backoff.map_or(t, |b| b.min(t)))
+        Some(self.wake_at.map_or(t, |b| b.min(t)))
     }
 
     /// The epoch the group runs in, as the supervisor last knew it.
@@ -118,12 +121,21 @@ impl World {
         let Some(m) = self.sup.machine.as_mut() else {
             return;
         };
+        self.sup.wake_at = None;
         let mut effects = m.handle_timeout(wall);
         if self.now >= self.sup.next_round {
             self.sup.next_round = self.now + SUPERVISOR_ROUND_MS;
             effects.extend(self.round());
         }
         self.carry(effects);
+        let now = self.now;
+        self.sup.wake_at = self
+            .sup
+            .machine
+            .as_ref()
+            .and_then(RestartMachine::poll_timeout)
+            .map(|w| w.saturating_sub(WALL_BASE_MS))
+            .filter(|t| *t > now);
     }
 
     fn round(&mut self) -> Vec<Effect> {

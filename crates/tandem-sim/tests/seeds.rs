@@ -20,7 +20,12 @@ fn ci_seeds_keep_every_invariant() {
             failed.push(format!("seed {seed}: {v}"));
         }
     }
-    assert!(failed.is_empty(), "{} seeds failed:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
     // The runs did something: faults were injected and tasks finished.
     assert!(faults > CI_SEEDS, "faults injected: {faults}");
     assert!(outcomes > CI_SEEDS, "outcomes delivered: {outcomes}");
