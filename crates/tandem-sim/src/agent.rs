@@ -182,6 +182,8 @@ impl World {
                 }
                 self.engine_reply(r, call, reply);
             }
+            Output::Store(tandem_core::StoreCommand::ApplyTierOps { .. })
+                if r != 0 && self.cfg.broken == Some(Broken::FollowerSkipsTierOps) => {}
             Output::Store(cmd) => {
                 self.note(|| format!("rank {r}: store {cmd:?}"));
                 for copy in self.stores[r as usize].command(cmd) {

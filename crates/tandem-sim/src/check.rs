@@ -19,7 +19,10 @@
 //! 5. a store copies a page only while the page still holds that block (the engine reused no
 //!    page before the store's outcome), and a load the group calls `Ok` left the right bytes
 //!    in every rank's pages;
-//! 6. after the settle time every task each engine saw started has its outcome.
+//! 6. after the settle time every task each engine saw started has its outcome;
+//! 7. at the end of a run, once every rank runs the leader's epoch and holds every frame it
+//!    sealed, every block the leader's group index holds (unpinned) is held by every rank's
+//!    store in the tier the index says (checked in `invariants.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -15,6 +15,9 @@ pub enum Broken {
     /// The leader's driver tells the core an append is durable even when the completion log
     /// refused it: a frame can reveal what the log never took.
     AppendedBeforeDurable,
+    /// A follower's driver drops the tier operations of the frames (a rank that evicts and
+    /// moves nothing, or on its own): ranks stop holding the same blocks.
+    FollowerSkipsTierOps,
 }
 
 /// The settings of one run.

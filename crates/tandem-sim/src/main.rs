@@ -2,14 +2,14 @@
 //! `--seed N --trace`, replays one seed and prints its event trace.
 //!
 //! Exit codes: 0 every seed kept every invariant; 1 some seed broke one (the first failing
-//! seeds are printed with the rule broken).
+//! seeds are printed with the rule broken); 2 a bad argument.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use tandem_sim::{run_seed, SimConfig, Totals};
+use tandem_sim::{run_seed, Broken, SimConfig, Totals};
 
 /// Run seeds of Tandem's deterministic simulator.
 #[derive(Parser, Debug)]
@@ -33,11 +33,27 @@ struct Args {
     /// Active time per seed, ms.
     #[arg(long, default_value_t = SimConfig::default().active_ms)]
     active_ms: u64,
+    /// Run with a deliberately broken driver (to see how soon the checks catch it):
+    /// `arrival` (a follower applies frames by arrival order), `append` (the leader is told a
+    /// refused append is durable), `tierops` (a follower drops the tier operations).
+    #[arg(long)]
+    broken: Option<String>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let broken = match args.broken.as_deref() {
+        None => None,
+        Some("arrival") => Some(Broken::FollowerAppliesArrivalOrder),
+        Some("append") => Some(Broken::AppendedBeforeDurable),
+        Some("tierops") => Some(Broken::FollowerSkipsTierOps),
+        Some(other) => {
+            eprintln!("--broken: unknown driver {other:?} (arrival, append, tierops)");
+            return ExitCode::from(2);
+        }
+    };
     let config = SimConfig {
+        broken,
         faults_per_s: args.faults_per_s,
         active_ms: args.active_ms,
         trace: args.trace && args.seed.is_some(),

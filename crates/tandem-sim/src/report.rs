@@ -35,6 +35,9 @@ pub struct SeedReport {
     pub redelivered: u64,
     /// Tasks requested that never started (settled at a later frame 0).
     pub not_started: u64,
+    /// Whether the end-of-run block agreement (rule 7) could be checked (every rank in the
+    /// leader's epoch holding every sealed frame).
+    pub blocks_checked: bool,
 }
 
 /// Figures summed over seeds.
@@ -44,8 +47,10 @@ pub struct Totals {
     pub seeds: u64,
     /// Seeds that broke an invariant.
     pub failed: u64,
-    /// The sum of every seed's figures (`seed` and `world` unused).
+    /// The sum of every seed's figures (`seed`, `world` and `blocks_checked` unused).
     pub sum: SeedReport,
+    /// Seeds whose end-of-run block agreement was checked.
+    pub blocks_checked: u64,
 }
 
 impl Totals {
@@ -67,6 +72,7 @@ impl Totals {
         s.duplicates += r.duplicates;
         s.redelivered += r.redelivered;
         s.not_started += r.not_started;
+        self.blocks_checked += u64::from(r.blocks_checked);
     }
 
     /// Per-seed means, one line each, for printing.
@@ -88,6 +94,7 @@ impl Totals {
                 s.redelivered, s.duplicates
             ),
             format!("never started (total) {}", s.not_started),
+            format!("blocks checked       {} seeds", self.blocks_checked),
         ]
     }
 }

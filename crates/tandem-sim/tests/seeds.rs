@@ -70,3 +70,10 @@ fn a_leader_driver_revealing_before_durable_is_caught() {
     println!("caught: {caught:?}");
     assert!(matches!(caught, Some((_, 2))), "{caught:?}");
 }
+
+#[test]
+fn a_follower_driver_dropping_tier_operations_is_caught() {
+    let caught = first_caught(Broken::FollowerSkipsTierOps);
+    println!("caught: {caught:?}");
+    assert!(matches!(caught, Some((_, 7))), "{caught:?}");
+}
