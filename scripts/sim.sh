@@ -37,5 +37,8 @@ for f in "$dir"/*.out; do
   echo "== chunk $(basename "$f" .out)"
   cat "$f"
 done
-echo "== total: $count seeds from $first in $(awk "BEGIN { printf \"%.1f\", $ended - $began }") s on $jobs jobs"
+failed=$(awk '/^seeds failed/ { n += $3 } END { print n + 0 }' "$dir"/*.out)
+awk -v n="$count" -v t="$(awk "BEGIN { print $ended - $began }")" -v j="$jobs" -v f="$failed" -v s="$first" \
+  'BEGIN { printf "== total: %d seeds from %d, %d failed, in %.1f s on %d jobs: %.0f seeds per second\n", n, s, f, t, j, n / t }'
+
 exit $status
