@@ -299,10 +299,10 @@ impl World {
                 }
             }
             (EngineRequest::Store { request, .. }, EngineReply::Started { task }) => {
-                self.started(call, task, TaskKind::Store, request, asked);
+                self.started(task, TaskKind::Store, request, asked);
             }
             (EngineRequest::Load { request, .. }, EngineReply::Started { task }) => {
-                self.started(call, task, TaskKind::Load, request, asked);
+                self.started(task, TaskKind::Load, request, asked);
             }
             (EngineRequest::EndStep { epoch, step, .. }, EngineReply::Frame(f))
             | (EngineRequest::Frame { epoch, step, .. }, EngineReply::Frame(f)) => {
@@ -337,13 +337,11 @@ impl World {
     /// A store or load was taken as `task`: its pages are busy until its outcome.
     fn started(
         &mut self,
-        call: CallRef,
         task: TaskId,
         kind: TaskKind,
         request: RequestId,
         asked: Option<Vec<(BlockHash, PageId)>>,
     ) {
-        let _ = call;
         self.report.tasks_requested += 1;
         let e = &mut self.engines[0];
         e.book.requested(task, kind, request);

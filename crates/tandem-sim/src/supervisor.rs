@@ -40,8 +40,7 @@ pub(crate) struct Sup {
 impl Sup {
     /// Its next timer (a round or the end of a backoff), ms.
     pub(crate) fn next_timer(&self) -> Option<u64> {
-        let m = self.machine.as_ref()?;
-        let _ = m;
+        self.machine.as_ref()?;
         let t = self.next_round;
         Some(self.wake_at.map_or(t, |b| b.min(t)))
     }
@@ -101,6 +100,7 @@ impl World {
             },
         };
         self.note(|| format!("supervisor starts at epoch {}", state.epoch));
+        // A save the log refuses now is made again with the machine's next `Save`.
         let _ = ready(self.log.save_supervisor_state(&state));
         let m = RestartMachine::new(machine_config(self.world), state, self.wall());
         self.sup.gave_up = m.gave_up();
@@ -169,6 +169,8 @@ impl World {
             let wall = self.wall();
             match e {
                 Effect::MoveEpoch => {
+                    // The failed epoch's reports are drained before it moves (as the actor
+                    // does); a refused read leaves them, and they name an old epoch.
                     let _ = ready(self.log.take_failures(1_024));
                     let moved = ready(self.log.next_epoch());
                     if let Ok(epoch) = moved {
