@@ -9,7 +9,8 @@
 //! the epoch's core is started with (frame 0's reconciliation and aborts on the leader, the
 //! redeliveries this rank's engine already acknowledged); publishing this rank's manifest
 //! (retried, then given up); per heartbeat interval a heartbeat, the membership once the core
-//! is ready, failure reports in order, the epoch watch, reading the completion stream (each
+//! is ready, failure reports in order (a failed epoch's report again every interval until the
+//! group moves on), the epoch watch, reading the completion stream (each
 //! entry checked by `EntryCheck`) and, on the leader, trimming it; acknowledging the entries an
 //! engine's acknowledgement covers, and, once the engine acknowledged frame 0, everything the
 //! reconciliation settled. It never does IO, reads a clock or sleeps: every input carries the
@@ -230,6 +231,10 @@ struct Running {
     join_pending: bool,
     /// Failure reports not pushed yet, oldest first.
     reports: VecDeque<FailureReport>,
+    /// The core's failure, reported again every tick until the group moves on: a report the
+    /// supervisor took and then lost (it crashed before moving the epoch) must not leave the
+    /// group in a failed epoch for good.
+    failed: Option<FailureReport>,
     /// Acknowledge every entry up to here once the engine acknowledged frame 0.
     ack_through: Option<StreamEntryId>,
     ticks: u64,
@@ -372,11 +377,13 @@ impl EpochLoop {
         match event {
             Event::Ready { epoch } if *epoch == r.epoch => r.join_pending = true,
             Event::Failed { epoch, reason } if *epoch == r.epoch => {
-                r.reports.push_back(FailureReport {
+                let report = FailureReport {
                     epoch: *epoch,
                     rank: self.config.rank,
                     reason: reason.clone(),
-                });
+                };
+                r.failed.get_or_insert_with(|| report.clone());
+                r.reports.push_back(report);
             }
             Event::EngineAcked { epoch, step } if *epoch == r.epoch && self.config.durable => {
                 // Read what was appended since the last tick, so that the acknowledgement
@@ -643,6 +650,7 @@ impl EpochLoop {
             epoch,
             join_pending: false,
             reports: VecDeque::new(),
+            failed: None,
             ack_through,
             ticks: 0,
         }));
@@ -667,6 +675,11 @@ impl EpochLoop {
         self.queue.push_back(Planned::Heartbeat);
         if run.join_pending {
             self.queue.push_back(Planned::Join);
+        }
+        if run.reports.is_empty() {
+            if let Some(f) = &run.failed {
+                run.reports.push_back(f.clone());
+            }
         }
         if let Some(first) = run.reports.front() {
             self.queue.push_back(Planned::Report(first.clone()));

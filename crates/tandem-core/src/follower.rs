@@ -209,7 +209,14 @@ impl FollowerCore {
             Message::Frame(f) => Some(f.clone()),
             _ => None,
         };
+        let received = self.follower.stats().frames_received;
         match self.follower.handle_message(msg) {
+            // A frame received before (a retransmission) changes nothing: its tier operations
+            // and copies were taken the first time.
+            Ok(()) if self.follower.stats().frames_received == received => {
+                self.drain_events(sh);
+                return None;
+            }
             Ok(()) => {}
             Err(FollowerError::StaleEpoch { ours, theirs }) => {
                 tracing::debug!(%ours, %theirs, "stale-epoch frame rejected");

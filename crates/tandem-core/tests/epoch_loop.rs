@@ -251,6 +251,38 @@ async fn a_running_epoch_joins_when_ready_reports_failures_and_follows_the_count
     assert_eq!(started(&done).first().map(|s| s.0), Some(e2));
 }
 
+/// Found by the simulator (`tandem-sim`): the supervisor took a failure report and crashed
+/// before moving the epoch; the report was gone, the ranks heartbeated on, and the group stayed
+/// in its failed epoch for good. A failed epoch is reported again every interval until the
+/// group moves on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_epoch_is_reported_again_every_interval_until_the_group_moves() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e1));
+    let failed = Event::Failed {
+        epoch: e1,
+        reason: "rank 0 lost".into(),
+    };
+    l.handle_event(&failed, d.now_ms);
+    d.advance(&mut l, 100).await;
+    let (first, _) = d.log.take_failures(10).await.unwrap();
+    assert_eq!(first.len(), 1, "reported once in the first interval");
+    // The supervisor that took it is gone; the next interval reports it again.
+    d.advance(&mut l, 100).await;
+    let (again, _) = d.log.take_failures(10).await.unwrap();
+    assert_eq!(again, first);
+    // Once the group moved, the old epoch's failure is not reported any more.
+    d.log.next_epoch().await.unwrap();
+    d.advance(&mut l, 300).await;
+    let _ = d.log.take_failures(10).await.unwrap();
+    d.advance(&mut l, 300).await;
+    let (after, _) = d.log.take_failures(10).await.unwrap();
+    assert!(after.iter().all(|r| r.epoch != e1), "{after:?}");
+}
+
 fn store_start(seq: u64) -> StartedTask {
     StartedTask {
         kind: TaskKind::Store,

@@ -82,6 +82,34 @@ fn copies_are_held_until_the_engine_acknowledged_the_step_that_started_them() {
         .any(|c| matches!(c, StoreCommand::CopyStores { .. })));
 }
 
+/// Found by the simulator (`tandem-sim`): a frame delivered twice was ignored by the protocol
+/// state machine but its copies were held, and carried out, a second time; the second copy of
+/// a store read pages the engine had already reused after the store's outcome.
+#[test]
+fn a_frame_delivered_twice_starts_its_copies_and_tier_ops_once() {
+    let mut g = Group::start(Spec::new(2));
+    started(g.store(7, &[1]));
+    let f0 = g.end_step();
+    // The same frame arrives again (a retransmission) before the engine reads it.
+    g.nodes[1]
+        .core
+        .handle_leader_message(Message::Frame(f0.clone()), g.now_ms);
+    g.drive();
+    let read = g.frame_call(1, 0, 100);
+    assert_eq!(frame_of(g.reply(1, read)), f0);
+    assert_eq!(g.ack(1, 0), EngineReply::Acked);
+    let copied: usize = g.nodes[1]
+        .store
+        .commands
+        .iter()
+        .map(|c| match c {
+            StoreCommand::CopyStores { tasks, .. } => tasks.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(copied, 1, "one store, copied once");
+}
+
 #[test]
 fn a_held_store_of_an_evicted_block_copies_nothing_of_it() {
     let mut spec = Spec::new(2);

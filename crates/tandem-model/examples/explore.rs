@@ -2,8 +2,9 @@
 //! checks.
 //!
 //! Usage: `cargo run -p tandem-model --example explore -- [key=value ...]`, applied in order.
-//! Bounds: `epochs=N steps=N stores=N dups=N window=N retention=N acks=0|1
-//! variant=correct|arrival|nodedup`. Commands: `check` (exhaustive BFS, prints the size and
+//! Bounds: `tasks` (start from `TandemConfig::ci_tasks`), `followers=N epochs=N steps=N
+//! stores=N dups=N loads=N failed_appends=N failed_shards=N host=N window=N retention=N
+//! acks=0|1 variant=correct|arrival|nodedup|confirm`. Commands: `check` (exhaustive BFS, prints the size and
 //! every discovery), `depth=N` (BFS to N levels), `trace=PREFIX` (shortest path to the
 //! discovery of the first property whose name starts with PREFIX).
 
@@ -48,7 +49,14 @@ fn main() {
     for arg in std::env::args().skip(1) {
         let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
         let number = value.parse::<u64>();
+        let small = |n: u64| u8::try_from(n).unwrap_or(u8::MAX);
         match (key, number) {
+            ("tasks", _) => config = TandemConfig::ci_tasks(),
+            ("followers", Ok(n)) => config.followers = u32::try_from(n).unwrap_or(u32::MAX),
+            ("loads", Ok(n)) => config.loads = small(n),
+            ("failed_appends", Ok(n)) => config.failed_appends = small(n),
+            ("failed_shards", Ok(n)) => config.failed_shards = small(n),
+            ("host", Ok(n)) => config.host_blocks = n,
             ("epochs", Ok(n)) => config.epochs = n,
             ("steps", Ok(n)) => config.steps_per_epoch = n,
             ("stores", Ok(n)) => config.stores = u8::try_from(n).unwrap_or(u8::MAX),
@@ -63,6 +71,7 @@ fn main() {
                 config.variant = match value {
                     "arrival" => Variant::ApplyByArrival,
                     "nodedup" => Variant::NoEngineDedup,
+                    "confirm" => Variant::ConfirmRefusedAppend,
                     _ => Variant::Correct,
                 }
             }

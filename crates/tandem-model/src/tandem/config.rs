@@ -20,6 +20,9 @@ pub enum Variant {
     /// engine keeps none): an engine applies every outcome of a frame, including redelivered
     /// ones it already acknowledged.
     NoEngineDedup,
+    /// The driver tells the leader's core that a refused append is durable (needs a
+    /// `failed_appends` budget): a frame may reveal what the log never took.
+    ConfirmRefusedAppend,
 }
 
 /// Bounds of the model. The defaults ([`TandemConfig::ci`]) are what the CI test checks.
@@ -31,11 +34,24 @@ pub struct TandemConfig {
     pub epochs: u64,
     /// Frames the leader may seal per epoch (steps 0..steps_per_epoch). At least 1.
     pub steps_per_epoch: u64,
-    /// Stores the leader's engine may start over the whole run (tasks).
+    /// Stores the leader's engine may ask for over the whole run (tasks, or refusals).
     pub stores: u8,
     /// Duplicate shard reports the whole run may send: any rank may send its report of a task
     /// twice back to back (a retransmission) while this budget lasts.
     pub duplicate_reports: u8,
+    /// Lookups the leader's engine may make over the whole run, each followed in the same
+    /// step by the load of the looked-up block (started when the lookup pinned it, refused
+    /// otherwise).
+    pub loads: u8,
+    /// Appends the completion log may refuse over the whole run (the core seals on revealing
+    /// nothing new and appends the batch again).
+    pub failed_appends: u8,
+    /// Shard copies that may fail over the whole run (a full tier, a corrupt shard): the rank
+    /// reports the shard failed and the task fails.
+    pub failed_shards: u8,
+    /// Host tier capacity of every rank, blocks (no disk tier): small, a store into a tier
+    /// whose blocks are all pinned is refused.
+    pub host_blocks: u64,
     /// W: the most steps the leader may seal ahead of the slowest acknowledgement. At least 1.
     pub window_steps: u64,
     /// Frames retained by leader and followers (frames). At least 1.
@@ -70,6 +86,34 @@ impl TandemConfig {
             steps_per_epoch: 2,
             stores: 1,
             duplicate_reports: 1,
+            loads: 0,
+            failed_appends: 0,
+            failed_shards: 0,
+            host_blocks: 64,
+            window_steps: 1,
+            retention_steps: 2,
+            wait_timeout_ms: 100,
+            acks: true,
+            variant: Variant::Correct,
+        }
+    }
+
+    /// The bounds of the CI check of the task paths: a leader and one follower, one epoch,
+    /// three steps, two stores and one lookup with its load (a host tier of one block, so a
+    /// store into it while its block is pinned is refused, and a load whose lookup matched
+    /// nothing is refused), one refused append and one failed shard copy. Restarts are
+    /// [`TandemConfig::ci`]'s.
+    pub fn ci_tasks() -> TandemConfig {
+        TandemConfig {
+            followers: 1,
+            epochs: 1,
+            steps_per_epoch: 3,
+            stores: 2,
+            duplicate_reports: 0,
+            loads: 1,
+            failed_appends: 1,
+            failed_shards: 1,
+            host_blocks: 1,
             window_steps: 1,
             retention_steps: 2,
             wait_timeout_ms: 100,
@@ -93,13 +137,14 @@ impl TandemConfig {
     ///
     /// Errors: [`ConfigError::Zero`] naming the first such field that is 0.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64); 6] = [
+        let checks: [(&'static str, u64); 7] = [
             ("followers", u64::from(self.followers)),
             ("epochs", self.epochs),
             ("steps_per_epoch", self.steps_per_epoch),
             ("window_steps", self.window_steps),
             ("retention_steps", self.retention_steps),
             ("wait_timeout_ms", self.wait_timeout_ms),
+            ("host_blocks", self.host_blocks),
         ];
         match checks.iter().find(|(_, v)| *v == 0) {
             Some((field, _)) => Err(ConfigError::Zero { field }),

@@ -29,6 +29,11 @@ const STORE: CallRef = CallRef(2);
 const FRAME: CallRef = CallRef(3);
 const REREAD: CallRef = CallRef(4);
 const ACK: CallRef = CallRef(5);
+const LOOKUP: CallRef = CallRef(6);
+const LOAD: CallRef = CallRef(7);
+
+/// The reason a failed shard copy reports.
+pub(super) const SHARD_FAILED: &str = "copy failed: corrupt shard";
 
 /// Rank `r`'s connection to the leader.
 fn conn(rank: u32) -> ConnId {
@@ -63,7 +68,7 @@ impl TandemModel {
             max_frame_bytes: 16 << 20,
             heartbeat_interval_ms: NEVER_MS,
             heartbeat_timeout_ms: NEVER_MS,
-            host_capacity_blocks: 64,
+            host_capacity_blocks: self.config.host_blocks,
             disk_capacity_blocks: 0,
             bind_timeout_ms: NEVER_MS,
             durable: true,
@@ -150,7 +155,9 @@ impl TandemModel {
                         }
                     }
                 }
-                Output::Store(StoreCommand::CopyStores { tasks, .. }) => {
+                Output::Store(
+                    StoreCommand::CopyStores { tasks, .. } | StoreCommand::CopyLoads { tasks, .. },
+                ) => {
                     if let Some(e) = s.engines.get_mut(0) {
                         for t in tasks {
                             e.shards.entry(t.task).or_insert(0);
@@ -189,7 +196,9 @@ impl TandemModel {
                     engine.apply(&frame, dedup);
                 }
             }
-            (STORE, EngineReply::Started { .. }) => {}
+            // A refused store or load is started too: its task fails at once (a full tier of
+            // pinned blocks, a load its lookup did not pin), its outcome revealed like any.
+            (STORE | LOAD, EngineReply::Started { .. }) | (LOOKUP, EngineReply::Lookup(_)) => {}
             (call, reply) => {
                 if call == END_STEP {
                     s.sealing = false;
@@ -288,6 +297,56 @@ impl TandemModel {
         self.route_leader(s);
     }
 
+    /// The leader engine looks up the block of the first store and loads it in the open step:
+    /// a task when the lookup pinned it (the store finished and the block is held), refused
+    /// otherwise.
+    pub(super) fn lookup_load(&self, s: &mut TandemState) -> Option<()> {
+        let block = vec![BlockHash::from(0u64)];
+        let (epoch, step, now) = (s.epoch, s.open_step(), s.now_ms);
+        let request = RequestId(100 + u64::from(s.loads_started));
+        let lookup = EngineRequest::Lookup {
+            epoch,
+            step,
+            request,
+            block_hashes: block.clone(),
+        };
+        s.leader.handle_engine(LOOKUP, lookup, now);
+        self.route_leader(s);
+        let load = EngineRequest::Load {
+            epoch,
+            step,
+            request,
+            block_hashes: block,
+            page_ids: vec![PageId(100)],
+        };
+        s.leader.handle_engine(LOAD, load, now);
+        s.loads_started += 1;
+        self.route_leader(s);
+        Some(())
+    }
+
+    /// The log refuses the append: the core is told, nothing became durable; it seals on
+    /// revealing nothing new and appends the batch again later.
+    pub(super) fn refuse_append(&self, s: &mut TandemState) -> Option<()> {
+        match s.persisting.take()? {
+            (_, false) => {
+                s.appends_failed += 1;
+                let told = if self.config.variant == Variant::ConfirmRefusedAppend {
+                    Ok(())
+                } else {
+                    Err("append refused".into())
+                };
+                s.leader.handle_appended(told, s.now_ms);
+                self.route_leader(s);
+                Some(())
+            }
+            pending => {
+                s.persisting = Some(pending);
+                None
+            }
+        }
+    }
+
     /// The leader engine ends the open step (the core appends first when it must). An
     /// `end_step` the full window would only hold, with nothing to append, is not a move: the
     /// state would differ by a pending call alone, and the engine can ask again once an
@@ -365,13 +424,15 @@ impl TandemModel {
     }
 
     /// Rank `rank` reports its shard of `task` once, or twice back to back (a retransmission,
-    /// paid from the run's duplicate budget).
+    /// paid from the run's duplicate budget), or reports it failed (paid from the failure
+    /// budget).
     pub(super) fn report(
         &self,
         s: &mut TandemState,
         rank: u32,
         task: TaskId,
         twice: bool,
+        failed: bool,
     ) -> Option<()> {
         let engine = s.engines.get_mut(usize::try_from(rank).ok()?)?;
         let sent = engine.shards.get_mut(&task)?;
@@ -386,13 +447,26 @@ impl TandemModel {
             }
             s.duplicates_sent += 1;
         }
+        if failed {
+            if s.shards_failed >= self.config.failed_shards {
+                return None;
+            }
+            s.shards_failed += 1;
+        }
+        let result = || {
+            if failed {
+                Err(SHARD_FAILED.to_string())
+            } else {
+                Ok(())
+            }
+        };
         for _ in 0..times {
             if rank == 0 {
-                s.leader.handle_shard_done(task, Ok(()), s.now_ms);
+                s.leader.handle_shard_done(task, result(), s.now_ms);
                 self.route_leader(s);
             } else {
                 let (core, _) = s.follower_mut(rank)?;
-                core.handle_shard_done(task, Ok(()), 0);
+                core.handle_shard_done(task, result(), 0);
                 self.route_follower(s, rank)?;
             }
         }

@@ -58,12 +58,23 @@
 //! - Time moves only when a wait deadline fires, and counts from the start of the epoch (only
 //!   the current epoch's state machines ever compare times).
 //!
+//! - With a `loads` budget the leader's engine looks up the block of its first store and loads
+//!   it in the same step (`LookupLoad`): a task when the lookup pinned the block, a task
+//!   refused at once (its `Failed` outcome revealed like any) when it did not; with a host tier
+//!   of `host_blocks` blocks, a store into a tier whose blocks are all pinned is refused the
+//!   same way. With a `failed_appends` budget the log may refuse the leader's append
+//!   (`RefuseAppend`: the core is told, seals on revealing nothing new, appends again); with a
+//!   `failed_shards` budget a rank may report its copy failed (a full tier, a corrupt shard).
+//!   [`TandemConfig::ci_tasks`] checks these paths on one follower in one epoch; restarts are
+//!   [`TandemConfig::ci`]'s.
+//!
 //! # Not modelled
 //!
-//! Left to `tandem-core`'s and `tandem-proto`'s own tests and the integration tests (the
-//! cores hold these rules, the model does not exercise them yet): loads, prefix lookups and
-//! pins, tier operations, refused tasks, failed shard copies, failed appends to the durable
-//! store, heartbeats, the handshake's refusals and the rebuild from real manifests.
+//! Left to `tandem-core`'s and `tandem-proto`'s own tests, the deterministic simulator
+//! (`tandem-sim`: heartbeats, the epoch loop, the supervisor, Redis outages, tier operations on
+//! every rank) and the integration tests: disk tiers and demotions, the handshake's refusals and
+//! the rebuild from real manifests, loads and refused appends across a restart (the two CI
+//! bounds do not combine them: the state space grows past what CI affords).
 
 pub mod config;
 mod driver;

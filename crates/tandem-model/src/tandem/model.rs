@@ -23,6 +23,12 @@ use super::state::{DurableLog, EngineState, TandemState};
 pub enum TandemAction {
     /// The leader's engine starts a store in the open step.
     StartStore,
+    /// The leader's engine looks up a stored block in the open step and loads it (a task
+    /// when the lookup pinned it, a refusal otherwise).
+    LookupLoad,
+    /// The log refuses the append the leader's core asked for: the driver answers the core
+    /// with the error, nothing is durable.
+    RefuseAppend,
     /// The leader's engine ends the open step: sealed at once (rank 0's engine applies the
     /// frame), or after the append the core asks for, or once the window opens.
     Seal,
@@ -39,6 +45,8 @@ pub enum TandemAction {
         task: TaskId,
         /// Whether a duplicate follows the report.
         twice: bool,
+        /// Whether the copy failed (a full tier, a corrupt shard).
+        failed: bool,
     },
     /// The oldest message on the leader → `rank` link arrives.
     DeliverToFollower {
@@ -117,6 +125,9 @@ impl Model for TandemModel {
             sealed: BTreeMap::new(),
             stores_started: 0,
             duplicates_sent: 0,
+            loads_started: 0,
+            appends_failed: 0,
+            shards_failed: 0,
             now_ms: 0,
             anomalies: Vec::new(),
         }]
@@ -135,12 +146,20 @@ impl Model for TandemModel {
             if s.stores_started < self.config.stores {
                 actions.push(TandemAction::StartStore);
             }
+            if s.loads_started < self.config.loads && s.stores_started > 0 {
+                actions.push(TandemAction::LookupLoad);
+            }
             if !s.sealing {
                 actions.push(TandemAction::Seal);
             }
         }
         match s.persisting {
-            Some((_, false)) => actions.push(TandemAction::Persist),
+            Some((_, false)) => {
+                actions.push(TandemAction::Persist);
+                if s.appends_failed < self.config.failed_appends {
+                    actions.push(TandemAction::RefuseAppend);
+                }
+            }
             Some((_, true)) => actions.push(TandemAction::PersistConfirm),
             None => {}
         }
@@ -150,18 +169,30 @@ impl Model for TandemModel {
                 continue;
             }
             let duplicates_left = s.duplicates_sent < self.config.duplicate_reports;
+            let failures_left = s.shards_failed < self.config.failed_shards;
             for (task, sent) in &engine.shards {
                 if *sent == 0 {
+                    let task = *task;
                     actions.push(TandemAction::Report {
                         rank,
-                        task: *task,
+                        task,
                         twice: false,
+                        failed: false,
                     });
                     if duplicates_left {
                         actions.push(TandemAction::Report {
                             rank,
-                            task: *task,
+                            task,
                             twice: true,
+                            failed: false,
+                        });
+                    }
+                    if failures_left {
+                        actions.push(TandemAction::Report {
+                            rank,
+                            task,
+                            twice: false,
+                            failed: true,
                         });
                     }
                 }
@@ -198,10 +229,17 @@ impl Model for TandemModel {
         let mut s = last.clone();
         match action {
             TandemAction::StartStore => self.start_store(&mut s),
+            TandemAction::LookupLoad => self.lookup_load(&mut s)?,
+            TandemAction::RefuseAppend => self.refuse_append(&mut s)?,
             TandemAction::Seal => self.seal(&mut s)?,
             TandemAction::Persist => Self::persist(&mut s)?,
             TandemAction::PersistConfirm => self.persist_confirm(&mut s)?,
-            TandemAction::Report { rank, task, twice } => self.report(&mut s, rank, task, twice)?,
+            TandemAction::Report {
+                rank,
+                task,
+                twice,
+                failed,
+            } => self.report(&mut s, rank, task, twice, failed)?,
             TandemAction::DeliverToFollower { rank } => self.deliver_to_follower(&mut s, rank)?,
             TandemAction::DeliverToLeader { rank } => self.deliver_to_leader(&mut s, rank)?,
             TandemAction::Read { rank } => self.read(&mut s, rank)?,
@@ -213,6 +251,6 @@ impl Model for TandemModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties::all()
+        properties::for_model(self)
     }
 }

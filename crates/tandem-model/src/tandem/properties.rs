@@ -33,6 +33,20 @@ pub const ONE_DURABLE_OUTCOME: &str = "the durable stream holds one outcome per 
 /// another frame, refused a message of the current epoch).
 pub const NO_ANOMALY: &str = "no anomaly (stale message taken, double seal, unexpected rejection)";
 
+/// Invariants 2 and 3: a load the group revealed `Ok` read only blocks a store the group
+/// revealed `Ok` had written (no load of a refused, failed or unfinished store).
+pub const LOAD_AFTER_STORE: &str = "a load revealed Ok reads only blocks a store revealed Ok wrote";
+
+/// Example: a load finished and its outcome reached every engine.
+pub const EX_LOAD_FINISHED: &str = "a load finishes Ok and reaches every engine";
+/// Example: a store or load was refused (a full tier of pinned blocks, an unpinned load): its
+/// task failed at once and the outcome was revealed.
+pub const EX_REFUSED: &str = "a store or load is refused and its failure revealed";
+/// Example: a refused append was made again and its outcome revealed.
+pub const EX_APPEND_REFUSED: &str = "an append is refused, then its outcome revealed";
+/// Example: a failed shard copy failed its task.
+pub const EX_SHARD_FAILED: &str = "a failed shard copy fails its task";
+
 /// Example: a store finished and its outcome reached every engine.
 pub const EX_STORE_FINISHED: &str = "a store finishes and reaches every engine";
 /// Example: the group moved to a new epoch.
@@ -170,7 +184,73 @@ fn ex_quiescent_after_restart(_: &TandemModel, s: &TandemState) -> bool {
         && durable_delivered_everywhere(s)
 }
 
-/// Every property of the model, `always` first, then the `sometimes` examples.
+fn load_after_store(_: &TandemModel, s: &TandemState) -> bool {
+    use tandem_proto::TaskKind;
+    let started = |kind: TaskKind| {
+        s.sealed
+            .values()
+            .flat_map(|f| f.started())
+            .filter(move |(k, _)| *k == kind)
+            .map(|(_, t)| t)
+    };
+    let ok = |task: TaskId| {
+        s.sealed
+            .values()
+            .flat_map(Frame::outcomes)
+            .any(|o| o.task == task && o.result == OutcomeResult::Ok)
+    };
+    started(TaskKind::Load).filter(|l| ok(l.task)).all(|load| {
+        load.block_hashes
+            .iter()
+            .all(|h| started(TaskKind::Store).any(|st| st.block_hashes.contains(h) && ok(st.task)))
+    })
+}
+
+fn ex_load_finished(_: &TandemModel, s: &TandemState) -> bool {
+    s.durable.outcomes.iter().any(|o| {
+        o.kind == tandem_proto::TaskKind::Load
+            && o.result == OutcomeResult::Ok
+            && s.engines.iter().all(|e| e.outcomes.contains_key(&o.task))
+    })
+}
+
+fn ex_refused(_: &TandemModel, s: &TandemState) -> bool {
+    s.sealed.values().flat_map(Frame::outcomes).any(|o| {
+        matches!(&o.result, OutcomeResult::Failed { reason }
+            if reason.contains("tier full") || reason.contains("did not match"))
+    })
+}
+
+fn ex_append_refused(_: &TandemModel, s: &TandemState) -> bool {
+    s.appends_failed > 0 && s.sealed.values().any(|f| !f.finished.is_empty())
+}
+
+fn ex_shard_failed(_: &TandemModel, s: &TandemState) -> bool {
+    s.sealed.values().flat_map(Frame::outcomes).any(|o| {
+        matches!(&o.result, OutcomeResult::Failed { reason } if reason == super::driver::SHARD_FAILED)
+    })
+}
+
+/// Every property of the model for `m`'s bounds, `always` first, then the `sometimes`
+/// examples (those of loads, refusals, refused appends and failed copies only when the bounds
+/// allow them).
+pub fn for_model(m: &TandemModel) -> Vec<Property<TandemModel>> {
+    let c = &m.config;
+    let mut all = all();
+    if c.loads > 0 {
+        all.push(Property::sometimes(EX_LOAD_FINISHED, ex_load_finished));
+        all.push(Property::sometimes(EX_REFUSED, ex_refused));
+    }
+    if c.failed_appends > 0 {
+        all.push(Property::sometimes(EX_APPEND_REFUSED, ex_append_refused));
+    }
+    if c.failed_shards > 0 {
+        all.push(Property::sometimes(EX_SHARD_FAILED, ex_shard_failed));
+    }
+    all
+}
+
+/// The properties every bound has, `always` first, then the `sometimes` examples.
 pub fn all() -> Vec<Property<TandemModel>> {
     vec![
         Property::always(APPLIES_LEADER_DECISION, applies_leader_decision),
@@ -180,6 +260,7 @@ pub fn all() -> Vec<Property<TandemModel>> {
         Property::always(REVEALS_ONLY_DURABLE, reveals_only_durable),
         Property::always(ONE_DURABLE_OUTCOME, one_durable_outcome),
         Property::always(NO_ANOMALY, no_anomaly),
+        Property::always(LOAD_AFTER_STORE, load_after_store),
         Property::sometimes(EX_STORE_FINISHED, ex_store_finished),
         Property::sometimes(EX_EPOCH_CHANGE, ex_epoch_change),
         Property::sometimes(EX_REDELIVERED, ex_redelivered),

@@ -113,6 +113,12 @@ pub struct TandemState {
     pub stores_started: u8,
     /// Duplicate shard reports sent so far over the whole run.
     pub duplicates_sent: u8,
+    /// Lookups (each with its load) made so far over the whole run.
+    pub loads_started: u8,
+    /// Appends the log refused so far over the whole run.
+    pub appends_failed: u8,
+    /// Shard copies failed so far over the whole run.
+    pub shards_failed: u8,
     /// The model clock (ms) since the epoch began; it moves only when a wait deadline fires.
     pub now_ms: u64,
     /// Things the cores did that no correct run does (an unexpected refusal or failure, a

@@ -39,10 +39,24 @@ fn describe(state: &TandemState, action: &TandemAction) -> String {
         TandemAction::PersistConfirm => {
             "driver confirms the append to the leader's core: the step is sealed".into()
         }
+        TandemAction::LookupLoad => format!(
+            "leader engine looks up a stored block and loads it in step {}",
+            state.open_step()
+        ),
+        TandemAction::RefuseAppend => {
+            "the log refuses the driver's append; the core is told it failed".into()
+        }
+        TandemAction::Report {
+            rank,
+            task,
+            failed: true,
+            ..
+        } => format!("rank {rank}'s copy of task {task} fails (full tier, corrupt shard)"),
         TandemAction::Report {
             rank,
             task,
             twice: false,
+            ..
         } => {
             format!("rank {rank} reports its shard of task {task}")
         }
@@ -50,6 +64,7 @@ fn describe(state: &TandemState, action: &TandemAction) -> String {
             rank,
             task,
             twice: true,
+            ..
         } => {
             format!("rank {rank} reports its shard of task {task}, twice (a duplicate)")
         }
