@@ -231,6 +231,27 @@ fn a_full_window_ends_end_step_at_its_deadline_naming_the_slowest_ack() {
     );
 }
 
+#[test]
+fn an_end_step_that_may_not_wait_is_refused_at_once_when_the_window_is_full() {
+    let mut spec = Spec::new(2);
+    spec.window = 1;
+    let mut g = Group::start(spec);
+    g.step();
+    g.end_step();
+    let timer = g.nodes[0].core.poll_timeout();
+    // Deadline 0: answered now, with the clock not moved and no timer fired.
+    let call = g.end_step_call(0);
+    assert_eq!(
+        g.reply(0, call).map(error),
+        Some(AgentError::WindowFull {
+            step: Step(2),
+            slowest_ack: Some(Step(0)),
+            window: 1
+        })
+    );
+    assert_eq!(g.nodes[0].core.poll_timeout(), timer, "no wait armed");
+}
+
 /// A durable group whose ranks published empty manifests, every follower admitted.
 fn durable_group(world: u32) -> Group {
     let mut spec = Spec::new(world);
