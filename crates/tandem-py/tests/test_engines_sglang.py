@@ -3,7 +3,8 @@ process per rank, called the way SGLang 0.5.23 calls a backend (``tests/hicache_
 ``exists`` on every rank then the MIN over ranks, ``get``/``set`` with each rank's pages,
 the step hook on a scheduler thread of every rank. Every byte reported loaded is checked on
 every rank; a repeated lookup holds no pin; an agent killed mid-store leaves every rank's
-calls answered alike, by their deadline, and the group usable."""
+calls answered alike, by their deadline, and the group usable; every rank binds its own pages,
+and a rank that never binds fails the calls on every rank alike."""
 
 from __future__ import annotations
 
