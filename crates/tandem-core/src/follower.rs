@@ -120,8 +120,14 @@ impl FollowerCore {
                 self.frames_read += 1;
                 // One path for every read: a frame already here (or expired) ends the wait at
                 // once, otherwise it ends when the frame arrives or at its deadline.
-                let wait = self.follower.wait(step, now_ms.saturating_add(deadline_ms));
+                let deadline = now_ms.saturating_add(deadline_ms);
+                let wait = self.follower.wait(step, deadline);
                 self.waits.insert(wait, call);
+                if deadline <= now_ms {
+                    // A read that may not wait (deadline 0) is answered now, `LeaderBehind`
+                    // when its frame is not here: not at the driver's next timer tick.
+                    self.follower.handle_timeout(now_ms);
+                }
                 return self.drain_events(sh);
             }
             EngineRequest::Ack { step, .. } => match self.follower.ack(step) {

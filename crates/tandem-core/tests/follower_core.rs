@@ -55,6 +55,32 @@ fn reads_are_positional_and_a_wait_ends_with_its_frame_or_at_its_deadline() {
 }
 
 #[test]
+fn a_read_that_may_not_wait_is_answered_at_once() {
+    let mut g = Group::start(Spec::new(2));
+    let f0 = g.end_step();
+    // Deadline 0 and the frame here: the frame.
+    let here = g.frame_call(1, 0, 0);
+    assert_eq!(frame_of(g.reply(1, here)), f0);
+    // Deadline 0 and the step not sealed: `LeaderBehind` with both positions, with the clock
+    // not moved and no timer fired.
+    let ahead = g.frame_call(1, 1, 0);
+    assert_eq!(
+        g.reply(1, ahead).map(error),
+        Some(AgentError::LeaderBehind {
+            rank: 1,
+            epoch: Epoch(1),
+            wanted: Step(1),
+            sealed: Some(Step(0))
+        })
+    );
+    // A wait with a deadline still waits for its frame.
+    let wait = g.frame_call(1, 1, 50);
+    assert_eq!(g.reply(1, wait), None);
+    let f1 = g.end_step();
+    assert_eq!(frame_of(g.reply(1, wait)), f1);
+}
+
+#[test]
 fn copies_are_held_until_the_engine_acknowledged_the_step_that_started_them() {
     let mut g = Group::start(Spec::new(2));
     let task = started(g.store(7, &[1]));

@@ -297,6 +297,28 @@ fn a_window_full_past_the_heartbeat_timeout_is_a_stall_naming_the_rank() {
     assert_eq!(g.nodes[0].core.counters().not_ready, None);
 }
 
+#[test]
+fn an_end_step_that_may_not_wait_is_refused_at_once_when_the_window_is_full() {
+    let mut spec = Spec::new(2);
+    spec.window = 1;
+    let mut g = Group::start(spec);
+    g.step();
+    g.end_step();
+    let timer = g.nodes[0].core.poll_timeout();
+    // Deadline 0: answered now, with the clock not moved and no timer fired.
+    let call = g.end_step_call(0);
+    assert_eq!(
+        g.reply(0, call).map(error),
+        Some(AgentError::WindowFull {
+            step: Step(2),
+            rank: 1,
+            slowest_ack: Some(Step(0)),
+            window: 1
+        })
+    );
+    assert_eq!(g.nodes[0].core.poll_timeout(), timer, "no wait armed");
+}
+
 /// A durable group whose ranks published empty manifests, every follower admitted.
 fn durable_group(world: u32) -> Group {
     let mut spec = Spec::new(world);

@@ -11,7 +11,9 @@ byte a ``get`` reports loaded is checked against this rank's content of the bloc
 Scenarios (``run(rank, socket, scenario, shared, out)``): ``roundtrip`` (set, exists, get,
 verify, per request), ``repeat_exists`` (fill the tier, look its blocks up many times, then
 store as many new blocks again: a lookup that leaked its pins would make the tier refuse),
-``kill`` (a long series of sets and gets, during which the test kills an agent).
+``kill`` (a long series of sets and gets, during which the test kills an agent),
+``no_bind`` (a roundtrip; then rank ``no_bind_rank`` drops its binds, as an engine that never
+binds would, for one get and one set; then a roundtrip with binds again).
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ class Shared:
 
 
 class Rank:
-    def __init__(self, rank: int, socket: str, shared: Shared, pages: int, offset: int) -> None:
+    def __init__(
+        self, rank: int, socket: str, shared: Shared, pages: int, offset: int, call_timeout_s: float = 20.0
+    ) -> None:
         self.rank = rank
         self.shared = shared
         # As the SGLang backend runs it: the hook wakes the link's own thread.
         self.link = GroupLink(socket, rank, step_wait_s=0.0)
-        self.core = HiCacheCore(self.link, call_timeout_s=20.0)
+        self.core = HiCacheCore(self.link, call_timeout_s=call_timeout_s)
         self.link.start_hook_thread()
         shard = self.link.shard_bytes
         self.pool = tandem.PagePool.create(pages, shard)
@@ -115,6 +119,22 @@ class Rank:
         print(f"rank {self.rank}: request {request} stored {sum(stored)} hit {hit} loaded {sum(loaded)}", flush=True)
         return call
 
+    def drop_binds(self, drop: bool) -> None:
+        """An engine that never binds (``drop``): the link takes its binds and does nothing
+        with them, so the agent never hears of this rank's pages; or binds again."""
+        def never_bind() -> None:
+            self.link.ledger.take_binds()
+
+        if drop:
+            self.link.bind_pending = never_bind  # type: ignore[method-assign]
+        elif "bind_pending" in vars(self.link):
+            del self.link.bind_pending
+
+    def timed(self, fn: Any, *args: Any) -> tuple[Any, float]:
+        t0 = time.monotonic()
+        out = fn(*args)
+        return out, round(time.monotonic() - t0, 3)
+
     def close(self) -> None:
         self.stop.set()
         self.hook.join(timeout=5)
@@ -129,7 +149,8 @@ def run(rank: int, socket: str, scenario: str, shared: Shared, out: Any, args: d
     logging.basicConfig(level=logging.WARNING)
     r = None
     try:
-        r = Rank(rank, socket, shared, args.get("pages", 256), offset=rank * args.get("offset_per_rank", 0))
+        r = Rank(rank, socket, shared, args.get("pages", 256), offset=rank * args.get("offset_per_rank", 0),
+                 call_timeout_s=args.get("call_timeout_s", 20.0))
         shared.barrier.wait(timeout=120)
         n = args.get("blocks", 8)
         if scenario == "roundtrip":
@@ -153,6 +174,26 @@ def run(rank: int, socket: str, scenario: str, shared: Shared, out: Any, args: d
             for q in range(args["requests"]):
                 r.roundtrip(args["run"], q, n, base=(q % 4) * 2 * n)
                 time.sleep(args.get("pause_s", 0.05))
+        elif scenario == "no_bind":
+            run_ = args["run"]
+            r.roundtrip(run_, 0, n, base=0)
+            r.drop_binds(rank == args["no_bind_rank"])
+            ks = keys(run_, 0, n)
+            dst = [r.offset + 2 * n + i for i in range(n)]
+            r.pages[dst] = 0
+            hit = shared.all_min(rank, r.core.exists(ks))
+            loaded, s = r.timed(r.core.get, ks[:hit], dst[:hit])
+            r.report["dropped_get"] = {"hit": hit, "loaded": loaded, "s": s}
+            r.verify(ks, dst, loaded)
+            ks = keys(run_, 1, n)
+            src = [r.offset + 3 * n + i for i in range(n)]
+            r.fill(ks, src)
+            shared.all_min(rank, 0)
+            stored, s = r.timed(r.core.set, ks, src)
+            r.report["dropped_set"] = {"stored": stored, "s": s}
+            r.drop_binds(False)
+            shared.all_min(rank, 0)
+            r.roundtrip(run_, 2, n, base=4 * n)
         shared.barrier.wait(timeout=120)
     except Exception:  # noqa: BLE001 (reported to the test)
         if r is not None:

@@ -136,11 +136,15 @@ def test_new_epoch_aborts_unknown_tasks_and_leaves_started_ones_to_frame_zero() 
     assert started.ok
 
 
-def test_leader_tracks_by_task_and_ignores_frame_lookups() -> None:
+def test_leader_tracks_by_task_ignores_frame_lookups_and_binds_from_the_frame() -> None:
     led = Ledger(epoch=1, follower=False)
-    s = led.track("load", 4, task(1, 2), {1: 5})
+    s = led.track("load", 4, task(1, 2), {1: 5, 2: 6, 3: 7})
     led.frame_lookup(NS(request=4, matched_blocks=1))
-    led.frame_start(NS(task=task(1, 2), kind="load", request=4, block_hashes=(1,), page_ids=(5,)))
+    assert led.take_binds() == []  # no start yet
+    # Pages follow the frame's blocks (fewer than the call's, in its order), never the call's.
+    led.frame_start(NS(task=task(1, 2), kind="load", request=4, block_hashes=(3, 2), page_ids=()))
+    (b,) = led.take_binds()
+    assert b is s and b.bind_pages() == [7, 6]
     assert led.take_binds() == []
     led.not_started(NS(task=task(1, 2)))
     assert s.result == "not_started"

@@ -3,7 +3,8 @@ process per rank, called the way SGLang 0.5.23 calls a backend (``tests/hicache_
 ``exists`` on every rank then the MIN over ranks, ``get``/``set`` with each rank's pages,
 the step hook on a scheduler thread of every rank. Every byte reported loaded is checked on
 every rank; a repeated lookup holds no pin; an agent killed mid-store leaves every rank's
-calls answered alike, by their deadline, and the group usable."""
+calls answered alike, by their deadline, and the group usable; every rank binds its own pages,
+and a rank that never binds fails the calls on every rank alike."""
 
 from __future__ import annotations
 
@@ -123,18 +124,37 @@ def test_agent_killed_mid_store_every_rank_answers_alike_and_recovers(fresh_tp2:
     assert all(http_get(h, "/readyz")[0] == 200 for h in c.http)
 
 
-def test_follower_pages_that_differ_fail_that_rank_without_bind(tp2: Cluster) -> None:
-    """Rank 1's host pages differ from the leader's. A tandem-kv that cannot bind per-rank
-    pages makes the agent use the leader's page ids on every rank, so rank 1 must not report
-    those pages stored or loaded: its calls answer False (SGLang's MIN then fails the pages
-    on every rank), at once, and nothing wrong is reported loaded. With per-rank binding the
-    same run stores and loads on both ranks."""
-    procs, out = start_ranks(tp2, "roundtrip", run="sg-differ", requests=2, blocks=4, offset_per_rank=100)
+def test_every_rank_stores_and_loads_with_its_own_pages(tp2: Cluster) -> None:
+    """Rank 1's host pages differ from the leader's (an offset of 100 pages). The leader starts
+    each store and load without page ids and every rank binds its own: both ranks store and
+    load, and every byte reported loaded is checked on every rank."""
+    procs, out = start_ranks(tp2, "roundtrip", run="sg-differ", requests=3, blocks=4, offset_per_rank=100)
     reports = finish(procs, out, timeout=120)
-    follower = reports[1]
-    if hasattr(__import__("tandem").Session, "bind"):
-        assert all(c["loaded"] == [True] * 4 for r in reports for c in r["calls"])
-        assert follower["link"]["binds"] > 0
-    else:
-        assert all(c["stored"] == [False] * 4 and not any(c["loaded"]) for c in follower["calls"])
-        assert follower["link"]["bind_errors"] > 0 and follower["stats"]["timeouts"] == 0
+    for r in reports:
+        assert all(c["stored"] == [True] * 4 and c["loaded"] == [True] * 4 for c in r["calls"]), r["calls"]
+        assert r["verified"] == 3 * 4
+        # A store and a load a request, each bound on this rank (the leader's too).
+        assert r["link"]["binds"] == 2 * 3 and r["link"]["bind_errors"] == 0, r["link"]
+        assert r["stats"]["timeouts"] == 0
+
+
+def test_a_follower_that_never_binds_fails_the_calls_on_every_rank_alike(tp2: Cluster) -> None:
+    """After a first roundtrip, rank 1 drops its binds (an engine that never binds) for one
+    get and one set. Its agent fails its shard at the bind deadline (5 s), so the group's
+    outcome is failed: every rank's call returns False for every page, none raises, nothing
+    is reported loaded; rank 1's own calls return at their deadline. The agents stay ready
+    and the next roundtrip, with binds again, stores and loads on both ranks."""
+    procs, out = start_ranks(tp2, "no_bind", run="sg-nobind", blocks=4, offset_per_rank=100,
+                             no_bind_rank=1, call_timeout_s=12.0)
+    reports = finish(procs, out, timeout=180)
+    for r in reports:
+        assert r["dropped_get"]["hit"] == 4, r
+        assert r["dropped_get"]["loaded"] == [False] * 4, r
+        assert r["dropped_set"]["stored"] == [False] * 4, r
+        first, last = r["calls"]
+        assert first["loaded"] == [True] * 4 and last["stored"] == [True] * 4 and last["loaded"] == [True] * 4
+        assert r["verified"] == 8
+    leader, follower = reports
+    # The leader learnt the failure from the group's outcome; the follower's calls hit their deadline.
+    assert leader["stats"]["timeouts"] == 0 and follower["stats"]["timeouts"] == 2
+    assert all(http_get(h, "/readyz")[0] == 200 for h in tp2.http)

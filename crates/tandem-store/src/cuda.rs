@@ -30,6 +30,26 @@ pub enum DeviceError {
         /// Capacity asked for, in slots.
         capacity: u64,
     },
+    /// An engine's IPC memory handle that is not the 64 bytes CUDA makes.
+    #[error("device region: a CUDA IPC handle is 64 bytes, got {len}")]
+    BadHandle {
+        /// Bytes given.
+        len: usize,
+    },
+    /// A page past the engine's region, or a host slice that is not one page long.
+    #[error(
+        "device region: page {page} of {pages} with {len} bytes (pages are {page_bytes} bytes)"
+    )]
+    PageOutOfRange {
+        /// The page asked for.
+        page: u64,
+        /// Pages in the region.
+        pages: u64,
+        /// Bytes of the host slice given.
+        len: usize,
+        /// Bytes of one page.
+        page_bytes: usize,
+    },
     /// A CUDA driver call failed.
     #[error("device tier: CUDA driver error during {op}: {message}")]
     Driver {

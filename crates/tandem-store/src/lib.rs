@@ -20,6 +20,8 @@
 //! - [`host`]: the host tier, a slab in shared memory that survives an agent restart.
 //! - [`disk`]: the disk tier, one preallocated file with positional I/O.
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
+//! - `device_region` (feature `cuda`): an engine's KV cache in GPU memory, opened from its
+//!   CUDA IPC handle, copied page by page straight to and from host slices.
 //! - [`manifest`]: a rank's record of its shards, persisted atomically.
 //! - [`lock`]: [`lock::TierLock`], one process per rank's tiers (an exclusive lock taken before
 //!   anything is opened, held for the process's life).
@@ -41,6 +43,8 @@ pub mod buffer;
 pub mod checksum;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod device_region;
 pub mod disk;
 pub mod fence;
 pub mod host;

@@ -119,6 +119,17 @@ impl LeaderCore {
         }
         match self.seal(sh, step, now_ms) {
             Ok(frame) => sh.reply(call, EngineReply::Frame(Box::new(frame))),
+            // An `end_step` that may not wait (deadline 0) is refused now, not at the driver's
+            // next timer tick.
+            Err(LeaderError::WindowFull { .. }) if deadline_ms <= now_ms => {
+                let err = AgentError::WindowFull {
+                    step,
+                    rank: self.leader.slowest_rank().map_or(0, |r| r.0),
+                    slowest_ack: self.leader.slowest_ack(),
+                    window: self.leader.config().window_steps,
+                };
+                sh.refuse(call, err);
+            }
             Err(LeaderError::WindowFull { .. }) => self.end_waits.push(EndWait {
                 call,
                 step,

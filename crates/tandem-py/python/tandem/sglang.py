@@ -79,6 +79,7 @@ class TandemHiCacheStorage(HiCacheStorage):
             step_wait_s=float(extra.get("step_wait_s", 0.0)),
         )
         self.core = HiCacheCore(link, writer=storage_config.is_storage_writer,
+                                pages_per_rank=not getattr(storage_config, "is_mla_model", False),
                                 call_timeout_s=float(extra.get("call_timeout_s", 30.0)))
         if extra.get("hook_thread", True):
             link.start_hook_thread()

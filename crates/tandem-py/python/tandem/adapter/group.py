@@ -9,11 +9,14 @@ Owns a ``tandem.Session`` and a :class:`~tandem.adapter.ledger.Ledger`, and does
   and outcomes go to the ledger, so calls waiting on other threads wake up.
 - **The leader's requests** (:meth:`lookup`, :meth:`store`, :meth:`load`), one at a time,
   under the step lock so that a lookup and the load that follows it land in the same step.
-- **Per-rank pages.** A follower whose pages for a task differ from the leader's binds its own
-  (``Session.bind(task, page_ids)``) as soon as both the task's start and its own call are
-  known. A session without ``bind`` (a tandem-kv built before per-rank binding) works only
-  when every rank's pages equal the leader's: a follower then checks the start's page ids and
-  fails its call when they differ (:attr:`GroupLink.can_bind`).
+- **Per-rank pages.** A task the leader starts without page ids (``pages_per_rank``) is
+  copied on a rank only once that rank's engine bound its own pages (``Session.bind(task,
+  page_ids)``, one page per block of the task in the order of the frame's ``block_hashes``:
+  a store leaves out blocks already cached, so the pages come from the frame, never from the
+  call). Every rank, the leader included, binds as soon as both the task's start (from a
+  frame) and its own call are known. A task started with the leader's page ids is copied
+  with those ids on every rank: a follower then checks that its own pages are the same and
+  fails its call when they differ.
 
 Every error of the session is turned into a settled slot or a log line: nothing here raises
 into an engine's thread once the link is up. A ``NewEpoch`` moves the ledger to the
@@ -107,11 +110,6 @@ class GroupLink:
         self._hook: Optional[threading.Thread] = None
 
     @property
-    def can_bind(self) -> bool:
-        """Whether the session can bind this rank's own pages to a task (per-rank pages)."""
-        return hasattr(self.session, "bind")
-
-    @property
     def shard_bytes(self) -> int:
         """Bytes of one block shard: the page size this rank's agent expects."""
         return self.session.welcome.shard_bytes
@@ -173,9 +171,10 @@ class GroupLink:
         """Run each hook's work on a thread of the link's own: :meth:`step` then only wakes it
         (a few microseconds on the engine's scheduler thread) and returns the frames applied
         since the last call. Steps still come only from the engine's hook: at most one per
-        hook, and hooks that come while the thread is still working merge into its next step. Used by the SGLang backend: an
-        agent answers a frame read that finds nothing sealed after its next timer tick
-        (milliseconds), which the scheduler thread should not wait for."""
+        hook, and hooks that come while the thread is still working merge into its next step.
+        Used by the SGLang backend: a step is a round trip to the agent per frame (a poll with
+        deadline 0 is answered at once, about 70 µs in a debug build), and the leader's seal
+        waits for the completion log's append: neither belongs on the scheduler thread."""
         if self._hook is not None:
             return
         self._wake = threading.Event()
@@ -249,33 +248,36 @@ class GroupLink:
     # --- per-rank pages ---
 
     def bind_pending(self) -> None:
-        """Bind this rank's pages to every task whose start and call are both known."""
+        """Bind this rank's pages to every task whose start and call are both known: a task
+        started without page ids takes this rank's own (leader and followers alike); a task
+        started with the leader's page ids only needs them to equal this rank's."""
         for slot in self.ledger.take_binds():
             try:
                 pages = slot.bind_pages()
             except KeyError as e:
                 self.ledger.fail_local(slot, f"the task names block {e} this rank's call did not")
                 continue
-            if list(slot.start.page_ids) == pages:
-                self.ledger.checked(slot)  # this rank's pages are the leader's: nothing to bind
-                continue
-            if self.can_bind:
-                ok, err = self.guard("bind", lambda: self.session.bind(slot.task, pages))
-                if ok:
-                    self.stats.binds += 1
-                    self.ledger.checked(slot)
-                else:
-                    self.stats.bind_errors += 1
-                    self.ledger.fail_local(slot, f"bind failed: {err}")
-            else:
-                # Without bind the agent copies the leader's page ids on this rank too.
+            started = list(slot.start.page_ids)
+            if started or not pages:
+                if started == pages:
+                    self.ledger.checked(slot)  # the leader's pages are this rank's, or no block
+                    continue
+                # The agent copies the leader's page ids on this rank too: they must not be used.
                 self.stats.bind_errors += 1
                 self.ledger.fail_local(
                     slot,
-                    "this rank's pages differ from the leader's and this tandem-kv cannot bind "
-                    f"them: leader {list(slot.start.page_ids)[:8]}, here {pages[:8]}",
+                    "the task started with the leader's page ids and this rank's differ: "
+                    f"leader {started[:8]}, here {pages[:8]}",
                 )
                 log.error("rank %d: %s", self.rank, slot.local_error)
+                continue
+            ok, err = self.guard("bind", lambda: self.session.bind(slot.task, pages))
+            if ok:
+                self.stats.binds += 1
+                self.ledger.checked(slot)
+            else:
+                self.stats.bind_errors += 1
+                self.ledger.fail_local(slot, f"bind failed: {err}")
 
     # --- the leader's requests ---
 
@@ -286,21 +288,29 @@ class GroupLink:
         return r.matched_blocks if ok else None
 
     def release(self, request: int) -> None:
-        """Leader: give back the pins of ``request``'s lookup, where the session can (a pin
-        otherwise lasts until the step ends)."""
-        if hasattr(self.session, "release"):
-            self.guard("release", lambda: self.session.release(request))
+        """Leader: give back the pins of ``request``'s lookup (a pin otherwise lasts until
+        the step ends)."""
+        self.guard("release", lambda: self.session.release(request))
 
-    def start(self, kind: str, request: int, hashes: Sequence[int], pages: Sequence[int]) -> Slot:
-        """Leader: start a store or load of ``hashes`` from/into ``pages``; its slot (settled
-        ``"failed"`` at once when the request was refused)."""
+    def start(
+        self, kind: str, request: int, hashes: Sequence[int], pages: Sequence[int], *, pages_per_rank: bool = True
+    ) -> Slot:
+        """Leader: start a store or load of ``hashes`` from/into ``pages`` (this rank's page
+        per block); its slot (settled ``"failed"`` at once when the request was refused).
+
+        ``pages_per_rank``: start the task without page ids, so that every rank (this one
+        too, from the frame :meth:`step` seals) binds its own pages; otherwise start it with
+        ``pages``, which every rank's agent then uses. Under the step lock, so the slot is
+        tracked before the frame that starts the task is applied."""
         call = self.session.store if kind == "store" else self.session.load
-        ok, task = self.guard(kind, lambda: call(request, hashes, pages))
-        if not ok:
-            slot = Slot(kind, request, self.ledger.epoch)
-            slot.result, slot.reason = "failed", str(task)
-            return slot
-        return self.ledger.track(kind, request, task, dict(zip(hashes, pages)))
+        ids = [] if pages_per_rank else list(pages)
+        with self._step_lock:
+            ok, task = self.guard(kind, lambda: call(request, hashes, ids))
+            if not ok:
+                slot = Slot(kind, request, self.ledger.epoch)
+                slot.result, slot.reason = "failed", str(task)
+                return slot
+            return self.ledger.track(kind, request, task, dict(zip(hashes, pages)))
 
     def close(self) -> None:
         """Close the session (its tally is logged)."""

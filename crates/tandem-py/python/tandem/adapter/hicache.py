@@ -6,19 +6,23 @@ sglang 0.5.23's ``cache_controller``):
 - ``batch_exists(keys)`` on every rank's prefetch thread; SGLang then takes the MIN of the
   answers over the ranks (gloo ``all_reduce``). Here the **leader** answers with its lookup
   (the group's answer); a **follower** answers ``len(keys)``, so the MIN is the leader's
-  answer. (The leader's lookup pins nothing that outlives the call: it is released at once,
-  or at the end of the step by a tandem-kv without ``release``.)
+  answer. (The leader's lookup pins nothing that outlives the call: it is released at once.)
 - ``batch_get_v1(keys, host_indices)`` for the agreed pages, on every rank, in the same order.
   The leader looks the keys up again and starts the load of the matched blocks in the same
   step (under the step lock); the frame lists the lookup and the load. A follower pairs its
-  call with that lookup and load by request id (:mod:`tandem.adapter.ledger`) and binds its
-  own pages. Every rank returns ``True`` for the first ``matched`` pages exactly when the
-  group's outcome is ``ok``; the rest are ``False``.
+  call with that lookup and load by request id (:mod:`tandem.adapter.ledger`). Every rank,
+  the leader included, binds its own pages (below). Every rank returns ``True`` for the
+  first ``matched`` pages exactly when the group's outcome is ``ok``; the rest are ``False``.
 - ``batch_set_v1(keys, host_indices)`` on the storage writers (every rank for MHA; for MLA
-  only the writer of each pipeline stage). The leader starts the store; followers pair and
-  bind. A rank that never gets the call (an MLA non-writer) takes part through
-  :meth:`HiCacheCore.mirror_stores`: it binds the leader's page ids (its host pool is a
-  replica).
+  only the writer of each pipeline stage). The leader starts the store; followers pair.
+- **Pages per rank (MHA).** The leader starts every store and load without page ids; each
+  rank binds its own ``host_indices`` pages for the blocks the frame lists (a store leaves out
+  blocks already cached), so the ranks' host pages may differ. A rank that never binds fails
+  its shard at the agents' bind deadline, and the task fails on every rank.
+- **MLA** (``pages_per_rank=False``): a non-writer never gets ``batch_set_v1``, so it could
+  not bind; the leader starts tasks with its own page ids, which every rank's agent uses (an
+  MLA host pool is a replica of its stage writer's). A follower whose pages differ fails its
+  call.
 - The step: :meth:`HiCacheCore.step`, from the once-per-scheduler-iteration hook on every rank.
 
 Every call returns by ``call_timeout_s``; it never raises into SGLang's threads (SGLang never
@@ -68,16 +72,18 @@ class HiCacheStats:
 class HiCacheCore:
     """One rank's backend logic over ``link`` (see the module docs).
 
-    ``writer``: SGLang's ``is_storage_writer`` for this rank; ``call_timeout_s``: the most a
-    get or set waits for the group's outcome."""
+    ``writer``: SGLang's ``is_storage_writer`` for this rank; ``pages_per_rank``: every rank
+    binds its own pages (MHA; ``False`` for MLA, see the module docs); ``call_timeout_s``: the
+    most a get or set waits for the group's outcome."""
 
-    def __init__(self, link: GroupLink, *, writer: bool = True, call_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, link: GroupLink, *, writer: bool = True, pages_per_rank: bool = True, call_timeout_s: float = 30.0
+    ) -> None:
         self.link = link
         self.writer = writer
+        self.pages_per_rank = pages_per_rank
         self.call_timeout_s = call_timeout_s
         self.stats = HiCacheStats()
-        if not writer:
-            link.on_frame = self.mirror_stores
 
     @property
     def leader(self) -> bool:
@@ -136,7 +142,9 @@ class HiCacheCore:
                 n = self.link.lookup(request, hashes)
                 if not n:
                     return [False] * len(hashes)
-                slot = self.link.start("load", request, hashes[:n], pages[:n])
+                slot = self.link.start(
+                    "load", request, hashes[:n], pages[:n], pages_per_rank=self.pages_per_rank
+                )
         else:
             found = ledger.wait(ledger.expect("lookup", request), self.call_timeout_s)
             if not found.settled or not found.matched:
@@ -171,21 +179,13 @@ class HiCacheCore:
         request = request_id("set", hashes)
         ledger = self.link.ledger
         if self.leader:
-            slot = self.link.start("store", request, hashes, pages)
+            slot = self.link.start("store", request, hashes, pages, pages_per_rank=self.pages_per_rank)
         else:
             slot = ledger.expect("store", request, dict(zip(hashes, pages)))
             self.link.bind_pending()
         slot = ledger.wait(slot, self.call_timeout_s)
         self.stats.timeouts += int(slot.abandoned)
         return [slot.ok] * len(hashes)
-
-    def mirror_stores(self, applied: Any) -> None:
-        """A rank SGLang never asks to store (an MLA non-writer): bind the leader's page ids
-        for every store the frame starts (its host pool replicates the writer's)."""
-        if self.writer or not self.link.can_bind:
-            return
-        for start in applied.frame.stores:
-            self.link.guard("bind", lambda s=start: self.link.session.bind(s.task, list(s.page_ids)))
 
     def close(self) -> None:
         self.link.close()

@@ -8,7 +8,10 @@ thread (the step hook). The ledger is where the two meet, under one lock:
 - A **slot** is one call: its kind (``"lookup"``, ``"store"``, ``"load"``), request id, and
   what the frames said (matched blocks, the task's start, its outcome).
 - The leader knows its task ids (``store``/``load`` return them): :meth:`Ledger.track` files
-  the slot under its task id, and outcomes are found by task id.
+  the slot under its task id (before the frame that starts it is applied), and starts and
+  outcomes are found by task id.
+- Every rank, the leader included, binds its own pages once its call and the task's start
+  are both known (:meth:`Ledger.take_binds`); an outcome counts for a rank only after that.
 - A follower knows only the request id both sides derive from the keys
   (:mod:`tandem.adapter.keys`). The k-th call of a (kind, request id) pairs with the k-th
   frame event of that kind and id (:meth:`Ledger.expect`), whichever comes first: every rank
@@ -219,7 +222,8 @@ class Ledger:
             self._cv.notify_all()
 
     def frame_start(self, start: Any) -> None:
-        """A frame's ``TaskStart`` (a store or load the leader started)."""
+        """A frame's ``TaskStart`` (a store or load the leader started): queued for binding
+        (:meth:`take_binds`) when this rank's call is known."""
         with self._cv:
             slot = self._by_task.get(start.task)
             if slot is None:
@@ -229,7 +233,7 @@ class Ledger:
                 slot.task = start.task
                 self._by_task[start.task] = slot
             slot.start = start
-            if self._follower and slot.pages and not slot.bound:
+            if slot.pages and not slot.bound:
                 slot.needs_check = True
                 self._to_bind.append(slot)
             self._cv.notify_all()

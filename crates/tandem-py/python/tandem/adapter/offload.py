@@ -169,7 +169,7 @@ class SchedulerCore:
                         reason="no staging pages")
             self._loads[req_id] = _Load(slot, [], list(gpu_blocks))
             return False
-        slot = self.link.start("load", self.request(req_id), hashes, pages)
+        slot = self.link.start("load", self.request(req_id), hashes, pages, pages_per_rank=False)
         self.stats.loads_started += 1
         self._loads[req_id] = _Load(slot, pages, list(gpu_blocks))
         return slot.result is None
@@ -228,7 +228,8 @@ class SchedulerCore:
         for req_id in sending:
             st = self._stores.get(req_id)
             if st is not None and st.slot is None:
-                st.slot = self.link.start("store", self.request(req_id), st.hashes, st.staging)
+                st.slot = self.link.start("store", self.request(req_id), st.hashes, st.staging,
+                                              pages_per_rank=False)
                 self.stats.stores_started += 1
         for req_id in recving:
             ld = self._loads_settled.pop(req_id, None)
