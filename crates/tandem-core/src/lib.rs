@@ -52,6 +52,8 @@
 //! - [`config`]: [`CoreConfig`], [`EpochStart`].
 //! - [`status`]: [`RankStatus`], [`CoreCounters`], [`NotReady`].
 //! - [`shared`]: the output queue, the frame-0 filter, refusals as the engine sees them.
+//! - [`cache_events`]: [`CacheEventDeriver`], the group's KV cache events (stored, removed,
+//!   all cleared) folded from sealed frames, for the agent to publish.
 //! - [`cadence`]: the fixed figures the cores decide with.
 //!
 //! The invariants of the group index, and the tests that prove them, are in the crate's
@@ -117,6 +119,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod cache_events;
 pub mod cadence;
 pub mod config;
 pub mod epoch_loop;
@@ -129,6 +132,7 @@ pub mod rebuild;
 pub mod shared;
 pub mod status;
 
+pub use cache_events::{CacheEvent, CacheEventDeriver};
 pub use config::{CoreConfig, EpochStart};
 pub use epoch_loop::{Effect, EpochLoop, LoopConfig, Note, Outcome};
 pub use follower::FollowerCore;
