@@ -35,6 +35,7 @@
 //! | `tandem:{g}:heartbeat:{rank}` | string, `PX` expiry | `epoch:unix_ms` of the rank's last heartbeat |
 //! | `tandem:{g}:failures` | list | JSON [`FailureReport`]s, oldest first, at most [`liveness::MAX_FAILURE_REPORTS`] |
 //! | `tandem:{g}:manifest:{epoch}:{rank}` | string, `PX` expiry | the shard manifest the rank published for that epoch |
+//! | `tandem:{g}:events:seq` | string counter | the last KV cache event sequence number handed out, plus one (INCRBY) |
 //!
 //! The braces are literal: they make every key of a group one Redis Cluster hash slot, so
 //! `next_epoch` (a script touching the stream and the counter, both declared as keys) stays
