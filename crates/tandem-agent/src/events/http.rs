@@ -22,7 +22,9 @@ pub async fn index(state: web::Data<HttpState>) -> HttpResponse {
                 .collect();
             HttpResponse::Ok().json(json!({ "epoch": epoch.0, "blocks": blocks }))
         }
-        Ok(None) => HttpResponse::NotFound().json(json!({ "error": "only rank 0 holds the group index" })),
+        Ok(None) => {
+            HttpResponse::NotFound().json(json!({ "error": "only rank 0 holds the group index" }))
+        }
         Err(e) => HttpResponse::ServiceUnavailable()
             .json(json!({ "error": format!("protocol actor unavailable: {e}") })),
     }

@@ -92,7 +92,10 @@ impl ProtocolActor {
     /// The driver of `core`.
     pub fn new(core: RankCore, clock: Clock, wiring: Wiring) -> Self {
         let cache_events = match core.role() {
-            Role::Leader(_) => wiring.cache_events.clone().map(crate::events::EventTap::new),
+            Role::Leader(_) => wiring
+                .cache_events
+                .clone()
+                .map(crate::events::EventTap::new),
             Role::Follower(_) => None,
         };
         Self {
