@@ -17,6 +17,10 @@ use std::collections::HashMap;
 
 use tandem_proto::{BlockHash, Epoch, Frame, OutcomeResult, TaskId, TaskKind, Tier, TierOp};
 
+/// The most hashes one `Stored` of the rebuilt index carries: a large index is restated in
+/// many events (and the agent publishes them in several batches), never in one huge message.
+pub const MAX_HASHES_PER_EVENT: usize = 1024;
+
 /// One change to the set of blocks the group holds, as a router sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum CacheEvent {
@@ -84,8 +88,8 @@ impl CacheEventDeriver {
     }
 
     /// A new epoch whose group index was rebuilt holding `kept` (block, tier): `AllCleared`,
-    /// then one `Stored` per tier for the kept blocks (in the order given), and the epoch's
-    /// frames are followed from now on.
+    /// then `Stored` per tier for the kept blocks (in the order given, at most
+    /// [`MAX_HASHES_PER_EVENT`] each), and the epoch's frames are followed from now on.
     pub fn begin_epoch(
         &mut self,
         epoch: Epoch,
@@ -109,11 +113,16 @@ impl CacheEventDeriver {
             }
         }
         let mut out = vec![CacheEvent::AllCleared];
-        out.extend(
-            by_tier
-                .into_iter()
-                .map(|(tier, hashes)| CacheEvent::Stored { hashes, tier }),
-        );
+        for (tier, hashes) in by_tier {
+            out.extend(
+                hashes
+                    .chunks(MAX_HASHES_PER_EVENT)
+                    .map(|c| CacheEvent::Stored {
+                        hashes: c.to_vec(),
+                        tier,
+                    }),
+            );
+        }
         out
     }
 

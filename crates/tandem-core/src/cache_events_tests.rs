@@ -211,3 +211,24 @@ fn frames_before_any_epoch_and_loads_produce_nothing() {
     });
     assert!(d.apply_frame(&f1).is_empty());
 }
+
+#[test]
+fn a_large_rebuilt_index_is_restated_in_bounded_events() {
+    let mut d = CacheEventDeriver::new();
+    let n = MAX_HASHES_PER_EVENT as u128 * 2 + 1;
+    let events = d.begin_epoch(Epoch(3), (0..n).map(|i| (h(i), Tier::Disk)));
+    assert_eq!(events.len(), 4);
+    assert_eq!(events[0], CacheEvent::AllCleared);
+    let sizes: Vec<usize> = events[1..]
+        .iter()
+        .map(|e| match e {
+            CacheEvent::Stored { hashes, tier } => {
+                assert_eq!(*tier, Tier::Disk);
+                hashes.len()
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, vec![MAX_HASHES_PER_EVENT, MAX_HASHES_PER_EVENT, 1]);
+    assert_eq!(d.held().len(), n as usize);
+}

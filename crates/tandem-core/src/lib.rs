@@ -132,7 +132,7 @@ pub mod rebuild;
 pub mod shared;
 pub mod status;
 
-pub use cache_events::{CacheEvent, CacheEventDeriver};
+pub use cache_events::{CacheEvent, CacheEventDeriver, MAX_HASHES_PER_EVENT};
 pub use config::{CoreConfig, EpochStart};
 pub use epoch_loop::{Effect, EpochLoop, LoopConfig, Note, Outcome};
 pub use follower::FollowerCore;

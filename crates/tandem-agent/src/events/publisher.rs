@@ -17,6 +17,7 @@ use bytes::Bytes;
 use tandem_config::EventsConfig;
 use tandem_core::CacheEvent;
 use tandem_durable::LivenessStore;
+use tandem_proto::Epoch;
 use tokio::sync::mpsc;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -47,13 +48,15 @@ pub enum EventsError {
 
 /// Where the protocol actor hands batches of events; cheap to clone, never blocks.
 #[derive(Clone, Debug)]
-pub struct EventSink(mpsc::UnboundedSender<Vec<CacheEvent>>);
+pub struct EventSink(mpsc::UnboundedSender<(Epoch, Vec<CacheEvent>)>);
 
 impl EventSink {
-    /// Publish `events` as one batch (nothing when empty). A stopped publisher drops them.
-    pub fn publish(&self, events: Vec<CacheEvent>) {
+    /// Publish `events` of `epoch` as one batch (nothing when empty). A stopped publisher
+    /// drops them, and so does the publisher for an epoch older than one it already published
+    /// (a stopping epoch's actor can never add to the next epoch's view).
+    pub fn publish(&self, epoch: Epoch, events: Vec<CacheEvent>) {
         if !events.is_empty() {
-            let _ = self.0.send(events);
+            let _ = self.0.send((epoch, events));
         }
     }
 }
@@ -119,6 +122,7 @@ pub async fn start(
         next_local: 0,
         block_size,
         metrics,
+        epoch: Epoch(0),
     };
     actix_rt::spawn(task.run(rx, req_rx));
     Ok(EventSink(tx))
@@ -134,18 +138,24 @@ struct Publisher {
     next_local: u64,
     block_size: u32,
     metrics: EventMetrics,
+    /// The newest epoch published.
+    epoch: Epoch,
 }
 
 impl Publisher {
     async fn run(
         mut self,
-        mut batches: mpsc::UnboundedReceiver<Vec<CacheEvent>>,
+        mut batches: mpsc::UnboundedReceiver<(Epoch, Vec<CacheEvent>)>,
         mut requests: mpsc::Receiver<ZmqMessage>,
     ) {
         loop {
             tokio::select! {
                 b = batches.recv() => match b {
-                    Some(events) => self.publish(events).await,
+                    Some((epoch, events)) if epoch >= self.epoch => {
+                        self.epoch = epoch;
+                        self.publish(events).await
+                    }
+                    Some((epoch, _)) => tracing::warn!(epoch = epoch.0, newer = self.epoch.0, "KV cache events of an older epoch dropped"),
                     None => break,
                 },
                 Some(req) = requests.recv() => self.replay(req).await,

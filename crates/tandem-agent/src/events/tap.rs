@@ -8,6 +8,9 @@ use tandem_proto::{Epoch, Frame, Tier};
 
 use super::EventSink;
 
+/// Events per batch when a rebuilt index is restated.
+const EVENTS_PER_RESTATED_BATCH: usize = 16;
+
 /// The deriver of one epoch and where its events go.
 #[derive(Debug)]
 pub struct EventTap {
@@ -32,12 +35,16 @@ impl EventTap {
             .flat_map(|t| index.lru_order(t).into_iter().map(move |h| (h, t)))
             .filter(|(h, _)| index.contains(*h));
         let events = self.deriver.begin_epoch(epoch, kept.collect::<Vec<_>>());
-        self.sink.publish(events);
+        // A large index is restated over several batches (each event holds at most
+        // `MAX_HASHES_PER_EVENT` hashes), so no message grows with the index.
+        for batch in events.chunks(EVENTS_PER_RESTATED_BATCH) {
+            self.sink.publish(epoch, batch.to_vec());
+        }
     }
 
     /// The leader sealed `frame`.
     pub fn sealed(&mut self, frame: &Frame) {
         let events = self.deriver.apply_frame(frame);
-        self.sink.publish(events);
+        self.sink.publish(frame.epoch, events);
     }
 }
