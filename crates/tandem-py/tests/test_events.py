@@ -1,7 +1,7 @@
 """The leader's KV cache events, read by a real subscriber over ZeroMQ.
 
-The subscriber decodes batches as vLLM's example subscriber does (msgspec structs,
-``array_like`` and tagged), detects gaps by sequence number and repairs every one through the
+The subscriber decodes batches with vLLM's own msgspec wire types (an ``array_like`` batch of
+tagged events), detects gaps by sequence number and repairs every one through the
 replay socket, also when idle (a lost last message shows no gap until the next one). It drops
 every fifth live message on purpose, so that repairs happen without waiting for a lost packet. A trace replay runs through a ``tandem up`` cluster while
 the test kills a follower's agent and then the leader's; at the end the subscriber's view of
@@ -24,12 +24,15 @@ import zmq
 from conftest import Cluster, http_get, tandem_bin
 
 
+# The wire types as vLLM (0.28, and its main branch when this was written) declares them in vllm/distributed/kv_events.py: the
+# batch is array_like, each event a map tagged by its class name.
 class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
     events: list[Any]
+    data_parallel_rank: Optional[int] = None
 
 
-class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     pass
 
 
@@ -40,11 +43,15 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: Optional[int]
     medium: Optional[str]
+    lora_name: Optional[str]
+    extra_keys: Optional[list[Any]] = None
+    group_idx: Optional[int] = None
 
 
 class BlockRemoved(KVCacheEvent):
     block_hashes: list[Union[bytes, int]]
     medium: Optional[str]
+    group_idx: Optional[int] = None
 
 
 class AllBlocksCleared(KVCacheEvent):
@@ -129,7 +136,8 @@ class Subscriber(threading.Thread):
                     self.cleared += 1
                     self.clears_at.append(seq)
                 elif isinstance(ev, BlockStored):
-                    assert ev.block_size == 512 and ev.token_ids == []
+                    assert ev.block_size == 512 and ev.token_ids == [] and ev.lora_name is None
+                    assert ev.medium in ("CPU", "STORAGE"), ev.medium
                     for h in ev.block_hashes:
                         self.view[bytes(h).hex()] = ev.medium
                         self.stored_blocks += 1
