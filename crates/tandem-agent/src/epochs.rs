@@ -73,6 +73,8 @@ pub struct EpochDriver {
     pub shutdown: CancellationToken,
     /// The current epoch's protocol actor.
     pub current: Option<Addr<ProtocolActor>>,
+    /// Rank 0 with `[events] enabled`: the KV cache event publisher.
+    pub cache_events: Option<crate::events::EventSink>,
     /// Every log line of an epoch on this thread (the protocol actor's too) carries it.
     pub span: Option<tracing::span::EnteredSpan>,
 }
@@ -255,6 +257,7 @@ impl EpochDriver {
             metrics: self.metrics.clone(),
             max_frame_bytes: s.max_frame_bytes,
             pool: self.pool.clone(),
+            cache_events: self.cache_events.clone(),
         };
         let protocol = ProtocolActor::new(core, self.clock, wiring).start();
         if !s.is_leader() {

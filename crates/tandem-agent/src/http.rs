@@ -1,5 +1,5 @@
 //! The agent's HTTP endpoints (actix-web): `/healthz` (the process is alive), `/readyz` (ready
-//! in the current epoch; 503 with a JSON reason when not), `/status` (JSON), `/metrics`
+//! in the current epoch; 503 with a JSON reason when not), `/status` (JSON), `/index` (rank 0's group index, `events::http`), `/metrics`
 //! (Prometheus text, OpenMetrics when asked for) and `/` (a status page for a person).
 //!
 //! Handlers only ask the actors through messages; they never hold protocol state.
@@ -121,6 +121,7 @@ pub fn start(
             .route("/readyz", web::get().to(readyz))
             .route("/status", web::get().to(status))
             .route("/metrics", web::get().to(metrics))
+            .route("/index", web::get().to(crate::events::http::index))
             .route("/", web::get().to(page))
     })
     .workers(1)

@@ -14,6 +14,8 @@
 //! - [`peer`]: the TCP transport between leader and followers, with the handshake's IO.
 //! - [`engine`]: the Unix-socket endpoint the local engine talks to.
 //! - [`http`]: `/healthz`, `/readyz`, `/status`.
+//! - [`events`]: rank 0's KV cache event stream (ZeroMQ PUB and replay), publishing what
+//!   `tandem_core::CacheEventDeriver` derives from sealed frames.
 //! - [`router`]: which epoch's protocol actor requests go to.
 //! - [`runtime`]: everything that outlives an epoch, and the driver of the epoch loop
 //!   (`tandem_core::EpochLoop`).
@@ -28,6 +30,7 @@
 pub mod clock;
 pub mod engine;
 pub mod epochs;
+pub mod events;
 pub mod http;
 pub mod peer;
 pub mod protocol;
@@ -60,6 +63,9 @@ pub enum AgentRunError {
     /// The core's configuration was refused (the leader's or the group index's).
     #[error(transparent)]
     Core(#[from] tandem_core::CoreError),
+    /// The KV cache event stream could not start (`[events]`).
+    #[error(transparent)]
+    Events(#[from] crate::events::EventsError),
     /// A listener could not bind.
     #[error("cannot listen on {what} {addr}: {source}")]
     Bind {

@@ -29,7 +29,7 @@ use crate::epochs::{Backends, Carried, EpochDriver};
 use crate::router::Router;
 use crate::settings::AgentSettings;
 use crate::store_actor::StoreActor;
-use crate::{engine, http, peer, AgentRunError};
+use crate::{engine, events, http, peer, AgentRunError};
 
 /// Run the agent (see the module docs) until `shutdown` is cancelled (`Ok`) or a fatal error.
 ///
@@ -46,10 +46,10 @@ pub async fn serve(
     let clock = Clock::new();
     let shard_bytes = settings.shard_bytes;
     let store_arbiter = Arbiter::new();
-    let metrics = Arc::new(tandem_metrics::AgentMetrics::new(
-        &settings.membership.group_id.0,
-        settings.rank.0,
-    ));
+    let mut agent_metrics =
+        tandem_metrics::AgentMetrics::new(&settings.membership.group_id.0, settings.rank.0);
+    let event_metrics = tandem_metrics::EventMetrics::register(agent_metrics.registry_mut());
+    let metrics = Arc::new(agent_metrics);
     metrics.set_stream_max_length(settings.config.redis.stream_max_len);
     metrics.set_not_ready(Some(tandem_metrics::NotReadyReason::BetweenEpochs));
     let store_metrics = metrics.clone();
@@ -126,7 +126,15 @@ pub async fn serve(
         },
         clock.now_ms(),
     );
+    let cache_events = if settings.is_leader() && settings.config.events.enabled {
+        let seqs = backends.as_ref().map(|b| b.liveness.clone());
+        let block_size = settings.config.group.tokens_per_block;
+        Some(events::start(&settings.config.events, seqs, block_size, event_metrics).await?)
+    } else {
+        None
+    };
     let mut driver = EpochDriver {
+        cache_events,
         settings: settings.clone(),
         clock,
         wall: Arc::new(SystemClock),

@@ -29,6 +29,8 @@ pub struct TandemConfig {
     pub supervisor: SupervisorConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The leader's KV cache event stream.
+    pub events: crate::events::EventsConfig,
 }
 
 /// `[group]`: who the ranks are and how the model is split between them.

@@ -55,6 +55,8 @@
 //!   registered pool's size.
 //! - `binds`: per-rank page binding: copies of tasks started without page ids wait for this
 //!   rank's engine's `bind`, until a deadline that fails the rank's shard.
+//! - [`cache_events`]: [`CacheEventDeriver`], the group's KV cache events (stored, removed,
+//!   all cleared) folded from sealed frames, for the agent to publish.
 //! - [`cadence`]: the fixed figures the cores decide with.
 //!
 //! The invariants of the group index, and the tests that prove them, are in the crate's
@@ -121,6 +123,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod cache_events;
 mod binds;
 pub mod cadence;
 pub mod config;
@@ -134,6 +137,7 @@ pub mod rebuild;
 pub mod shared;
 pub mod status;
 
+pub use cache_events::{CacheEvent, CacheEventDeriver, MAX_HASHES_PER_EVENT};
 pub use config::{CoreConfig, EpochStart};
 pub use epoch_loop::{Effect, EpochLoop, LoopConfig, Note, Outcome};
 pub use follower::FollowerCore;

@@ -35,8 +35,9 @@
 //! | `tandem:{g}:heartbeat:{rank}` | string, `PX` expiry | `epoch:unix_ms` of the rank's last heartbeat |
 //! | `tandem:{g}:failures` | list | JSON [`FailureReport`]s, oldest first, at most [`liveness::MAX_FAILURE_REPORTS`] |
 //! | `tandem:{g}:manifest:{epoch}:{rank}` | string, `PX` expiry | the shard manifest the rank published for that epoch; deleted when the next epoch starts |
+//! | `tandem:{g}:events:seq` | string counter | the last KV cache event sequence number handed out, plus one (INCRBY) |
 //!
-//! Every key is bounded or expires: one counter, one hash, one capped list, one trimmed
+//! Every key is bounded or expires: two counters, one hash, one capped list, one trimmed
 //! stream, one heartbeat per rank, and the membership and manifests of the current epoch only
 //! (a manifest put late for an ended epoch expires with its TTL).
 //!

@@ -104,4 +104,12 @@ pub trait LivenessStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// The connection errors.
     async fn manifests(&self, epoch: Epoch) -> Result<Vec<Option<Vec<u8>>>>;
+
+    /// Reserves `n` consecutive sequence numbers of the group's KV cache event stream and
+    /// returns the first: numbers never repeat or go back, across agent and group restarts
+    /// (Redis: `INCRBY tandem:{g}:events:seq n`; the first number handed out is 0).
+    ///
+    /// # Errors
+    /// The connection errors.
+    async fn reserve_event_seqs(&self, n: u64) -> Result<u64>;
 }

@@ -52,6 +52,7 @@ pub mod agent_page;
 pub mod chart;
 pub mod encode;
 pub mod error;
+pub mod events;
 pub mod exposition;
 pub mod history;
 pub mod html;
@@ -67,6 +68,7 @@ pub use agent::{AgentMetrics, LATENCY_BUCKETS_SECONDS};
 pub use agent_page::render_agent_page;
 pub use encode::{Exposition, TextFormat, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE};
 pub use error::MetricsError;
+pub use events::EventMetrics;
 pub use exposition::{parse_exposition, ExpositionError, ParsedExposition, Sample};
 pub use history::{GroupPoint, History, RankCounters};
 pub use labels::{

@@ -49,7 +49,8 @@ def http_get(addr: str, path: str, timeout: float = 2.0) -> tuple[int, str]:
 class Cluster:
     """A ``tandem up`` cluster: its sockets, HTTP addresses and processes."""
 
-    def __init__(self, pp: int, tp: int, host_capacity: int = 512) -> None:
+    def __init__(self, pp: int, tp: int, host_capacity: int = 512,
+                 env: Optional[dict[str, str]] = None, disk_capacity: int = 0) -> None:
         self.pp, self.tp = pp, tp
         self.world = pp * tp
         self.sockets: list[str] = [""] * self.world
@@ -58,11 +59,12 @@ class Cluster:
         self.dir = ""
         self.proc = subprocess.Popen(
             [str(tandem_bin()), "up", "--pp", str(pp), "--tp", str(tp),
-             "--host-capacity", str(host_capacity)],
+             "--host-capacity", str(host_capacity), "--disk-capacity", str(disk_capacity)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={k: v for k, v in os.environ.items() if not k.startswith("TANDEM__")},
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("TANDEM__")},
+                 **(env or {})},
         )
         self.output: list[str] = []
         deadline = time.monotonic() + 60

@@ -11,9 +11,11 @@
 //! - `handlers`: one handler per message, each an input of the core.
 //! - `messages`: the messages it takes (re-exported here).
 //! - [`status`]: what `/status` shows of it.
+//! - [`index_blocks`]: the leader's group index for `/index`.
 //! - `metrics`: the core's counters copied into the agent's metrics.
 
 mod handlers;
+pub mod index_blocks;
 mod messages;
 mod metrics;
 pub mod status;
@@ -26,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Recipient, SpawnHandle, WrapFuture};
-use tandem_core::{CallRef, ConnId, Event, Output, Peer, RankCore};
+use tandem_core::{CallRef, ConnId, Event, Output, Peer, RankCore, Role};
 use tandem_durable::{CompletionStream, LivenessStore};
 use tandem_proto::engine::{AgentError, EngineReply};
 use tandem_proto::wire::codec::encode_checked;
@@ -61,6 +63,8 @@ pub struct Wiring {
     pub max_frame_bytes: usize,
     /// Pages of the engine's registered pool, as the store keeps it.
     pub pool: crate::store_actor::PoolSize,
+    /// Rank 0 with `[events] enabled`: where the group's KV cache events go.
+    pub cache_events: Option<crate::events::EventSink>,
 }
 
 /// One engine call being carried: where its reply goes, and when an `end_step` arrived (for
@@ -82,12 +86,22 @@ pub struct ProtocolActor {
     leader_link: Option<PeerLink>,
     /// The one timer, and the time it is armed for.
     timer: Option<(u64, SpawnHandle)>,
+    /// Rank 0's KV cache events (when enabled).
+    cache_events: Option<crate::events::EventTap>,
 }
 
 impl ProtocolActor {
     /// The driver of `core`.
     pub fn new(core: RankCore, clock: Clock, wiring: Wiring) -> Self {
+        let cache_events = match core.role() {
+            Role::Leader(_) => wiring
+                .cache_events
+                .clone()
+                .map(crate::events::EventTap::new),
+            Role::Follower(_) => None,
+        };
         Self {
+            cache_events,
             core,
             clock,
             wiring,
@@ -120,7 +134,12 @@ impl ProtocolActor {
     fn flush(&mut self, ctx: &mut Context<Self>) {
         while let Some(out) = self.core.poll_output() {
             match out {
-                Output::Reply { call, reply } => self.reply(call, reply),
+                Output::Reply { call, reply } => {
+                    if let (Some(tap), EngineReply::Frame(f)) = (&mut self.cache_events, &reply) {
+                        tap.sealed(f);
+                    }
+                    self.reply(call, reply)
+                }
                 Output::Store(command) => self.wiring.store.do_send(Carry {
                     command,
                     report_to: ctx.address().recipient::<ShardDone>(),
@@ -129,7 +148,14 @@ impl ProtocolActor {
                 Output::Close { conn } => drop(self.links.remove(&conn)),
                 Output::Append(a) => self.append(a, ctx),
                 Output::FetchManifests { epoch } => self.fetch_manifests(epoch, ctx),
-                Output::Event(e) => drop(self.wiring.events.send(e)),
+                Output::Event(e) => {
+                    if let (Some(tap), Event::Ready { epoch }, Role::Leader(l)) =
+                        (&mut self.cache_events, &e, self.core.role())
+                    {
+                        tap.ready(*epoch, l);
+                    }
+                    drop(self.wiring.events.send(e))
+                }
             }
         }
         self.arm(ctx);

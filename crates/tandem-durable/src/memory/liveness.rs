@@ -74,4 +74,11 @@ impl LivenessStore for MemoryLog {
             })
             .collect())
     }
+
+    async fn reserve_event_seqs(&self, n: u64) -> Result<u64> {
+        let mut state = self.state("reserve_event_seqs")?;
+        let first = state.event_seq;
+        state.event_seq += n;
+        Ok(first)
+    }
 }

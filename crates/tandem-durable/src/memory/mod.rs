@@ -80,6 +80,8 @@ struct State {
     heartbeats: BTreeMap<Rank, Expiring<Heartbeat>>,
     manifests: BTreeMap<(Epoch, Rank), Expiring<Vec<u8>>>,
     failures: VecDeque<FailureReport>,
+    /// The next KV cache event sequence number.
+    event_seq: u64,
     /// Why every call fails, while set.
     unavailable: Option<String>,
 }

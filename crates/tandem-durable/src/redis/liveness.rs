@@ -113,6 +113,14 @@ impl LivenessStore for RedisLog {
         }
         self.conn.query("manifests", &cmd).await
     }
+
+    async fn reserve_event_seqs(&self, n: u64) -> Result<u64> {
+        let mut cmd = redis::cmd("INCRBY");
+        cmd.arg(format!("tandem:{{{}}}:events:seq", self.keys.group))
+            .arg(n);
+        let last: u64 = self.conn.query("reserve_event_seqs", &cmd).await?;
+        Ok(last - n)
+    }
 }
 
 fn parse_heartbeat(key: &str, text: &str) -> Result<Heartbeat> {

@@ -110,3 +110,14 @@ pub(crate) async fn failure_reports_come_out_in_order_once_and_bounded(kind: Kin
     assert_eq!(kept[0], report(5), "the oldest were dropped");
     assert_eq!(kept.last(), Some(&report(cap + 4)));
 }
+
+pub(crate) async fn event_sequence_numbers_never_repeat_across_a_restart(kind: Kind) {
+    let b = open(kind, 2).await;
+    assert_eq!(b.liveness.reserve_event_seqs(1).await.unwrap(), 0);
+    assert_eq!(b.liveness.reserve_event_seqs(3).await.unwrap(), 1);
+    assert_eq!(b.liveness.reserve_event_seqs(1).await.unwrap(), 4);
+    // A restarted leader's agent: a new handle on the same group continues after the last.
+    let again = b.reopen().await;
+    assert_eq!(again.liveness.reserve_event_seqs(1).await.unwrap(), 5);
+    assert_eq!(b.liveness.reserve_event_seqs(1).await.unwrap(), 6);
+}

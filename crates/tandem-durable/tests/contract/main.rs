@@ -243,4 +243,5 @@ contract!(
     liveness::heartbeats_expire_after_their_ttl,
     liveness::manifests_are_kept_per_epoch_and_expire,
     liveness::failure_reports_come_out_in_order_once_and_bounded,
+    liveness::event_sequence_numbers_never_repeat_across_a_restart,
 );
