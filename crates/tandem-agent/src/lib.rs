@@ -129,6 +129,7 @@ pub fn run(
         host_dir: tier_dir(&settings.config.store.host_dir, &settings),
         disk_dir: tier_dir(&settings.config.store.disk_dir, &settings),
         disk_io: Default::default(),
+        layout: settings.layout.clone(),
     };
     let lock = TierLock::acquire(&store_config, &[socket_lock_path(&settings.engine_socket)])?;
     tracing::info!(
@@ -136,9 +137,20 @@ pub fn run(
         "this rank's tiers and engine socket are locked"
     );
     let (store, report) = Store::open_locked(store_config, &lock)?;
+    if let Some(change) = &report.layout_changed {
+        tracing::warn!(
+            dropped = change.dropped,
+            written_under = %change.written_under,
+            opened_under = %change.opened_under,
+            "the model layout changed since the tiers were written: every persisted shard was dropped unread"
+        );
+    } else if let Some(why) = &report.discarded_manifest {
+        tracing::warn!(reason = %why, "the manifest was discarded: the tiers start empty");
+    }
     tracing::info!(
         adopted = report.adopted,
         invalid = report.invalid,
+        dropped_for_layout = report.layout_changed.as_ref().map_or(0, |c| c.dropped),
         "store opened (shards are verified when first read)"
     );
     let system = actix::System::new();
