@@ -20,6 +20,9 @@
 //! - [`epochs`]: the calls the epoch loop asks for, made (the log's traits, the protocol
 //!   actor of each epoch, metrics).
 //! - [`clock`]: the monotonic `now_ms` fed to the cores.
+//! - [`panics`]: the panic hook that stops the agent when any of its threads panics.
+//! - [`fault`]: test-only fault hooks (a panic at an actor's Nth message), compiled in only
+//!   with the `fault-hooks` feature.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers
@@ -28,7 +31,9 @@
 pub mod clock;
 pub mod engine;
 pub mod epochs;
+pub mod fault;
 pub mod http;
+pub mod panics;
 pub mod peer;
 pub mod protocol;
 pub mod router;
@@ -86,6 +91,17 @@ pub enum AgentRunError {
     /// The epoch loop gave up (a recovery that kept failing, a core that cannot start).
     #[error("completion log: {0}")]
     Epochs(String),
+    /// A thread of the agent panicked (an actor's handler, typically): the agent stops rather
+    /// than run on with a dead actor.
+    #[error("thread {thread} panicked at {location}: {message}; the agent stops")]
+    Panicked {
+        /// The thread's name.
+        thread: String,
+        /// `file:line` of the panic.
+        location: String,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// Substitute `{group}` and `{rank}` in a configured directory.
