@@ -81,8 +81,14 @@ fn panic_in(actor: &str, at: u64) {
     });
     assert!(!status.success(), "the agent exited cleanly after a panic");
     assert!(
-        text.contains(&format!("fault hook: {}", if actor == "store" { "Store" } else { "Protocol" }))
-            && text.contains("the agent stops"),
+        text.contains(&format!(
+            "fault hook: {}",
+            if actor == "store" {
+                "Store"
+            } else {
+                "Protocol"
+            }
+        )) && text.contains("the agent stops"),
         "the log names the panic and the stop:\n{text}"
     );
 

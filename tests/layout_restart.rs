@@ -124,7 +124,8 @@ fn a_changed_model_layout_never_loads_old_shards_and_the_same_layout_reuses_them
             .lookup(Step(0), RequestId(2), hashes.clone())
             .expect("lookup");
         assert_eq!(
-            found.matched_blocks, BLOCKS as u32,
+            found.matched_blocks,
+            BLOCKS as u32,
             "an identical layout reuses the persisted blocks\n{}\n{}",
             g.log(0),
             g.log(1)

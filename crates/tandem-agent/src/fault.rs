@@ -64,7 +64,11 @@ mod hook {
 
     pub(super) fn announce() {
         if let Some((actor, n)) = armed() {
-            tracing::warn!(?actor, message = n, "fault hook armed: the actor panics at this message");
+            tracing::warn!(
+                ?actor,
+                message = n,
+                "fault hook armed: the actor panics at this message"
+            );
         }
     }
 

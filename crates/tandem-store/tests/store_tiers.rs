@@ -435,7 +435,10 @@ fn a_changed_model_layout_drops_every_persisted_shard_and_the_same_layout_keeps_
     fp8.layout = layout("m", 1, 16);
     assert_eq!(fp8.geometry(), cfg.geometry());
     let (mut store, report) = Store::open(fp8.clone()).unwrap();
-    let change = report.layout_changed.clone().expect("the layout change is reported");
+    let change = report
+        .layout_changed
+        .clone()
+        .expect("the layout change is reported");
     assert_eq!(change.written_under, cfg.layout);
     assert_eq!(change.opened_under, fp8.layout);
     assert_eq!((change.dropped, report.adopted), (2, 0));
