@@ -32,6 +32,10 @@ fi
 cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
+# A copy with the agent's test-only fault hooks for tests/actor_panic.rs, then the plain
+# binary every other test runs (cargo keeps both builds, so switching back is a relink at most).
+cargo build --locked -p tandem-cli --bin tandem --features fault-hooks
+cp target/debug/tandem target/debug/tandem-fault-hooks
 cargo build --locked -p tandem-cli --bin tandem
 cargo test --locked --workspace "$@"
 # The Prometheus rules (promtool), then the status pages in headless Chromium.

@@ -79,6 +79,23 @@ pub fn tandem_bin() -> PathBuf {
     bin
 }
 
+/// The `tandem` binary built with the agent's test-only `fault-hooks` feature:
+/// `$TANDEM_FAULT_BIN`, or `target/debug/tandem-fault-hooks` (honouring `CARGO_TARGET_DIR`);
+/// `None` when it is missing. `scripts/test.sh` builds it with
+/// `cargo build -p tandem-cli --bin tandem --features fault-hooks`, copies it to that name and
+/// builds the plain binary again.
+pub fn tandem_fault_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TANDEM_FAULT_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("debug").join("tandem-fault-hooks");
+    bin.exists().then_some(bin)
+}
+
 /// A `Command` for the `tandem` binary with the `TANDEM__*` variables of the test's own
 /// environment removed, so that a developer's shell cannot change a test's outcome.
 pub fn tandem() -> Command {

@@ -22,6 +22,9 @@
 //! - [`epochs`]: the calls the epoch loop asks for, made (the log's traits, the protocol
 //!   actor of each epoch, metrics).
 //! - [`clock`]: the monotonic `now_ms` fed to the cores.
+//! - [`panics`]: the panic hook that stops the agent when any of its threads panics.
+//! - [`fault`]: test-only fault hooks (a panic at an actor's Nth message), compiled in only
+//!   with the `fault-hooks` feature.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers
@@ -31,7 +34,9 @@ pub mod clock;
 pub mod engine;
 pub mod epochs;
 pub mod events;
+pub mod fault;
 pub mod http;
+pub mod panics;
 pub mod peer;
 pub mod protocol;
 pub mod router;
@@ -92,6 +97,17 @@ pub enum AgentRunError {
     /// The epoch loop gave up (a recovery that kept failing, a core that cannot start).
     #[error("completion log: {0}")]
     Epochs(String),
+    /// A thread of the agent panicked (an actor's handler, typically): the agent stops rather
+    /// than run on with a dead actor.
+    #[error("thread {thread} panicked at {location}: {message}; the agent stops")]
+    Panicked {
+        /// The thread's name.
+        thread: String,
+        /// `file:line` of the panic.
+        location: String,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// Substitute `{group}` and `{rank}` in a configured directory.
@@ -135,6 +151,7 @@ pub fn run(
         host_dir: tier_dir(&settings.config.store.host_dir, &settings),
         disk_dir: tier_dir(&settings.config.store.disk_dir, &settings),
         disk_io: Default::default(),
+        layout: settings.layout.clone(),
     };
     let lock = TierLock::acquire(&store_config, &[socket_lock_path(&settings.engine_socket)])?;
     tracing::info!(
@@ -142,9 +159,20 @@ pub fn run(
         "this rank's tiers and engine socket are locked"
     );
     let (store, report) = Store::open_locked(store_config, &lock)?;
+    if let Some(change) = &report.layout_changed {
+        tracing::warn!(
+            dropped = change.dropped,
+            written_under = %change.written_under,
+            opened_under = %change.opened_under,
+            "the model layout changed since the tiers were written: every persisted shard was dropped unread"
+        );
+    } else if let Some(why) = &report.discarded_manifest {
+        tracing::warn!(reason = %why, "the manifest was discarded: the tiers start empty");
+    }
     tracing::info!(
         adopted = report.adopted,
         invalid = report.invalid,
+        dropped_for_layout = report.layout_changed.as_ref().map_or(0, |c| c.dropped),
         "store opened (shards are verified when first read)"
     );
     let system = actix::System::new();

@@ -59,6 +59,9 @@ pub async fn serve(
         std::mem::forget(span.entered());
     });
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<AgentRunError>();
+    // From here on a panic in any thread (an actor's handler) stops the agent.
+    crate::panics::install(fatal_tx.clone());
+    crate::fault::announce();
     let store_fatal = fatal_tx.clone();
     let pool = crate::store_actor::PoolSize::default();
     let store_pool = pool.clone();

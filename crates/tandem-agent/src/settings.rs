@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tandem_config::TandemConfig;
 use tandem_proto::ids::{Epoch, GroupId, Rank};
 use tandem_proto::wire::handshake::{GroupSecret, Membership, PROTOCOL_VERSION};
-use tandem_proto::ConfigFingerprint;
+use tandem_proto::{ConfigFingerprint, LayoutFingerprint};
 
 /// Why settings could not be derived.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,8 @@ pub struct AgentSettings {
     pub world_size: u32,
     /// Bytes of one block shard.
     pub shard_bytes: u64,
+    /// The model layout this rank's persisted shards are keyed by.
+    pub layout: LayoutFingerprint,
     /// What the handshake checks (group, version, fingerprint, secret, epoch).
     pub membership: Membership,
     /// Steps the leader may run ahead of the slowest acknowledgement.
@@ -87,6 +89,9 @@ impl AgentSettings {
         let fingerprint: ConfigFingerprint = config
             .fingerprint()
             .map_err(tandem_config::ConfigError::from)?;
+        let layout = config
+            .layout_fingerprint()
+            .map_err(tandem_config::ConfigError::from)?;
         let http_host = config.network.http_host.clone();
         let port = u32::from(config.network.http_base_port) + rank;
         let http_text = format!("{http_host}:{port}");
@@ -111,6 +116,7 @@ impl AgentSettings {
             epoch,
             world_size,
             shard_bytes: fingerprint.shard_bytes,
+            layout,
             membership,
             window_steps: config.protocol.window_steps,
             retention_steps: config.protocol.frame_retention_steps,

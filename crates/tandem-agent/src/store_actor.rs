@@ -406,6 +406,7 @@ impl Handler<Carry> for StoreActor {
     type Result = ();
     /// Carry out one command of the core.
     fn handle(&mut self, msg: Carry, _: &mut Self::Context) {
+        crate::fault::message(crate::fault::Actor::Store);
         match msg.command {
             StoreCommand::BeginEpoch { epoch, wipe } => self.begin_epoch(epoch, wipe),
             StoreCommand::ApplyTierOps { epoch, ops } => self.apply_tier_ops(epoch, ops),

@@ -23,6 +23,7 @@ fn main() {
         host_dir: root.join("host"),
         disk_dir: root.join("disk"),
         disk_io: IoMode::Buffered,
+        layout: Default::default(),
     };
     let filled = fill_disk_tier(&config, Fill::Sparse, 1).expect("fill");
     println!("{}", serde_json::to_string(&filled).unwrap_or_default());

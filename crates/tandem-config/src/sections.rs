@@ -5,7 +5,7 @@
 //! same defaults; a test keeps the two in step.
 
 use serde::{Deserialize, Serialize};
-use tandem_proto::ConfigFingerprint;
+use tandem_proto::{ConfigFingerprint, LayoutFingerprint};
 
 use crate::layout::{LayoutError, ShardLayout};
 
@@ -73,6 +73,9 @@ impl GroupConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
+    /// The model's name (optional): part of the layout persisted shards are keyed by, so a
+    /// restart with another model of the same shape never loads the old model's KV.
+    pub id: String,
     /// Transformer layers.
     pub num_layers: u32,
     /// KV heads (grouped-query attention heads that carry K and V).
@@ -88,6 +91,7 @@ impl Default for ModelConfig {
     /// tests fit a laptop; set real values (e.g. 32/8/128/2 for Llama-3-8B) in production.
     fn default() -> Self {
         Self {
+            id: String::new(),
             num_layers: 4,
             num_kv_heads: 2,
             head_dim: 64,
@@ -404,6 +408,26 @@ impl TandemConfig {
             frame_retention_steps: self.protocol.frame_retention_steps,
             heartbeat_interval_ms: self.supervisor.heartbeat_interval_ms,
             heartbeat_timeout_ms: self.supervisor.heartbeat_timeout_ms,
+        })
+    }
+
+    /// The layout this rank's persisted shards are keyed by: the model id and every field
+    /// that fixes what the bytes of a shard mean (see [`LayoutFingerprint`]).
+    ///
+    /// # Errors
+    /// As [`TandemConfig::shard_layout`].
+    pub fn layout_fingerprint(&self) -> Result<LayoutFingerprint, LayoutError> {
+        let layout = self.shard_layout()?;
+        Ok(LayoutFingerprint {
+            model_id: self.model.id.clone(),
+            pp_size: self.group.pp_size,
+            tp_size: self.group.tp_size,
+            tokens_per_block: self.group.tokens_per_block,
+            num_layers: self.model.num_layers,
+            num_kv_heads: self.model.num_kv_heads,
+            head_dim: self.model.head_dim,
+            dtype_bytes: self.model.dtype_bytes,
+            shard_bytes: layout.shard_bytes,
         })
     }
 

@@ -51,6 +51,7 @@ fn rank_config(
         host_dir: dirs.0.path().to_path_buf(),
         disk_dir: dirs.1.path().to_path_buf(),
         disk_io: IoMode::Buffered,
+        layout: Default::default(),
     }
 }
 

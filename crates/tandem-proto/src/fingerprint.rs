@@ -1,8 +1,9 @@
 //! The configuration fingerprint a rank presents when it joins an epoch (docs/DESIGN.md invariant 7).
 //!
 //! Owns the list of configuration fields that every rank of a group must agree on, and the
-//! comparison that names the first field that differs. It never reads configuration files:
-//! `tandem-config` builds a fingerprint from a parsed configuration.
+//! comparison that names the first field that differs, and the [`LayoutFingerprint`] a rank's
+//! persisted shards are keyed by (the store drops shards written under another layout). It
+//! never reads configuration files: `tandem-config` builds both from a parsed configuration.
 
 use serde::{Deserialize, Serialize};
 
@@ -124,6 +125,56 @@ impl ConfigFingerprint {
     }
 }
 
+/// The model layout a rank's shards were written under: what the bytes of a shard mean. The
+/// store records it in its manifest and drops every persisted shard (host and disk tier) when
+/// it opens under another one, so a restart with a changed model never serves old bytes as
+/// new KV, even where the shard size happens to stay the same (fp16 → fp8 with twice the
+/// heads, layers traded for heads, another model of the same shape).
+///
+/// Sizes are counts, bytes where the name says so. The default is the empty layout (no model
+/// id, every size 0), for stores opened outside an agent (tools, tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayoutFingerprint {
+    /// The model's name (`model.id`; empty when the configuration names none).
+    pub model_id: String,
+    /// Pipeline-parallel degree.
+    pub pp_size: u32,
+    /// Tensor-parallel degree.
+    pub tp_size: u32,
+    /// Tokens in one KV block.
+    pub tokens_per_block: u32,
+    /// Transformer layers of the whole model.
+    pub num_layers: u32,
+    /// KV heads of the whole model.
+    pub num_kv_heads: u32,
+    /// Elements per head.
+    pub head_dim: u32,
+    /// Bytes per KV element.
+    pub dtype_bytes: u32,
+    /// Bytes of one block shard on one rank.
+    pub shard_bytes: u64,
+}
+
+impl std::fmt::Display for LayoutFingerprint {
+    /// `model=<id> pp=.. tp=.. tokens_per_block=.. layers=.. kv_heads=.. head_dim=..
+    /// dtype_bytes=.. shard_bytes=..` (for logs that print two of them side by side).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "model={:?} pp={} tp={} tokens_per_block={} layers={} kv_heads={} head_dim={} dtype_bytes={} shard_bytes={}",
+            self.model_id,
+            self.pp_size,
+            self.tp_size,
+            self.tokens_per_block,
+            self.num_layers,
+            self.num_kv_heads,
+            self.head_dim,
+            self.dtype_bytes,
+            self.shard_bytes
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,5 +238,24 @@ mod tests {
         other.host_capacity_blocks = 200;
         let m = sample().first_mismatch(&other).unwrap();
         assert_eq!((m.ours.as_str(), m.theirs.as_str()), ("400", "200"));
+    }
+
+    #[test]
+    fn a_layout_prints_every_field() {
+        let l = LayoutFingerprint {
+            model_id: "llama-3-8b".into(),
+            pp_size: 1,
+            tp_size: 2,
+            tokens_per_block: 16,
+            num_layers: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            dtype_bytes: 2,
+            shard_bytes: 4096,
+        };
+        assert_eq!(
+            l.to_string(),
+            "model=\"llama-3-8b\" pp=1 tp=2 tokens_per_block=16 layers=32 kv_heads=8 head_dim=128 dtype_bytes=2 shard_bytes=4096"
+        );
     }
 }

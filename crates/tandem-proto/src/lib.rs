@@ -18,7 +18,8 @@
 //! - [`wire`]: `message` (the `Message` enum), `codec` (the length-delimited, versioned
 //!   envelope; never panics, checks the length limit first), `handshake` (`Membership`,
 //!   HMAC proof of the group secret, `HandshakeError` naming the differing field).
-//! - [`fingerprint`]: `ConfigFingerprint`, the configuration every rank must agree on.
+//! - [`fingerprint`]: `ConfigFingerprint`, the configuration every rank must agree on, and
+//!   `LayoutFingerprint`, the model layout persisted shards are keyed by.
 //! - [`quorum`]: per-task shard reports keyed by `(epoch, task, rank)`; duplicates ignored.
 //! - [`persist`]: finished → durable → revealed pipeline of outcomes (`PersistBatch`).
 //! - [`liveness`]: heartbeat deadlines.
@@ -105,7 +106,7 @@ pub mod retention;
 pub mod wire;
 
 pub use error::{FollowerError, LeaderError, QuorumError};
-pub use fingerprint::{ConfigFingerprint, FieldMismatch};
+pub use fingerprint::{ConfigFingerprint, FieldMismatch, LayoutFingerprint};
 pub use follower::{Follower, FollowerEvent, FollowerStats, WaitId};
 pub use frame::{
     Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,

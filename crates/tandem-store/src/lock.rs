@@ -176,6 +176,7 @@ mod tests {
             host_dir: root.join("host"),
             disk_dir: root.join("disk"),
             disk_io: Default::default(),
+            layout: Default::default(),
         }
     }
 

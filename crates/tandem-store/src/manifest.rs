@@ -6,9 +6,9 @@
 //! the store checks each shard's bytes against its entry's checksum whenever it reads the
 //! shard.
 //!
-//! File format: the 8 bytes `TNDMANI2`, the CRC-32C of the payload (4 bytes, little-endian),
-//! then the payload: the [`Manifest`] encoded with postcard: rank, geometry, then the entries
-//! in block hash order, each with its tier, slot and shard checksum (read back in bulk). A manifest is rewritten whole on
+//! File format: the 8 bytes `TNDMANI3`, the CRC-32C of the payload (4 bytes, little-endian),
+//! then the payload: the [`Manifest`] encoded with postcard: rank, geometry, the model layout
+//! ([`LayoutFingerprint`]) the shards were written under, then the entries in block hash order, each with its tier, slot and shard checksum (read back in bulk). A manifest is rewritten whole on
 //! every flush (about 30 bytes per entry); the store flushes when asked, typically once per
 //! step, not per block.
 
@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tandem_proto::ids::Rank;
+use tandem_proto::LayoutFingerprint;
 
 use crate::block::{BlockHash, Location};
 use crate::fence::{Fence, Fenced};
@@ -26,8 +27,10 @@ use crate::fence::{Fence, Fenced};
 /// The file name of the manifest inside the disk directory.
 pub const MANIFEST_FILE: &str = "manifest.bin";
 
-/// Version 2 (128-bit block hashes); a version-1 manifest is discarded whole at open.
-const MAGIC: &[u8; 8] = b"TNDMANI2";
+/// Version 3 (the model layout recorded); a manifest of an earlier version (version 2 had no
+/// layout, version 1 had 64-bit block hashes) is discarded whole at open: its shards' layout
+/// is unknown.
+const MAGIC: &[u8; 8] = b"TNDMANI3";
 
 /// The tier geometry a manifest was written for; entries are meaningless under another one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +50,9 @@ pub struct Manifest {
     pub rank: Rank,
     /// The geometry of its tiers.
     pub geometry: Geometry,
+    /// The model layout its shards were written under; a store opened under another one
+    /// drops every entry.
+    pub layout: LayoutFingerprint,
     /// Every shard the rank holds, with its checksum (what a load verifies the shard's bytes
     /// against; a restart takes these over without reading the shards).
     #[serde(deserialize_with = "entries_in_bulk")]
@@ -116,10 +122,11 @@ pub enum ManifestError {
 
 impl Manifest {
     /// An empty manifest.
-    pub fn new(rank: Rank, geometry: Geometry) -> Self {
+    pub fn new(rank: Rank, geometry: Geometry, layout: LayoutFingerprint) -> Self {
         Manifest {
             rank,
             geometry,
+            layout,
             entries: BTreeMap::new(),
         }
     }
@@ -256,7 +263,12 @@ mod tests {
             host_capacity_blocks: 4,
             disk_capacity_blocks: 8,
         };
-        let mut m = Manifest::new(Rank(2), geometry);
+        let layout = LayoutFingerprint {
+            model_id: "m".into(),
+            num_layers: 2,
+            ..LayoutFingerprint::default()
+        };
+        let mut m = Manifest::new(Rank(2), geometry, layout);
         m.entries.insert(
             BlockHash(7),
             Location {
@@ -324,7 +336,7 @@ mod tests {
             (BlockHash(3), loc(2)),
             (BlockHash(9), loc(3)),
         ]);
-        let payload = postcard::to_stdvec(&(Rank(2), m.geometry, pairs)).unwrap();
+        let payload = postcard::to_stdvec(&(Rank(2), m.geometry, m.layout.clone(), pairs)).unwrap();
         let mut bytes = MAGIC.to_vec();
         bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
         bytes.extend_from_slice(&payload);

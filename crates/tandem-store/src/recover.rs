@@ -1,7 +1,9 @@
 //! Opening a rank's store: tiers, manifest, and which entries to take over.
 //!
 //! Owns [`Store::open`] and [`Store::scrub`]. Open maps or creates the host slab and the disk
-//! file, reads the manifest and takes over every entry whose place is plausible (its tier
+//! file, reads the manifest, drops it whole when it was written by another rank, under another
+//! model layout ([`tandem_proto::LayoutFingerprint`]) or for another tier geometry, and takes
+//! over every entry whose place is plausible (its tier
 //! file was reused, its slot inside the tier and listed once), without reading any shard:
 //! the manifest carries each shard's checksum, and every read of a shard (a load, a
 //! demotion, a promotion) verifies it and drops a shard that fails, which the leader then
@@ -17,7 +19,7 @@ use crate::host::{HostTier, HOST_SLAB_FILE};
 use crate::lock::TierLock;
 use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
 use crate::shm::FileOrigin;
-use crate::store::{OpenReport, ScrubReport, Store, StoreConfig, StoreError};
+use crate::store::{LayoutChange, OpenReport, ScrubReport, Store, StoreConfig, StoreError};
 use crate::tier::Tier;
 
 impl Store {
@@ -91,10 +93,23 @@ impl Store {
         };
         let manifest_path = config.disk_dir.join(MANIFEST_FILE);
         let mut report = OpenReport::default();
-        let fresh = Manifest::new(config.rank, config.geometry());
+        let fresh = Manifest::new(config.rank, config.geometry(), config.layout.clone());
         let old = match Manifest::load(&manifest_path) {
             Ok(Some(m)) if m.rank != config.rank => {
                 report.discarded_manifest = Some(format!("written by rank {}", m.rank));
+                fresh.clone()
+            }
+            // Checked before the geometry: a shard size that changed is a layout change too.
+            Ok(Some(m)) if m.layout != config.layout => {
+                report.discarded_manifest = Some(format!(
+                    "written under model layout [{}], opened under [{}]",
+                    m.layout, config.layout
+                ));
+                report.layout_changed = Some(LayoutChange {
+                    dropped: m.entries.len(),
+                    written_under: m.layout,
+                    opened_under: config.layout.clone(),
+                });
                 fresh.clone()
             }
             Ok(Some(m)) if m.geometry != config.geometry() => {

@@ -26,7 +26,7 @@ use crate::host::HostTier;
 use crate::lock::{LockError, TierLock};
 use crate::manifest::{Geometry, Manifest, ManifestError};
 use crate::tier::{Tier, TierError, TierSlots};
-use tandem_proto::{RankBlocks, TierOp};
+use tandem_proto::{LayoutFingerprint, RankBlocks, TierOp};
 
 /// Where and how big this rank's tiers are. Sizes come from the configuration (the shard size
 /// from the model layout, capacities in blocks).
@@ -46,6 +46,9 @@ pub struct StoreConfig {
     pub disk_dir: PathBuf,
     /// Disk I/O mode.
     pub disk_io: IoMode,
+    /// The model layout the shards are written under (from the configuration): recorded in
+    /// the manifest; a manifest written under another layout is dropped whole at open.
+    pub layout: LayoutFingerprint,
 }
 
 impl StoreConfig {
@@ -68,8 +71,23 @@ pub struct OpenReport {
     /// Shards dropped: slot outside the tier, slot listed twice, tier absent or recreated
     /// empty.
     pub invalid: usize,
-    /// Why the manifest was discarded whole (unreadable, another rank's, another geometry).
+    /// Why the manifest was discarded whole (unreadable, another rank's, another layout,
+    /// another geometry).
     pub discarded_manifest: Option<String>,
+    /// Set when the manifest was written under another model layout: every shard it listed
+    /// was dropped unread.
+    pub layout_changed: Option<LayoutChange>,
+}
+
+/// A manifest written under another model layout than the store's (see [`OpenReport`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayoutChange {
+    /// The layout the manifest's shards were written under.
+    pub written_under: LayoutFingerprint,
+    /// The layout the store opened under.
+    pub opened_under: LayoutFingerprint,
+    /// Shards the manifest listed (host and disk tiers), all dropped, in blocks.
+    pub dropped: usize,
 }
 
 /// What [`Store::scrub`] found.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tandem_proto::ids::Rank;
+use tandem_proto::LayoutFingerprint;
 use tandem_store::buffer::{BufferError, EngineBuffers, PageId, RegionSpec};
 use tandem_store::disk::{IoMode, DISK_SLAB_FILE};
 use tandem_store::host::HOST_SLAB_FILE;
@@ -35,6 +36,7 @@ fn config(host: &Path, disk: &Path, shard: usize) -> StoreConfig {
         host_dir: host.to_path_buf(),
         disk_dir: disk.to_path_buf(),
         disk_io: IoMode::Buffered,
+        layout: Default::default(),
     }
 }
 
@@ -384,6 +386,90 @@ fn reopening_keeps_the_manifest_s_shards_and_discards_another_geometry() {
             .starts_with("written for geometry"),
         "{report:?}"
     );
+    assert!(store.is_empty());
+}
+
+/// A layout of the given element size and head count whose shards are `SHARD` bytes for any
+/// `dtype_bytes × heads` product: the shard size alone cannot tell the two apart.
+fn layout(model: &str, dtype_bytes: u32, kv_heads: u32) -> LayoutFingerprint {
+    LayoutFingerprint {
+        model_id: model.into(),
+        pp_size: 1,
+        tp_size: 1,
+        tokens_per_block: 16,
+        num_layers: 8,
+        num_kv_heads: kv_heads,
+        head_dim: 16,
+        dtype_bytes,
+        shard_bytes: SHARD as u64,
+    }
+}
+
+#[test]
+fn a_changed_model_layout_drops_every_persisted_shard_and_the_same_layout_keeps_them() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let host = shm_dir();
+    let disk = tempfile::tempdir().unwrap();
+    let mut cfg = config(host.path(), disk.path(), SHARD);
+    cfg.layout = layout("m", 2, 8);
+    let (mut store, _) = Store::open(cfg.clone()).unwrap();
+    let a = random(&mut rng, SHARD);
+    let b = random(&mut rng, SHARD);
+    store.store_shard(BlockHash(1), Tier::Host, &a).unwrap();
+    store.store_shard(BlockHash(2), Tier::Disk, &b).unwrap();
+    assert!(store.flush_manifest().unwrap());
+    drop(store);
+
+    // The identical layout: both shards are taken over and load byte for byte.
+    let (mut store, report) = Store::open(cfg.clone()).unwrap();
+    assert_eq!((report.adopted, report.layout_changed), (2, None));
+    let mut out = vec![0u8; SHARD];
+    store.load_shard(BlockHash(1), &mut out).unwrap();
+    assert!(out == a);
+    store.load_shard(BlockHash(2), &mut out).unwrap();
+    assert!(out == b);
+    drop(store);
+
+    // fp8 with twice the heads: the same shard size and geometry, another meaning.
+    let mut fp8 = cfg.clone();
+    fp8.layout = layout("m", 1, 16);
+    assert_eq!(fp8.geometry(), cfg.geometry());
+    let (mut store, report) = Store::open(fp8.clone()).unwrap();
+    let change = report
+        .layout_changed
+        .clone()
+        .expect("the layout change is reported");
+    assert_eq!(change.written_under, cfg.layout);
+    assert_eq!(change.opened_under, fp8.layout);
+    assert_eq!((change.dropped, report.adopted), (2, 0));
+    let why = report.discarded_manifest.unwrap();
+    assert!(
+        why.contains("dtype_bytes=2") && why.contains("dtype_bytes=1"),
+        "both layouts are named: {why}"
+    );
+    assert!(store.is_empty());
+    assert!(matches!(
+        store.load_shard(BlockHash(1), &mut out),
+        Err(StoreError::UnknownBlock { .. })
+    ));
+    // The slots are free again: the new layout fills the tiers from the start.
+    for n in 10..14 {
+        store.store_shard(BlockHash(n), Tier::Disk, &b).unwrap();
+    }
+    store.flush_manifest().unwrap();
+    drop(store);
+
+    // Going back does not resurrect the old shards: the manifest now names the new layout.
+    let (store, report) = Store::open(cfg.clone()).unwrap();
+    assert_eq!(report.layout_changed.map(|c| c.dropped), Some(4));
+    assert!(store.is_empty());
+    drop(store);
+
+    // Another model id of the same shape is another layout too.
+    let mut other = cfg.clone();
+    other.layout.model_id = "other".into();
+    let (store, report) = Store::open(other).unwrap();
+    assert!(report.layout_changed.is_some(), "{report:?}");
     assert!(store.is_empty());
 }
 

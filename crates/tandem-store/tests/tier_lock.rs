@@ -27,6 +27,7 @@ fn config(root: &Path) -> StoreConfig {
         host_dir: root.join("host"),
         disk_dir: root.join("disk"),
         disk_io: IoMode::Buffered,
+        layout: Default::default(),
     }
 }
 

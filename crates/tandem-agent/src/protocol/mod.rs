@@ -124,6 +124,7 @@ impl ProtocolActor {
 
     /// Feed the core one input at the clock's `now_ms`, then carry out its outputs.
     fn input<T>(&mut self, ctx: &mut Context<Self>, f: impl FnOnce(&mut RankCore, u64) -> T) -> T {
+        crate::fault::message(crate::fault::Actor::Protocol);
         let now = self.clock.now_ms();
         let result = f(&mut self.core, now);
         self.flush(ctx);

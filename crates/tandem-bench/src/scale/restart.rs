@@ -109,7 +109,7 @@ pub fn fill_disk_tier(
     let slab_path = config.disk_dir.join(DISK_SLAB_FILE);
     let slab = File::create(&slab_path).map_err(io("create", &slab_path))?;
     slab.set_len(size).map_err(io("size", &slab_path))?;
-    let mut manifest = Manifest::new(config.rank, config.geometry());
+    let mut manifest = Manifest::new(config.rank, config.geometry(), config.layout.clone());
     let mut rng = seed | 1;
     let mut next = move || {
         rng ^= rng << 13;

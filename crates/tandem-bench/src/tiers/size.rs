@@ -81,6 +81,7 @@ impl SizeBench {
                 host_dir: shm.join(format!("{name}-{shard}")),
                 disk_dir: work.join(format!("{name}-{shard}")),
                 disk_io: mode,
+                layout: Default::default(),
             };
             Store::open(cfg).map(|(s, _)| s)
         };

@@ -75,6 +75,7 @@ fn store_config(root: &Path, which: &str, disk_blocks: u64, shard_bytes: usize) 
         host_dir: root.join(which).join("host"),
         disk_dir: root.join(which).join("disk"),
         disk_io: IoMode::Buffered,
+        layout: Default::default(),
     }
 }
 
