@@ -123,8 +123,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod cache_events;
 mod binds;
+pub mod cache_events;
 pub mod cadence;
 pub mod config;
 pub mod epoch_loop;
