@@ -32,16 +32,27 @@ use tandem_trace::{SynthWorkload, TraceRecord};
 
 const READY: Duration = Duration::from_secs(60);
 
-/// `world` ranks (TP), 2 KiB shards, tiers large enough that nothing is evicted.
+/// `world` ranks (TP), tiers large enough that nothing is evicted.
 fn spec(world: u32) -> GroupSpec {
     let mut s = GroupSpec::new(1, world);
     s.host_capacity_blocks = 8192;
     s
 }
 
+/// `spec`'s group configured (2 KiB shards), with as many KV heads as its ranks need to split
+/// them evenly (8, or `8 × world` when `world` does not divide 8).
+fn configure(spec: &GroupSpec) -> Group {
+    let g = SupervisedGroup::configure_small(spec);
+    let world = spec.world_size();
+    if 8 % world != 0 {
+        g.edit_config("num_kv_heads = 8", &format!("num_kv_heads = {}", 8 * world));
+    }
+    g
+}
+
 /// A started group without Redis or supervisor (one epoch), ready.
 fn group(world: u32) -> Group {
-    let mut g = SupervisedGroup::configure_small(&spec(world));
+    let mut g = configure(&spec(world));
     for rank in 0..g.world_size {
         let child = g.agent_command(rank).spawn().expect("spawn tandem agent");
         g.agents.push(Some(ChildGuard(child)));
@@ -123,7 +134,7 @@ fn replay_through_restarts(world: u32, requests: usize, rounds: u32, every_rank:
     let redis = RedisServer::start_bound("127.0.0.1");
     let mut spec = spec(world);
     spec.redis_url = redis.url();
-    let mut c = SupervisedGroup::start_small(&spec, "info");
+    let mut c = SupervisedGroup::start_configured(configure(&spec), "info");
     let replay = InProcessReplay::run(params(&c.group, Speed::MaxRate), records(requests));
     let mut done = 0;
     for round in 0..rounds {
