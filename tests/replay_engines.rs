@@ -145,7 +145,9 @@ fn replay_through_restarts(world: u32, requests: usize, rounds: u32, every_rank:
         if replay.done() {
             break;
         }
-        let epoch = c.supervisor_epoch().expect("the supervisor names its epoch");
+        let epoch = c
+            .supervisor_epoch()
+            .expect("the supervisor names its epoch");
         if every_rank {
             for rank in 0..world {
                 c.kill_and_respawn(rank);
