@@ -50,9 +50,12 @@
 //!   [`ReplayParams::cancel`] ends a run at once.
 //!
 //! # Tests
-//! `tests/fake_group.rs` drives the engines against an in-process fake group
-//! (`tests/fake_agent`) that keeps the contract and restarts on demand, by stale epoch or by
-//! breaking every socket; the workspace tests drive them against real agents.
+//! The unit tests cover the scheduler, ledger, summary and errors without a group. The
+//! engines themselves run only against real agent processes, in the workspace process tests:
+//! `tests/replay_engines.rs` (clean runs against the simulator, restarts by stale epoch and by
+//! broken sockets, paced and cancelled runs, one rank, an empty trace), `tests/replay_cli.rs`
+//! (the `tandem replay` command on the shipped traces, with and without chaos) and
+//! `tests/faults.rs` (replays under process, Redis, network and disk faults).
 //!
 //! # Layout
 //! - [`content`]: shard content, [`fill_shard`], [`verify_shard`], [`VerifyError`].
