@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The full fault and bad-input suite of docs/RELIABILITY.md: the same tests CI runs
 # (tests/faults.rs, tests/bad_input.rs, tests/access.rs, tests/churn.rs, tests/window_stall.rs,
+# tests/layout_restart.rs, tests/actor_panic.rs, tests/burst.rs,
 # the fuzzers of tandem-proto and tandem-client), with more rounds, more requests and more fuzz cases, each test run on its own
 # and repeated, with its pass/fail, its wall time and every FIGURE line it printed collected in
 # one directory.
@@ -124,6 +125,13 @@ for t in per_epoch_redis_keys_stay_bounded_over_many_epochs kills_every_one_and_
 done
 run "window_stall::a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank" "$REPEAT" \
   -p tandem-tests --test window_stall a_follower_that_stops_acknowledging_makes_the_stall_visible_naming_its_rank
+
+# Faults inside a rank: a changed model layout, a panic in an actor (needs the fault-hooks
+# copy of the binary that scripts/test.sh builds; skipped without it), a burst of tasks.
+run "layout_restart" "$REPEAT" -p tandem-tests --test layout_restart
+run "actor_panic" "$REPEAT" -p tandem-tests --test actor_panic
+run "burst::five_thousand_stores_in_one_step_all_get_one_outcome" "$REPEAT" \
+  -p tandem-tests --test burst five_thousand_stores_in_one_step_all_get_one_outcome
 
 echo
 echo "results: $results"
