@@ -42,6 +42,16 @@ impl Cluster {
     /// Two ranks (pp 1 × tp 2) with 2 KiB shards and room for every block of a replay,
     /// their supervisor (with `supervisor_env` as `TANDEM__*` overrides), all ready.
     fn start(redis: RedisServer, supervisor_env: &[(&str, &str)]) -> Self {
+        Self::start_with(redis, supervisor_env, |toml| toml)
+    }
+
+    /// As [`Self::start`], with the group's configuration file rewritten by `edit` before
+    /// any process reads it.
+    fn start_with(
+        redis: RedisServer,
+        supervisor_env: &[(&str, &str)],
+        edit: impl Fn(String) -> String,
+    ) -> Self {
         let mut spec = GroupSpec::new(1, 2);
         spec.redis_url = redis.url();
         spec.host_capacity_blocks = 8192;
@@ -49,6 +59,8 @@ impl Cluster {
         let mut group = Group::configure(&spec);
         // 2 KiB shards instead of 32 KiB: the replay exercises the protocol, not copy bandwidth.
         group.use_small_shards();
+        let toml = std::fs::read_to_string(&group.config).expect("read the group config");
+        std::fs::write(&group.config, edit(toml)).expect("write the group config");
         for rank in 0..group.world_size {
             let child = group
                 .agent_command(rank)
@@ -256,6 +268,52 @@ fn sigkill_a_follower_agent_in_the_middle_of_stores() {
 #[test]
 fn sigkill_the_leader_agent_in_the_middle_of_stores() {
     kill_agent_mid_replay(0, false, 12);
+}
+
+/// A follower agent SIGKILLed and started again with the same rank far faster than one
+/// heartbeat interval (2 s here): its heartbeat never goes stale, yet the group moves to a new
+/// epoch (the new process's heartbeat names a new incarnation; it also finds its rank in the
+/// epoch's membership; the leader loses its connection), and stores and loads work after.
+#[test]
+fn an_agent_restarted_faster_than_a_heartbeat_moves_the_group() {
+    const INTERVAL_MS: u64 = 2_000;
+    let _serial = serial();
+    let mut c = Cluster::start_with(RedisServer::start(), &[], |toml| {
+        toml.replace(
+            "heartbeat_interval_ms = 50\nheartbeat_timeout_ms = 1000",
+            &format!(
+                "heartbeat_interval_ms = {INTERVAL_MS}\nheartbeat_timeout_ms = {}",
+                INTERVAL_MS * 3
+            ),
+        )
+    });
+    let epoch_before = c.supervisor.epoch().expect("supervisor epoch");
+    let killed = Instant::now();
+    c.kill_agent(1);
+    c.restart_agent(1);
+    let respawn_ms = killed.elapsed().as_millis();
+    assert!(
+        respawn_ms < u128::from(INTERVAL_MS),
+        "the respawn ({respawn_ms} ms) must be faster than one heartbeat interval"
+    );
+    let epoch_after = c.wait_epoch_after(epoch_before, Duration::from_secs(60));
+    c.group.wait_ready(READY);
+    c.wait_supervisor_ready(READY);
+    let s = Replay::start(&c, 100, 21).finish(&c);
+    assert_exactly_once(&s, &c, 100);
+    let log = c.supervisor.log();
+    let why: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("restart") && l.contains("rank 1"))
+        .collect();
+    assert!(
+        !why.is_empty(),
+        "the supervisor names rank 1's restart as the failure:\n{log}"
+    );
+    eprintln!(
+        "fast restart: respawn {respawn_ms} ms after the kill (interval {INTERVAL_MS} ms); epoch {epoch_before} -> {epoch_after}; detected by:\n{}",
+        why.join("\n")
+    );
 }
 
 #[test]

@@ -55,6 +55,9 @@ pub struct EpochDriver {
     pub clock: Clock,
     /// The wall clock heartbeats are stamped with.
     pub wall: Arc<dyn WallClock>,
+    /// This process's incarnation (its tier fence's), carried in every heartbeat: the
+    /// supervisor sees a restart inside an epoch by the change, however fast it was.
+    pub incarnation: u64,
     /// The log, when Redis is configured.
     pub backends: Option<Backends>,
     /// The rank's store.
@@ -136,7 +139,11 @@ impl EpochDriver {
             ),
             Effect::Heartbeat { epoch, ttl_ms } => {
                 let unix_ms = self.wall.now_ms();
-                let beat = Heartbeat { epoch, unix_ms };
+                let beat = Heartbeat {
+                    epoch,
+                    unix_ms,
+                    incarnation: self.incarnation,
+                };
                 Outcome::HeartbeatWritten(
                     self.call(log("heartbeat"), |b| async move {
                         b.liveness.heartbeat(rank, beat, ttl_ms).await

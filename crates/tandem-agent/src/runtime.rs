@@ -45,6 +45,7 @@ pub async fn serve(
     let settings = Arc::new(settings);
     let clock = Clock::new();
     let shard_bytes = settings.shard_bytes;
+    let incarnation = store.fence().token().incarnation;
     let store_arbiter = Arbiter::new();
     let mut agent_metrics =
         tandem_metrics::AgentMetrics::new(&settings.membership.group_id.0, settings.rank.0);
@@ -141,6 +142,7 @@ pub async fn serve(
         settings: settings.clone(),
         clock,
         wall: Arc::new(SystemClock),
+        incarnation,
         backends,
         store: store_addr,
         pool,

@@ -69,6 +69,7 @@ impl Driver {
                     let beat = Heartbeat {
                         epoch,
                         unix_ms: self.clock.now_ms(),
+                        incarnation: 0,
                     };
                     Outcome::HeartbeatWritten(s(self.log.heartbeat(rank, beat, ttl_ms).await))
                 }

@@ -1,7 +1,8 @@
 //! Liveness, failure reports and shard manifests between the agents, their leader and the
 //! supervisor, as a contract.
 //!
-//! Every agent writes a heartbeat (epoch and wall-clock time, expiring after a TTL) each
+//! Every agent writes a heartbeat (epoch, wall-clock time and incarnation, expiring after a
+//! TTL) each
 //! interval, and pushes a [`FailureReport`] when it sees its epoch fail (a lost peer, a silent
 //! rank, a refused frame); at the start of each epoch it publishes its shard manifest. The
 //! supervisor reads heartbeats and reports, the leader reads the manifests. Owns the
@@ -34,13 +35,18 @@ pub struct FailureReport {
     pub reason: String,
 }
 
-/// A rank's last heartbeat: the epoch it was in and when, in ms since the Unix epoch.
+/// A rank's last heartbeat: the epoch it was in, when (ms since the Unix epoch), and which
+/// process start of the rank's agent wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
     /// The epoch the agent was running.
     pub epoch: Epoch,
     /// Wall-clock time of the heartbeat, ms since the Unix epoch.
     pub unix_ms: u64,
+    /// The agent's incarnation: an id that changes with every start of the rank's agent
+    /// process (the agents use the tier fence's incarnation). 0: not known (a heartbeat
+    /// written in the older `epoch:unix_ms` form).
+    pub incarnation: u64,
 }
 
 /// Heartbeats, failure reports and manifests of one group of `world_size` ranks.

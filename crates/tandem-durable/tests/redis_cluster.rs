@@ -83,6 +83,7 @@ async fn a_groups_keys_share_one_slot_and_groups_spread_over_the_masters() {
         Heartbeat {
             epoch: e,
             unix_ms: 1,
+            incarnation: 1,
         },
         60_000,
     )
@@ -161,6 +162,7 @@ async fn appends_and_epochs_follow_their_slot_to_another_master() {
             Heartbeat {
                 epoch: e,
                 unix_ms: 1,
+                incarnation: 1,
             },
             600_000,
         )

@@ -385,6 +385,7 @@ impl World {
                 let beat = Heartbeat {
                     epoch,
                     unix_ms: WALL_BASE_MS + now,
+                    incarnation: 0,
                 };
                 Outcome::HeartbeatWritten(text(ready(log.heartbeat(rank, beat, ttl_ms))))
             }

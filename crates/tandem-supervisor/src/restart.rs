@@ -11,7 +11,8 @@
 //! [`RestartMachine::poll_timeout`], the next deadline. It never sleeps, reads a clock, draws
 //! randomness or talks to Redis: the driver ([`crate::actor::SupervisorActor`]) does, through
 //! the `tandem_durable` traits. Restart intensity is [`RestartPolicy`]'s, silence is
-//! [`silent_ranks`]'s.
+//! [`silent_ranks`]'s, a restart inside the epoch (a new incarnation in a rank's heartbeat,
+//! however fast) [`changed_incarnations`]'s.
 //!
 //! # Phases
 //!
@@ -28,7 +29,7 @@
 use tandem_durable::{FailureReport, GroupState, Heartbeat, SupervisorState};
 use tandem_proto::{Epoch, Rank};
 
-use crate::liveness::silent_ranks;
+use crate::liveness::{changed_incarnations, silent_ranks};
 use crate::policy::{Decision, RestartPolicy};
 
 /// The machine's fixed parameters.
@@ -180,6 +181,9 @@ pub struct RestartMachine {
     /// supervisor backs off from its whole history, the cautious side.
     recovered_at_ms: u64,
     restarts_total: u64,
+    /// Each rank's incarnation seen in the current epoch's heartbeats (cleared when the epoch
+    /// moves).
+    incarnations: Vec<Option<u64>>,
 }
 
 impl RestartMachine {
@@ -199,6 +203,7 @@ impl RestartMachine {
             last_recovery_ms: None,
             recovered_at_ms: 0,
             restarts_total: 0,
+            incarnations: Vec::new(),
         }
     }
 
@@ -287,7 +292,12 @@ impl RestartMachine {
         if self.phase != Phase::Watching {
             return Vec::new();
         }
-        let failures = self.failures(seen, now_ms);
+        let mut failures = self.failures(seen, now_ms);
+        failures.extend(
+            changed_incarnations(&mut self.incarnations, &seen.beats, self.state.epoch)
+                .iter()
+                .map(|r| r.describe()),
+        );
         let mut out = Vec::new();
         let all_joined = (0..self.config.world_size).all(|r| seen.members.contains(&Rank(r)));
         if matches!(self.state.state, GroupState::Restarting { .. })
@@ -327,6 +337,7 @@ impl RestartMachine {
         };
         self.restarts_total += 1;
         self.watching_since_ms = now_ms;
+        self.incarnations.clear();
         vec![
             Effect::Save(self.state.clone()),
             Effect::Restarted {

@@ -28,6 +28,7 @@ fn beat(epoch: u64, unix_ms: u64) -> Option<Heartbeat> {
     Some(Heartbeat {
         epoch: Epoch(epoch),
         unix_ms,
+        incarnation: 1,
     })
 }
 
@@ -330,4 +331,41 @@ fn a_zero_backoff_moves_the_epoch_in_the_same_round() {
     seen.exited = vec!["agent of rank 0 exited".into()];
     let out = m.handle_observation(&seen, T0, 0.5);
     assert_eq!(out.last(), Some(&Effect::MoveEpoch));
+}
+
+#[test]
+fn a_rank_restarted_faster_than_a_heartbeat_moves_the_group() {
+    let mut m = RestartMachine::new(config(3), healthy(1), T0);
+    assert!(m.handle_observation(&all_well(1, T0), T0, 0.5).is_empty());
+    // Rank 1's agent was killed and started again between two rounds: it is still a member
+    // and its heartbeat is fresh, but names another incarnation.
+    let mut seen = all_well(1, T0 + 100);
+    seen.beats[1] = Some(Heartbeat {
+        incarnation: 2,
+        ..beat(1, T0 + 100).unwrap()
+    });
+    let why = "rank 1 restarted inside epoch 1 (heartbeat incarnation 1 -> 2)";
+    assert_eq!(
+        m.handle_observation(&seen, T0 + 100, 1.0),
+        vec![
+            Effect::Failure(why.into()),
+            Effect::RestartScheduled {
+                delay_ms: 100,
+                reason: why.into()
+            }
+        ]
+    );
+    assert_eq!(m.handle_timeout(T0 + 200), vec![Effect::MoveEpoch]);
+    m.handle_epoch_moved(Epoch(2), T0 + 200);
+    // In the new epoch the new incarnation is the one seen first: the group recovers.
+    let mut next = all_well(2, T0 + 300);
+    next.beats[1] = seen.beats[1].map(|b| Heartbeat {
+        epoch: Epoch(2),
+        ..b
+    });
+    let out = m.handle_observation(&next, T0 + 300, 0.5);
+    assert!(
+        matches!(out.first(), Some(Effect::Recovered { epoch, .. }) if *epoch == Epoch(2)),
+        "{out:?}"
+    );
 }

@@ -284,6 +284,7 @@ mod tests {
         Some(Heartbeat {
             epoch: Epoch(3),
             unix_ms,
+            incarnation: 1,
         })
     }
 

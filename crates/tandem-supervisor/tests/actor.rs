@@ -100,6 +100,7 @@ impl Rig {
             let beat = Heartbeat {
                 epoch,
                 unix_ms: self.clock.now_ms(),
+                incarnation: 1,
             };
             self.log.heartbeat(Rank(r), beat, 60_000).await.unwrap();
             self.log.join(epoch, Rank(r)).await.unwrap();

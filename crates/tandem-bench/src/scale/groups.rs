@@ -313,6 +313,7 @@ async fn drive(
                 let beat = Heartbeat {
                     epoch: g.epoch,
                     unix_ms: 0,
+                    incarnation: 0,
                 };
                 count(log.heartbeat(rank, beat, 10_000).await);
                 count(log.current_epoch().await.map(drop));

@@ -1,5 +1,6 @@
 //! [`LivenessStore`] on Redis: heartbeat keys `tandem:{g}:heartbeat:{rank}` (value
-//! `epoch:unix_ms`, `PX` expiry), the failure list `tandem:{g}:failures` (JSON reports,
+//! `epoch:unix_ms:incarnation`, the older `epoch:unix_ms` still read with incarnation 0;
+//! `PX` expiry), the failure list `tandem:{g}:failures` (JSON reports,
 //! trimmed to [`MAX_FAILURE_REPORTS`]) and manifest keys `tandem:{g}:manifest:{epoch}:{rank}`.
 //!
 //! Owns these key names and encodings. Expiry is Redis's own (on the server's clock).
@@ -34,7 +35,10 @@ impl LivenessStore for RedisLog {
         self.check_rank(rank)?;
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.heartbeat_key(rank))
-            .arg(format!("{}:{}", beat.epoch.0, beat.unix_ms))
+            .arg(format!(
+                "{}:{}:{}",
+                beat.epoch.0, beat.unix_ms, beat.incarnation
+            ))
             .arg("PX")
             .arg(ttl_ms.max(1));
         self.conn.query::<()>("heartbeat", &cmd).await
@@ -123,15 +127,29 @@ impl LivenessStore for RedisLog {
     }
 }
 
+/// Parses `epoch:unix_ms:incarnation` or the older `epoch:unix_ms` (incarnation 0).
 fn parse_heartbeat(key: &str, text: &str) -> Result<Heartbeat> {
     let corrupt = || DurableError::Corrupt {
         id: key.to_string(),
-        reason: format!("heartbeat {text:?} is not epoch:unix_ms"),
+        reason: format!("heartbeat {text:?} is not epoch:unix_ms[:incarnation]"),
     };
-    let (e, ms) = text.split_once(':').ok_or_else(corrupt)?;
+    let mut parts = text.split(':');
+    let mut next = || -> Result<Option<u64>> {
+        parts
+            .next()
+            .map(|p| p.parse::<u64>().map_err(|_| corrupt()))
+            .transpose()
+    };
+    let epoch = next()?.ok_or_else(corrupt)?;
+    let unix_ms = next()?.ok_or_else(corrupt)?;
+    let incarnation = next()?.unwrap_or(0);
+    if next()?.is_some() {
+        return Err(corrupt());
+    }
     Ok(Heartbeat {
-        epoch: Epoch(e.parse().map_err(|_| corrupt())?),
-        unix_ms: ms.parse().map_err(|_| corrupt())?,
+        epoch: Epoch(epoch),
+        unix_ms,
+        incarnation,
     })
 }
 
@@ -145,9 +163,21 @@ mod tests {
             parse_heartbeat("k", "3:1700").unwrap(),
             Heartbeat {
                 epoch: Epoch(3),
-                unix_ms: 1700
+                unix_ms: 1700,
+                incarnation: 0
             }
         );
+        assert_eq!(
+            parse_heartbeat("k", "3:1700:42").unwrap(),
+            Heartbeat {
+                epoch: Epoch(3),
+                unix_ms: 1700,
+                incarnation: 42
+            }
+        );
+        for bad in ["3", "3:x", "3:1700:y", "3:1700:42:1", ""] {
+            assert!(parse_heartbeat("k", bad).is_err(), "{bad:?}");
+        }
         let e = parse_heartbeat("tandem:{g}:heartbeat:1", "x").unwrap_err();
         assert!(e.to_string().contains("tandem:{g}:heartbeat:1"), "{e}");
     }

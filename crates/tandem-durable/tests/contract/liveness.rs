@@ -20,6 +20,7 @@ pub(crate) async fn heartbeats_expire_after_their_ttl(kind: Kind) {
     let beat = |epoch, unix_ms| Heartbeat {
         epoch: Epoch(epoch),
         unix_ms,
+        incarnation: 7,
     };
     log.heartbeat(Rank(0), beat(1, 10), LONG_TTL_MS)
         .await

@@ -375,6 +375,7 @@ pub(crate) async fn ranks_outside_the_group_are_refused(kind: Kind) {
     let beat = tandem_durable::Heartbeat {
         epoch: e,
         unix_ms: 1,
+        incarnation: 1,
     };
     assert!(matches!(
         b.liveness.heartbeat(out, beat, 1_000).await,
