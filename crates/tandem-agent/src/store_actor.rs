@@ -1,7 +1,8 @@
 //! The StoreActor: this rank's tiers, its engine's page buffers, and every shard copy.
 //!
-//! Owns the per-rank `Store` (host and disk tiers, checksums, manifest) and the engine's
-//! registered page region. It carries out the commands of the rank's core
+//! Owns the per-rank `Store` (host and disk tiers, checksums, manifest), the engine's
+//! registered page region and its device region, if any ([`crate::device`]; while one is
+//! registered, stores and loads fail: device copies are not wired yet). It carries out the commands of the rank's core
 //! (`tandem_core::StoreCommand`): it applies the leader's tier operations in frame order, copies
 //! shards between engine pages and tiers for the tasks it is given, and reports each task's
 //! shard result to whoever asked (the `ProtocolActor` of that epoch). It never decides placement, eviction or whether a task
