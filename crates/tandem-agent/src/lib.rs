@@ -31,6 +31,7 @@
 //! stay at the edges.
 
 pub mod clock;
+pub mod device;
 pub mod engine;
 pub mod epochs;
 pub mod events;

@@ -1,7 +1,8 @@
 //! The StoreActor: this rank's tiers, its engine's page buffers, and every shard copy.
 //!
-//! Owns the per-rank `Store` (host and disk tiers, checksums, manifest) and the engine's
-//! registered page region. It carries out the commands of the rank's core
+//! Owns the per-rank `Store` (host and disk tiers, checksums, manifest), the engine's
+//! registered page region and its device region, if any ([`crate::device`]; while one is
+//! registered, stores and loads fail: device copies are not wired yet). It carries out the commands of the rank's core
 //! (`tandem_core::StoreCommand`): it applies the leader's tier operations in frame order, copies
 //! shards between engine pages and tiers for the tasks it is given, and reports each task's
 //! shard result to whoever asked (the `ProtocolActor` of that epoch). It never decides placement, eviction or whether a task
@@ -21,7 +22,11 @@ use tandem_store::fence::Fence;
 use tandem_store::store::{Store, StoreError};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::device::EngineDevice;
 use crate::AgentRunError;
+
+/// Why a store or load of a rank holding a device region fails.
+const DEVICE_COPIES: &str = "the engine registered a device region on this rank: copies between device pages and the tiers are not wired yet (register a host pool)";
 
 /// The name under which the engine's page pool is registered.
 const ENGINE_REGION: &str = "engine";
@@ -61,6 +66,21 @@ pub struct RegisterBuffer {
     pub source: PoolSource,
     /// Bytes of the region.
     pub size_bytes: u64,
+    /// Bytes of one page; must equal the shard size.
+    pub page_size_bytes: u64,
+}
+
+/// Register the engine's KV cache in GPU memory (see [`crate::device`]); refusals are
+/// [`AgentError::Buffer`] naming the cause.
+#[derive(Message)]
+#[rtype(result = "Result<u64, AgentError>")]
+pub struct RegisterDevice {
+    /// The GPU holding the allocation.
+    pub ordinal: u32,
+    /// The CUDA IPC memory handle (64 bytes).
+    pub ipc_handle: Vec<u8>,
+    /// Pages in the region.
+    pub pages: u64,
     /// Bytes of one page; must equal the shard size.
     pub page_size_bytes: u64,
 }
@@ -141,6 +161,8 @@ pub struct StoreActor {
     fenced: bool,
     /// Pages of the registered pool, for the protocol actors.
     pool: PoolSize,
+    /// The engine's device region, when it registered one (`RegisterDevice`).
+    device: EngineDevice,
 }
 
 impl StoreActor {
@@ -191,6 +213,7 @@ impl StoreActor {
             fatal,
             fenced: false,
             pool,
+            device: EngineDevice::new(),
         }
     }
 
@@ -242,6 +265,9 @@ impl StoreActor {
                 t.tiers.len()
             ));
         }
+        if self.device.registered() {
+            return Err(DEVICE_COPIES.into());
+        }
         if !self.registered() {
             return Err("no engine buffer registered on this rank".into());
         }
@@ -274,6 +300,9 @@ impl StoreActor {
                 t.block_hashes.len(),
                 t.page_ids.len()
             ));
+        }
+        if self.device.registered() {
+            return Err(DEVICE_COPIES.into());
         }
         if !self.registered() {
             return Err("no engine buffer registered on this rank".into());
@@ -397,6 +426,24 @@ impl Handler<RegisterBuffer> for StoreActor {
         }
         .map_err(refused)?;
         self.buffers = fresh;
+        // The engine now hands host pages: a device region it registered before is dropped.
+        self.device.clear();
+        self.pool.set(pages);
+        Ok(pages)
+    }
+}
+
+impl Handler<RegisterDevice> for StoreActor {
+    type Result = Result<u64, AgentError>;
+    /// Open the engine's device region; a refused registration leaves what was registered.
+    fn handle(&mut self, msg: RegisterDevice, _: &mut Self::Context) -> Self::Result {
+        let pages = self.device.register(
+            msg.ordinal,
+            &msg.ipc_handle,
+            msg.pages,
+            msg.page_size_bytes,
+            self.shard_bytes,
+        )?;
         self.pool.set(pages);
         Ok(pages)
     }

@@ -291,6 +291,31 @@ impl EngineClient {
         self.registered(reply)
     }
 
+    /// Register the engine's KV cache in GPU memory (agent feature `cuda`): `pages` pages of
+    /// `page_size_bytes` bytes in the allocation behind `ipc_handle` (the 64 bytes of
+    /// `cudaIpcGetMemHandle`) on GPU `ordinal`. Returns the pages registered.
+    ///
+    /// # Errors
+    /// [`AgentError::Buffer`] naming the cause: an agent built without the `cuda` feature, no
+    /// CUDA driver library on the agent's machine, a handle that is not 64 bytes, a page size
+    /// other than the shard size, a driver error; transport errors as every call.
+    pub fn register_device(
+        &mut self,
+        ordinal: u32,
+        ipc_handle: &[u8],
+        pages: u64,
+        page_size_bytes: u64,
+    ) -> Result<u64, ClientError> {
+        let req = EngineRequest::RegisterDevice {
+            ordinal,
+            ipc_handle: ipc_handle.to_vec(),
+            pages,
+            page_size_bytes,
+        };
+        let reply = self.call(req, 0);
+        self.registered(reply)
+    }
+
     fn registered(&self, reply: Result<EngineReply, ClientError>) -> Result<u64, ClientError> {
         match reply? {
             EngineReply::Registered { pages } => Ok(pages),
@@ -717,6 +742,7 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::Bind { .. } => "bind",
         EngineRequest::Release { .. } => "release",
         EngineRequest::RegisterBuffer { .. } => "register_buffer",
+        EngineRequest::RegisterDevice { .. } => "register_device",
         EngineRequest::Lookup { .. } => "lookup",
         EngineRequest::Store { .. } => "store",
         EngineRequest::Load { .. } => "load",

@@ -107,7 +107,7 @@ fn serve(stream: UnixStream, acts: Vec<Act>, log: &Mutex<Vec<String>>) {
 fn kind(req: &EngineRequest) -> &'static str {
     match req {
         EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. } => "hello",
-        EngineRequest::RegisterBuffer { .. } => "register",
+        EngineRequest::RegisterBuffer { .. } | EngineRequest::RegisterDevice { .. } => "register",
         EngineRequest::Lookup { .. } => "lookup",
         EngineRequest::Store { .. } => "store",
         EngineRequest::Load { .. } => "load",

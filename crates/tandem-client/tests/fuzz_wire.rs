@@ -109,6 +109,20 @@ fn request() -> impl Strategy<Value = EngineRequest> {
                 }
             }
         ),
+        (
+            any::<u32>(),
+            prop::collection::vec(any::<u8>(), 0..80),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(ordinal, ipc_handle, pages, page_size_bytes)| {
+                EngineRequest::RegisterDevice {
+                    ordinal,
+                    ipc_handle,
+                    pages,
+                    page_size_bytes,
+                }
+            }),
         (e.clone(), s.clone(), any::<u64>(), hashes()).prop_map(
             |(epoch, step, r, block_hashes)| EngineRequest::Lookup {
                 epoch,

@@ -151,7 +151,8 @@ impl FollowerCore {
             | EngineRequest::EndStep { .. } => EngineReply::Error(AgentError::NotLeader { rank }),
             EngineRequest::Hello { .. }
             | EngineRequest::HelloVersioned { .. }
-            | EngineRequest::RegisterBuffer { .. } => EngineReply::Error(AgentError::BadRequest {
+            | EngineRequest::RegisterBuffer { .. }
+            | EngineRequest::RegisterDevice { .. } => EngineReply::Error(AgentError::BadRequest {
                 reason: "routed to the wrong actor".into(),
             }),
         };

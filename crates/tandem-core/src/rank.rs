@@ -474,7 +474,8 @@ fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
         | EngineRequest::Release { epoch, .. } => Some(*epoch),
         EngineRequest::Hello { .. }
         | EngineRequest::HelloVersioned { .. }
-        | EngineRequest::RegisterBuffer { .. } => None,
+        | EngineRequest::RegisterBuffer { .. }
+        | EngineRequest::RegisterDevice { .. } => None,
     }
 }
 

@@ -172,6 +172,23 @@ pub enum EngineRequest {
         /// The request.
         request: RequestId,
     },
+    /// Register the engine's KV cache in GPU memory: `pages` pages of `page_size_bytes` bytes
+    /// (one block shard per page, page `i` at byte `i × page_size_bytes`) in the allocation
+    /// behind `ipc_handle` (the 64 bytes of `cudaIpcGetMemHandle`) on GPU `ordinal`. Answered
+    /// like [`EngineRequest::RegisterBuffer`] with [`EngineReply::Registered`]; refused with
+    /// [`AgentError::Buffer`] naming the cause (an agent built without the `cuda` feature, no
+    /// CUDA driver library, a handle that is not 64 bytes, a page size other than the shard
+    /// size, a driver error). Last in this enum so that earlier variants keep their wire index.
+    RegisterDevice {
+        /// The GPU (CUDA device ordinal) holding the allocation.
+        ordinal: u32,
+        /// The CUDA IPC memory handle, 64 bytes.
+        ipc_handle: Vec<u8>,
+        /// Pages in the region.
+        pages: u64,
+        /// Bytes of one page; equal to the group's block-shard size.
+        page_size_bytes: u64,
+    },
 }
 
 impl EngineRequest {
@@ -211,7 +228,7 @@ pub enum EngineReply {
         /// The next step the leader will seal (0 at the start of an epoch).
         next_step: Step,
     },
-    /// Answer to `RegisterBuffer`: pages in the region.
+    /// Answer to `RegisterBuffer` and `RegisterDevice`: pages in the region.
     Registered {
         /// Pages of `page_size_bytes` bytes.
         pages: u64,

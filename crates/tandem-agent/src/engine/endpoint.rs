@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::protocol::{EngineCall, EngineDisconnected};
 use crate::router::Router;
-use crate::store_actor::{PoolSource, RegisterBuffer, StoreActor};
+use crate::store_actor::{PoolSource, RegisterBuffer, RegisterDevice, StoreActor};
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -251,6 +251,24 @@ async fn route(
                 Err(e) => unavailable(e),
             }
         }
+        EngineRequest::RegisterDevice {
+            ordinal,
+            ipc_handle,
+            pages,
+            page_size_bytes,
+        } => match store
+            .send(RegisterDevice {
+                ordinal,
+                ipc_handle,
+                pages,
+                page_size_bytes,
+            })
+            .await
+        {
+            Ok(Ok(pages)) => EngineReply::Registered { pages },
+            Ok(Err(e)) => EngineReply::Error(e),
+            Err(e) => unavailable(e),
+        },
         req => {
             let Some(protocol) = router.current() else {
                 return EngineReply::Error(AgentError::NotReady {

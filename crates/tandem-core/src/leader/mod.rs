@@ -491,7 +491,8 @@ impl LeaderCore {
             }
             EngineRequest::Hello { .. }
             | EngineRequest::HelloVersioned { .. }
-            | EngineRequest::RegisterBuffer { .. } => Err(AgentError::BadRequest {
+            | EngineRequest::RegisterBuffer { .. }
+            | EngineRequest::RegisterDevice { .. } => Err(AgentError::BadRequest {
                 reason: "routed to the wrong actor".into(),
             }),
         };
