@@ -1,7 +1,7 @@
 //! The session against a scripted agent on a real Unix socket: each accepted connection
 //! answers its requests from a list, in order, and closes when the list ends (a killed agent).
 
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -382,10 +382,10 @@ fn a_follower_reads_by_position_and_refuses_a_frame_of_another_one() {
 fn a_closed_descriptor_is_refused_and_the_connection_stays_usable() {
     let agent = Agent::start(vec![vec![welcome(1, 0, 0), reply(EngineReply::Acked)]]);
     let mut c = EngineClient::connect(agent.socket(), 0, Duration::from_secs(5)).unwrap();
-    let file: OwnedFd = tempfile::tempfile().unwrap().into();
-    let raw = file.as_raw_fd();
-    drop(file);
-    // SAFETY: a closed descriptor number, only handed to calls that must refuse it.
+    // A number past any descriptor limit: one just closed could be reopened by another test
+    // thread before the calls below, and then the send would succeed.
+    let raw = 1 << 30;
+    // SAFETY: a descriptor number that is never open, only handed to calls that must refuse it.
     let closed = unsafe { BorrowedFd::borrow_raw(raw) };
     let e = c.register_buffer_fd(closed, 64, 64).unwrap_err();
     assert!(
