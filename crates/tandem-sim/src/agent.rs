@@ -139,6 +139,14 @@ impl World {
         };
         let inc = a.inc;
         self.note(|| format!("rank {r}: agent {inc} dies: {why}"));
+        self.cut_off(r, inc);
+        self.sup
+            .exited
+            .push(format!("agent of rank {r} exited: {why}"));
+    }
+
+    /// Agent `inc` of rank `r` is gone: every connection it had breaks, its engine is cut off.
+    fn cut_off(&mut self, r: u32, inc: u64) {
         let conns: Vec<ConnId> = self
             .conns
             .iter()
@@ -149,9 +157,6 @@ impl World {
             self.break_conn(c);
         }
         self.engine_disconnected(r);
-        self.sup
-            .exited
-            .push(format!("agent of rank {r} exited: {why}"));
     }
 
     /// Carries out everything rank `r`'s core and epoch loop ask for, until neither has more.
@@ -355,16 +360,7 @@ impl World {
                     a.core = None;
                     a.link = None;
                 }
-                let conns: Vec<ConnId> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| c.open && (c.follower_inc == inc || c.leader_inc == inc))
-                    .map(|(id, _)| *id)
-                    .collect();
-                for c in conns {
-                    self.break_conn(c);
-                }
-                self.engine_disconnected(r);
+                self.cut_off(r, inc);
                 return;
             }
             Effect::Note(n) => {
