@@ -390,16 +390,17 @@ impl TandemConfig {
     /// # Errors
     /// As [`TandemConfig::shard_layout`].
     pub fn fingerprint(&self) -> Result<ConfigFingerprint, LayoutError> {
-        let layout = self.shard_layout()?;
+        // The model's part is the layout persisted shards are keyed by: derived once.
+        let layout = self.layout_fingerprint()?;
         Ok(ConfigFingerprint {
             world_size: self.group.world_size(),
-            pp_size: self.group.pp_size,
-            tp_size: self.group.tp_size,
-            tokens_per_block: self.group.tokens_per_block,
-            num_layers: self.model.num_layers,
-            num_kv_heads: self.model.num_kv_heads,
-            head_dim: self.model.head_dim,
-            dtype_bytes: self.model.dtype_bytes,
+            pp_size: layout.pp_size,
+            tp_size: layout.tp_size,
+            tokens_per_block: layout.tokens_per_block,
+            num_layers: layout.num_layers,
+            num_kv_heads: layout.num_kv_heads,
+            head_dim: layout.head_dim,
+            dtype_bytes: layout.dtype_bytes,
             shard_bytes: layout.shard_bytes,
             host_capacity_blocks: self.store.host_capacity_blocks,
             disk_capacity_blocks: self.store.disk_capacity_blocks,
