@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full fault and bad-input suite of docs/RELIABILITY.md: the same tests CI runs
 # (tests/faults.rs, tests/bad_input.rs, tests/access.rs, tests/churn.rs, tests/window_stall.rs,
-# tests/layout_restart.rs, tests/actor_panic.rs, tests/burst.rs,
+# tests/layout_restart.rs, tests/actor_panic.rs, tests/burst.rs, tests/disk_faults.rs,
 # the fuzzers of tandem-proto and tandem-client), with more rounds, more requests and more fuzz cases, each test run on its own
 # and repeated, with its pass/fail, its wall time and every FIGURE line it printed collected in
 # one directory.
@@ -16,6 +16,7 @@
 #   TANDEM_FAULT_REQUESTS=2000     requests per replay
 #   TANDEM_BAD_INPUT_ROUNDS=500    random garbage connections per port
 #   TANDEM_FUZZ_CASES=50000        cases per fuzz property
+#   TANDEM_FAULT_FREEZE_MS=30000   how long the frozen disk tier stays frozen (5000 with --quick)
 #   TANDEM_FAULT_SEED              fixes the random fault moments (printed by each test)
 # Needs: redis-server, iproute2 (ip netns), mount (tmpfs); root for the partition and the full
 # disk tests, which skip with a message otherwise. Exit status: 0 when every run passed.
@@ -37,11 +38,11 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$quick" = 1 ]; then
-  : "${REPEAT:=1}" "${TANDEM_FAULT_ROUNDS:=1}" "${TANDEM_FAULT_REQUESTS:=600}" "${TANDEM_BAD_INPUT_ROUNDS:=12}" "${TANDEM_FUZZ_CASES:=2000}"
+  : "${REPEAT:=1}" "${TANDEM_FAULT_ROUNDS:=1}" "${TANDEM_FAULT_REQUESTS:=600}" "${TANDEM_BAD_INPUT_ROUNDS:=12}" "${TANDEM_FUZZ_CASES:=2000}" "${TANDEM_FAULT_FREEZE_MS:=5000}"
 else
-  : "${REPEAT:=3}" "${TANDEM_FAULT_ROUNDS:=5}" "${TANDEM_FAULT_REQUESTS:=2000}" "${TANDEM_BAD_INPUT_ROUNDS:=500}" "${TANDEM_FUZZ_CASES:=50000}"
+  : "${REPEAT:=3}" "${TANDEM_FAULT_ROUNDS:=5}" "${TANDEM_FAULT_REQUESTS:=2000}" "${TANDEM_BAD_INPUT_ROUNDS:=500}" "${TANDEM_FUZZ_CASES:=50000}" "${TANDEM_FAULT_FREEZE_MS:=30000}"
 fi
-export TANDEM_FAULT_ROUNDS TANDEM_FAULT_REQUESTS TANDEM_BAD_INPUT_ROUNDS TANDEM_FUZZ_CASES
+export TANDEM_FAULT_ROUNDS TANDEM_FAULT_REQUESTS TANDEM_BAD_INPUT_ROUNDS TANDEM_FUZZ_CASES TANDEM_FAULT_FREEZE_MS
 [ -n "${TANDEM_FAULT_SEED:-}" ] && export TANDEM_FAULT_SEED
 
 out="${out:-target/fault-suite/$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -55,7 +56,7 @@ for tool in redis-server ip mount; do
   command -v "$tool" >/dev/null 2>&1 || echo "warning: $tool is missing; the tests that need it fail or skip" >&2
 done
 
-echo "fault suite: REPEAT=$REPEAT TANDEM_FAULT_ROUNDS=$TANDEM_FAULT_ROUNDS TANDEM_FAULT_REQUESTS=$TANDEM_FAULT_REQUESTS TANDEM_BAD_INPUT_ROUNDS=$TANDEM_BAD_INPUT_ROUNDS TANDEM_FUZZ_CASES=$TANDEM_FUZZ_CASES -> $out"
+echo "fault suite: REPEAT=$REPEAT TANDEM_FAULT_FREEZE_MS=$TANDEM_FAULT_FREEZE_MS TANDEM_FAULT_ROUNDS=$TANDEM_FAULT_ROUNDS TANDEM_FAULT_REQUESTS=$TANDEM_FAULT_REQUESTS TANDEM_BAD_INPUT_ROUNDS=$TANDEM_BAD_INPUT_ROUNDS TANDEM_FUZZ_CASES=$TANDEM_FUZZ_CASES -> $out"
 cargo build --locked -p tandem-cli --bin tandem || exit 1
 cargo test --locked -p tandem-tests --no-run -q 2>/dev/null || cargo test --locked -p tandem-tests --no-run || exit 1
 cargo test --locked -p tandem-proto -p tandem-client --no-run -q 2>/dev/null || true
@@ -132,6 +133,14 @@ run "layout_restart" "$REPEAT" -p tandem-tests --test layout_restart
 run "actor_panic" "$REPEAT" -p tandem-tests --test actor_panic
 run "burst::five_thousand_stores_in_one_step_all_get_one_outcome" "$REPEAT" \
   -p tandem-tests --test burst five_thousand_stores_in_one_step_all_get_one_outcome
+
+# Disk faults inside a rank (the fault-hooks copy for the write error and the freeze; the
+# group SIGKILL needs only the plain binary).
+for t in a_disk_write_failing_halfway_through_a_store_fails_it_on_every_rank \
+         a_group_sigkilled_right_after_a_disk_store_finished_loads_it_after_the_restart \
+         a_frozen_disk_tier_fails_its_tasks_by_the_deadline_and_work_resumes_after_the_thaw; do
+  run "disk_faults::$t" "$REPEAT" -p tandem-tests --test disk_faults "$t"
+done
 
 echo
 echo "results: $results"

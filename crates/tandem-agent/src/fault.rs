@@ -1,10 +1,14 @@
-//! Test-only fault hooks: a panic injected at the Nth message of an actor.
+//! Test-only fault hooks: a panic injected at the Nth message of an actor, and disk faults
+//! injected into the disk tier's transfers.
 //!
-//! Owns the parsing of `TANDEM_FAULT_PANIC_AT` (`store:N` or `protocol:N`, N ≥ 1) and the
-//! per-actor message counters. It is compiled in only with the `fault-hooks` cargo feature
-//! (off by default, never in a release build); without it [`message`] does nothing and the
-//! variable is ignored. It must never be the way an agent reports an error: it exists so that
-//! a process test can exercise the real panic path ([`crate::panics`]).
+//! Owns the parsing of `TANDEM_FAULT_PANIC_AT` (`store:N` or `protocol:N`, N ≥ 1) and of
+//! `TANDEM_FAULT_DISK` ([`DiskFault`]), the per-actor message counters and the per-direction
+//! page counters. It is compiled in only with the `fault-hooks` cargo feature (off by default,
+//! never in a release build); without it [`message`] and [`disk_transfer`] do nothing and the
+//! variables are ignored. It must never be the way an agent reports an error: it exists so
+//! that a process test can exercise the real panic path ([`crate::panics`]) and the real
+//! disk-error and disk-deadline paths ([`crate::disk_io`]). A test arms a hook on one rank by
+//! setting the variable in that rank's agent process only.
 
 #[cfg(all(feature = "fault-hooks", not(debug_assertions)))]
 compile_error!("the fault-hooks feature is for debug builds of the process tests only");
@@ -38,14 +42,151 @@ pub fn parse(value: &str) -> Result<(Actor, u64), String> {
     }
 }
 
+/// The environment variable that arms a disk fault (see [`DiskFault`] for its forms).
+pub const DISK_VAR: &str = "TANDEM_FAULT_DISK";
+
+/// A disk fault, counted in pages (one transfer of the disk tier is one slot, one engine page).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFault {
+    /// `write-error:N`: every write after the first N fails with EIO.
+    WriteError {
+        /// Writes that succeed first, in pages.
+        after: u64,
+    },
+    /// `enospc:N`: every write after the first N fails with ENOSPC.
+    NoSpace {
+        /// Writes that succeed first, in pages.
+        after: u64,
+    },
+    /// `read-error:N`: every read after the first N fails with EIO.
+    ReadError {
+        /// Reads that succeed first, in pages.
+        after: u64,
+    },
+    /// `delay-ms:M[:after:N]`: every transfer after the first N waits M ms first.
+    Delay {
+        /// The delay per page, in ms.
+        ms: u64,
+        /// Transfers (reads and writes) left alone first, in pages.
+        after: u64,
+    },
+    /// `freeze-ms:M[:after:N]`: the disk freezes for M ms at the transfer after the first N
+    /// (like `fsfreeze`: the transfers are serial, so every later one waits for the thaw too),
+    /// then runs normally.
+    Freeze {
+        /// How long the freeze lasts, in ms.
+        ms: u64,
+        /// Transfers (reads and writes) left alone first, in pages.
+        after: u64,
+    },
+}
+
+/// Parses a disk fault: `write-error:N`, `enospc:N`, `read-error:N`, `delay-ms:M[:after:N]`
+/// or `freeze-ms:M[:after:N]`.
+///
+/// Errors: a text naming the value and the expected forms.
+pub fn parse_disk(value: &str) -> Result<DiskFault, String> {
+    let bad = || {
+        format!(
+            "{DISK_VAR}={value:?}: expected write-error:N, enospc:N, read-error:N, \
+             delay-ms:M[:after:N] or freeze-ms:M[:after:N]"
+        )
+    };
+    let parts: Vec<&str> = value.split(':').collect();
+    let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
+    let after = |rest: &[&str]| match rest {
+        [] => Ok(0),
+        ["after", n] => num(n),
+        _ => Err(bad()),
+    };
+    match parts.as_slice() {
+        ["write-error", n] => Ok(DiskFault::WriteError { after: num(n)? }),
+        ["enospc", n] => Ok(DiskFault::NoSpace { after: num(n)? }),
+        ["read-error", n] => Ok(DiskFault::ReadError { after: num(n)? }),
+        ["delay-ms", m, rest @ ..] => Ok(DiskFault::Delay {
+            ms: num(m)?,
+            after: after(rest)?,
+        }),
+        ["freeze-ms", m, rest @ ..] => Ok(DiskFault::Freeze {
+            ms: num(m)?,
+            after: after(rest)?,
+        }),
+        _ => Err(bad()),
+    }
+}
+
+/// What an armed disk fault does to the `n`th transfer overall (`n_op`th of its direction,
+/// both counted from 1): the error it fails with, or the wait before it runs, in ms.
+#[cfg_attr(not(feature = "fault-hooks"), allow(dead_code))]
+fn disk_effect(fault: DiskFault, write: bool, n: u64, n_op: u64) -> (Option<std::io::Error>, u64) {
+    // Linux errno values.
+    const EIO: i32 = 5;
+    const ENOSPC: i32 = 28;
+    match fault {
+        DiskFault::WriteError { after } if write && n_op > after => {
+            (Some(std::io::Error::from_raw_os_error(EIO)), 0)
+        }
+        DiskFault::NoSpace { after } if write && n_op > after => {
+            (Some(std::io::Error::from_raw_os_error(ENOSPC)), 0)
+        }
+        DiskFault::ReadError { after } if !write && n_op > after => {
+            (Some(std::io::Error::from_raw_os_error(EIO)), 0)
+        }
+        DiskFault::Delay { ms, after } if n > after => (None, ms),
+        DiskFault::Freeze { ms, after } if n == after + 1 => (None, ms),
+        _ => (None, 0),
+    }
+}
+
 #[cfg(feature = "fault-hooks")]
 mod hook {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
 
-    use super::{parse, Actor, PANIC_AT_VAR};
+    use super::{disk_effect, parse, parse_disk, Actor, DiskFault, DISK_VAR, PANIC_AT_VAR};
 
     static ARMED: OnceLock<Option<(Actor, u64)>> = OnceLock::new();
+    static DISK: OnceLock<Option<DiskFault>> = OnceLock::new();
+    static TRANSFERS: AtomicU64 = AtomicU64::new(0);
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    static READS: AtomicU64 = AtomicU64::new(0);
+
+    fn disk_armed() -> Option<DiskFault> {
+        *DISK.get_or_init(|| {
+            let value = std::env::var(DISK_VAR).ok()?;
+            match parse_disk(&value) {
+                Ok(fault) => Some(fault),
+                Err(e) => {
+                    tracing::warn!(error = %e, "disk fault hook ignored");
+                    None
+                }
+            }
+        })
+    }
+
+    pub(super) fn disk_transfer(write: bool) -> Option<std::io::Error> {
+        let fault = disk_armed()?;
+        let n = TRANSFERS.fetch_add(1, Ordering::Relaxed) + 1;
+        let n_op = if write { &WRITES } else { &READS }.fetch_add(1, Ordering::Relaxed) + 1;
+        let (error, wait_ms) = disk_effect(fault, write, n, n_op);
+        if wait_ms > 0 {
+            if matches!(fault, DiskFault::Freeze { .. }) {
+                tracing::warn!(
+                    ms = wait_ms,
+                    transfer = n,
+                    "fault hook: the disk tier freezes"
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+            if matches!(fault, DiskFault::Freeze { .. }) {
+                tracing::warn!(transfer = n, "fault hook: the disk tier thaws");
+            }
+        }
+        if let Some(e) = &error {
+            tracing::warn!(transfer = n, error = %e, "fault hook: a disk transfer fails");
+        }
+        error
+    }
     static STORE: AtomicU64 = AtomicU64::new(0);
     static PROTOCOL: AtomicU64 = AtomicU64::new(0);
 
@@ -63,6 +204,9 @@ mod hook {
     }
 
     pub(super) fn announce() {
+        if let Some(fault) = disk_armed() {
+            tracing::warn!(?fault, "fault hook armed: disk transfers fail or wait");
+        }
         if let Some((actor, n)) = armed() {
             tracing::warn!(
                 ?actor,
@@ -105,6 +249,20 @@ pub fn message(actor: Actor) {
     let _ = actor;
 }
 
+/// One transfer of the disk tier is about to run on the disk I/O thread (`write`: a write,
+/// else a read): the error an armed disk fault makes it fail with, after waiting as the fault
+/// says (with the `fault-hooks` feature; otherwise `None` at once).
+#[inline]
+pub fn disk_transfer(write: bool) -> Option<std::io::Error> {
+    #[cfg(feature = "fault-hooks")]
+    return hook::disk_transfer(write);
+    #[cfg(not(feature = "fault-hooks"))]
+    {
+        let _ = write;
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +275,70 @@ mod tests {
             let e = parse(bad).unwrap_err();
             assert!(e.contains("expected store:N or protocol:N"), "{e}");
         }
+    }
+
+    #[test]
+    fn disk_faults_parse_or_are_refused_with_the_forms() {
+        assert_eq!(
+            parse_disk("write-error:5"),
+            Ok(DiskFault::WriteError { after: 5 })
+        );
+        assert_eq!(parse_disk("enospc:0"), Ok(DiskFault::NoSpace { after: 0 }));
+        assert_eq!(
+            parse_disk("read-error:2"),
+            Ok(DiskFault::ReadError { after: 2 })
+        );
+        assert_eq!(
+            parse_disk("delay-ms:30"),
+            Ok(DiskFault::Delay { ms: 30, after: 0 })
+        );
+        assert_eq!(
+            parse_disk("freeze-ms:30000:after:4"),
+            Ok(DiskFault::Freeze {
+                ms: 30_000,
+                after: 4
+            })
+        );
+        for bad in [
+            "",
+            "write-error",
+            "enospc:x",
+            "freeze-ms:1:4",
+            "delay-ms:1:after",
+            "eio:1",
+        ] {
+            let e = parse_disk(bad).unwrap_err();
+            assert!(e.contains("expected write-error:N"), "{e}");
+        }
+    }
+
+    #[test]
+    fn disk_faults_hit_the_pages_they_name() {
+        let w = DiskFault::WriteError { after: 5 };
+        assert!(disk_effect(w, true, 5, 5).0.is_none());
+        assert_eq!(
+            disk_effect(w, true, 9, 6).0.unwrap().raw_os_error(),
+            Some(5)
+        );
+        assert!(
+            disk_effect(w, false, 9, 6).0.is_none(),
+            "reads are left alone"
+        );
+        let e = disk_effect(DiskFault::NoSpace { after: 0 }, true, 1, 1)
+            .0
+            .unwrap();
+        assert_eq!(e.raw_os_error(), Some(28));
+        let f = DiskFault::Freeze { ms: 70, after: 2 };
+        let waits: Vec<u64> = (1..=5)
+            .map(|n| disk_effect(f, n % 2 == 0, n, n).1)
+            .collect();
+        assert_eq!(
+            waits,
+            vec![0, 0, 70, 0, 0],
+            "one freeze, at the third transfer"
+        );
+        let d = DiskFault::Delay { ms: 3, after: 1 };
+        let waits: Vec<u64> = (1..=3).map(|n| disk_effect(d, true, n, n).1).collect();
+        assert_eq!(waits, vec![0, 3, 3]);
     }
 }

@@ -1,5 +1,6 @@
 //! The agent's HTTP endpoints (actix-web): `/healthz` (the process is alive), `/readyz` (ready
-//! in the current epoch; 503 with a JSON reason when not), `/status` (JSON), `/index` (rank 0's group index, `events::http`), `/metrics`
+//! in the current epoch with every tier taking work; 503 with a JSON reason when not, naming
+//! a degraded tier), `/status` (JSON), `/index` (rank 0's group index, `events::http`), `/metrics`
 //! (Prometheus text, OpenMetrics when asked for) and `/` (a status page for a person).
 //!
 //! Handlers only ask the actors through messages; they never hold protocol state.
@@ -21,6 +22,8 @@ pub struct HttpState {
     pub store: Addr<StoreActor>,
     /// The agent's metrics.
     pub metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
+    /// Whether the disk tier is degraded (a transfer past its deadline).
+    pub disk: crate::disk_io::DiskHealth,
 }
 
 async fn healthz() -> HttpResponse {
@@ -28,6 +31,10 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
+    if let Some(reason) = state.disk.degraded() {
+        return HttpResponse::ServiceUnavailable()
+            .json(json!({ "ready": false, "reason": reason, "degraded_tier": "disk" }));
+    }
     let Some(protocol) = state.router.current() else {
         return HttpResponse::ServiceUnavailable()
             .json(json!({ "ready": false, "reason": "between epochs" }));
@@ -64,6 +71,7 @@ async fn status_json(state: &HttpState) -> (serde_json::Value, bool) {
     let common = json!({
         // The not-ready reason's label value, or "ready": the same word the alerts carry.
         "state": m.not_ready().map_or("ready", |r| r.as_str()),
+        "disk_degraded": state.disk.degraded(),
         "restarts": m.restarts().get(),
         "unix_ms": std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -23,8 +23,10 @@
 //!   actor of each epoch, metrics).
 //! - [`clock`]: the monotonic `now_ms` fed to the cores.
 //! - [`panics`]: the panic hook that stops the agent when any of its threads panics.
-//! - [`fault`]: test-only fault hooks (a panic at an actor's Nth message), compiled in only
-//!   with the `fault-hooks` feature.
+//! - [`disk_io`]: the disk tier's transfers on a thread of their own, each with a deadline
+//!   (`store.disk_op_deadline_ms`), and whether the disk tier is degraded.
+//! - [`fault`]: test-only fault hooks (a panic at an actor's Nth message, disk errors and
+//!   delays), compiled in only with the `fault-hooks` feature.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers
@@ -32,6 +34,7 @@
 
 pub mod clock;
 pub mod device;
+pub mod disk_io;
 pub mod engine;
 pub mod epochs;
 pub mod events;
@@ -82,6 +85,9 @@ pub enum AgentRunError {
         /// The IO error.
         source: std::io::Error,
     },
+    /// The disk tier's I/O thread could not be started.
+    #[error("cannot start the disk I/O thread: {0}")]
+    DiskIo(std::io::Error),
     /// The engine socket could not be created.
     #[error(transparent)]
     Endpoint(#[from] engine::endpoint::EndpointError),

@@ -38,7 +38,7 @@ use crate::{engine, events, http, peer, AgentRunError};
 /// failing, a follower refused by its leader.
 pub async fn serve(
     settings: AgentSettings,
-    store: Store,
+    mut store: Store,
     fixed_epoch: bool,
     shutdown: CancellationToken,
 ) -> Result<(), AgentRunError> {
@@ -53,6 +53,12 @@ pub async fn serve(
     let metrics = Arc::new(agent_metrics);
     metrics.set_stream_max_length(settings.config.redis.stream_max_len);
     metrics.set_not_ready(Some(tandem_metrics::NotReadyReason::BetweenEpochs));
+    // Every disk transfer runs on the disk-io thread, with a deadline.
+    let disk = crate::disk_io::DiskHealth::new(metrics.clone());
+    let disk_io =
+        crate::disk_io::DeadlineIo::start(settings.config.store.disk_op_deadline_ms, disk.clone())
+            .map_err(AgentRunError::DiskIo)?;
+    store.set_disk_io(Box::new(disk_io));
     let store_metrics = metrics.clone();
     // The store's thread logs inside the agent's span too (group, rank, epoch).
     let span = tracing::Span::current();
@@ -66,8 +72,16 @@ pub async fn serve(
     let store_fatal = fatal_tx.clone();
     let pool = crate::store_actor::PoolSize::default();
     let store_pool = pool.clone();
+    let disk_deadline_ms = settings.config.store.disk_op_deadline_ms;
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
-        StoreActor::new(store, shard_bytes, store_metrics, store_fatal, store_pool)
+        StoreActor::new(
+            store,
+            shard_bytes,
+            store_metrics,
+            store_fatal,
+            store_pool,
+            disk_deadline_ms,
+        )
     });
     let router = Router::default();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
@@ -101,6 +115,7 @@ pub async fn serve(
             router: router.clone(),
             store: store_addr.clone(),
             metrics: metrics.clone(),
+            disk,
         },
     )
     .map_err(|source| AgentRunError::Bind {

@@ -10,6 +10,14 @@
 //! (thread) so that copies never delay the protocol. Every write it makes is fenced by this
 //! process's incarnation and the current epoch (`tandem_store::fence`): once another process
 //! owns the rank's tiers, the first refused write stops the agent ([`AgentRunError::Fenced`]).
+//!
+//! Disk transfers run on the `disk-io` thread with a deadline ([`crate::disk_io`]): a shard
+//! whose transfer missed it fails with the typed message ("disk tier: write of slot 3 missed
+//! its deadline of 5000 ms"), and the actor goes on. A store task that wrote a shard to the
+//! disk tier reports done only once a manifest listing it has been written (and synced) by
+//! the writer thread, within the same deadline; otherwise it fails. So a store finished on
+//! the disk tier survives the death of every agent of the group (docs/RELIABILITY.md,
+//! "What finished promises").
 
 use actix::{Actor, AsyncContext, Context, Handler, Message, Recipient};
 use tandem_client::api::AgentError;
@@ -144,12 +152,46 @@ pub struct StoreStats {
     pub stale_epoch_rejected: u64,
 }
 
+/// The manifest writer saved the snapshot of `generation` (or failed to: `error`).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct ManifestSaved {
+    generation: u64,
+    error: Option<String>,
+}
+
+/// A snapshot of the manifest for the writer thread: its generation, the manifest, its file.
+type Snapshot = (u64, tandem_store::manifest::Manifest, std::path::PathBuf);
+
+/// A store task's result held until a manifest listing its disk-tier shards is written.
+struct Held {
+    /// The snapshot generation that lists them.
+    generation: u64,
+    /// Its first block, for the failure message.
+    block: tandem_proto::ids::BlockHash,
+    done: ShardDone,
+    report_to: Recipient<ShardDone>,
+    /// When the wait ends in failure.
+    deadline: std::time::Instant,
+}
+
 /// The actor. See the module docs.
 pub struct StoreActor {
     metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
     /// Set by every change of the shards held; cleared when a snapshot goes to the writer.
     manifest_changed: bool,
-    writer: std::sync::mpsc::Sender<(tandem_store::manifest::Manifest, std::path::PathBuf)>,
+    writer: std::sync::mpsc::Sender<Snapshot>,
+    /// The writer's end of the channel, until `started` spawns the writer thread.
+    snapshots: Option<std::sync::mpsc::Receiver<Snapshot>>,
+    /// Generation of the last snapshot sent to the writer, and of the last one it saved.
+    generation: u64,
+    saved: u64,
+    /// Store results waiting for a saved manifest (disk-tier shards), oldest first.
+    held: Vec<Held>,
+    /// How long a disk-tier store waits for its manifest (`store.disk_op_deadline_ms`).
+    disk_deadline: std::time::Duration,
+    /// Set by a copy that wrote a shard to the disk tier.
+    wrote_disk: bool,
     epoch: Epoch,
     store: Store,
     buffers: EngineBuffers,
@@ -167,44 +209,27 @@ pub struct StoreActor {
 
 impl StoreActor {
     /// Wrap an opened store; `shard_bytes` is the page size engines must register; a write
-    /// refused by the fence is sent to `fatal`; `pool` is kept at the registered pool's size.
+    /// refused by the fence is sent to `fatal`; `pool` is kept at the registered pool's size;
+    /// a disk-tier store waits at most `disk_deadline_ms` for the manifest listing it.
     pub fn new(
         store: Store,
         shard_bytes: u64,
         metrics: std::sync::Arc<tandem_metrics::AgentMetrics>,
         fatal: UnboundedSender<AgentRunError>,
         pool: PoolSize,
+        disk_deadline_ms: u64,
     ) -> Self {
-        let (writer, snapshots) =
-            std::sync::mpsc::channel::<(tandem_store::manifest::Manifest, std::path::PathBuf)>();
-        let fence: Fence = store.fence().clone();
-        let writer_fatal = fatal.clone();
-        std::thread::Builder::new()
-            .name("manifest-writer".into())
-            .spawn(move || {
-                // Only the newest snapshot matters: skip the ones queued behind it.
-                while let Ok(mut latest) = snapshots.recv() {
-                    while let Ok(newer) = snapshots.try_recv() {
-                        latest = newer;
-                    }
-                    match latest.0.save_fenced(&latest.1, &fence) {
-                        Ok(()) => {}
-                        Err(e @ tandem_store::manifest::ManifestError::Fenced { .. }) => {
-                            tracing::error!(error = %e, "the shard manifest is not written: another process owns this rank's tiers");
-                            let _ = writer_fatal.send(AgentRunError::Fenced(e.to_string()));
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot write the shard manifest");
-                        }
-                    }
-                }
-            })
-            .ok();
+        let (writer, snapshots) = std::sync::mpsc::channel::<Snapshot>();
         Self {
             metrics,
             manifest_changed: false,
             writer,
+            snapshots: Some(snapshots),
+            generation: 0,
+            saved: 0,
+            held: Vec::new(),
+            disk_deadline: std::time::Duration::from_millis(disk_deadline_ms),
+            wrote_disk: false,
             epoch: Epoch(0),
             store,
             buffers: EngineBuffers::new(),
@@ -215,6 +240,44 @@ impl StoreActor {
             pool,
             device: EngineDevice::new(),
         }
+    }
+
+    /// Starts the manifest writer thread: it saves the newest snapshot it has (skipping the
+    /// ones queued behind it) and tells `saved` which generation it saved.
+    fn start_writer(&mut self, saved: Recipient<ManifestSaved>) {
+        let Some(snapshots) = self.snapshots.take() else {
+            return;
+        };
+        let fence: Fence = self.store.fence().clone();
+        let writer_fatal = self.fatal.clone();
+        let span = tracing::Span::current();
+        std::thread::Builder::new()
+            .name("manifest-writer".into())
+            .spawn(move || {
+                let _span = span.entered();
+                while let Ok(mut latest) = snapshots.recv() {
+                    while let Ok(newer) = snapshots.try_recv() {
+                        latest = newer;
+                    }
+                    let error = match latest.1.save_fenced(&latest.2, &fence) {
+                        Ok(()) => None,
+                        Err(e @ tandem_store::manifest::ManifestError::Fenced { .. }) => {
+                            tracing::error!(error = %e, "the shard manifest is not written: another process owns this rank's tiers");
+                            let _ = writer_fatal.send(AgentRunError::Fenced(e.to_string()));
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot write the shard manifest");
+                            Some(e.to_string())
+                        }
+                    };
+                    saved.do_send(ManifestSaved {
+                        generation: latest.0,
+                        error,
+                    });
+                }
+            })
+            .ok();
     }
 
     /// A write was refused by the fence: stop writing and stop the agent. True when `e` is
@@ -278,6 +341,7 @@ impl StoreActor {
             {
                 Ok(loc) => {
                     self.manifest_changed = true;
+                    self.wrote_disk |= loc.tier == tandem_proto::Tier::Disk;
                     self.stats.bytes_stored += self.shard_bytes;
                     self.moved(loc.tier, tandem_metrics::Direction::Store);
                 }
@@ -358,7 +422,9 @@ impl StoreActor {
             return;
         }
         self.manifest_changed = false;
+        self.generation += 1;
         let snapshot = (
+            self.generation,
             self.store.manifest().clone(),
             self.store.manifest_path().to_path_buf(),
         );
@@ -377,6 +443,7 @@ impl Actor for StoreActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.start_writer(ctx.address().recipient());
         ctx.run_interval(MANIFEST_FLUSH, |actor, _| {
             actor.flush();
             actor.publish_occupancy();
@@ -452,13 +519,23 @@ impl Handler<RegisterDevice> for StoreActor {
 impl Handler<Carry> for StoreActor {
     type Result = ();
     /// Carry out one command of the core.
-    fn handle(&mut self, msg: Carry, _: &mut Self::Context) {
+    fn handle(&mut self, msg: Carry, ctx: &mut Self::Context) {
         crate::fault::message(crate::fault::Actor::Store);
         match msg.command {
             StoreCommand::BeginEpoch { epoch, wipe } => self.begin_epoch(epoch, wipe),
             StoreCommand::ApplyTierOps { epoch, ops } => self.apply_tier_ops(epoch, ops),
             StoreCommand::CopyStores { epoch, tasks } => {
-                self.copy(epoch, &tasks, &msg.report_to, Self::copy_store, "store")
+                self.copy(epoch, &tasks, &msg.report_to, Self::copy_store, "store");
+                if self
+                    .held
+                    .last()
+                    .is_some_and(|h| h.generation > self.generation)
+                {
+                    // The disk-tier shards just written go to the writer now, not at the
+                    // next tick; their results wait for it (or for the deadline).
+                    self.flush();
+                    ctx.run_later(self.disk_deadline, |actor, _| actor.expire_held());
+                }
             }
             StoreCommand::CopyLoads { epoch, tasks } => {
                 self.copy(epoch, &tasks, &msg.report_to, Self::copy_load, "load")
@@ -528,17 +605,82 @@ impl StoreActor {
             return;
         }
         for t in tasks {
+            self.wrote_disk = false;
             let result = copy(self, t);
             if let Err(reason) = &result {
-                self.stats.copy_failures += 1;
-                self.metrics.copy_failures().inc();
-                tracing::warn!(task = %t.task, %reason, "{what} shard failed");
+                self.copy_failed(t.task, reason, what);
             }
-            report_to.do_send(ShardDone {
+            let done = ShardDone {
                 task: t.task,
                 result,
-            });
+            };
+            match t.block_hashes.first() {
+                // Done only once a saved manifest lists the shards (the next snapshot's
+                // generation): see the module docs.
+                Some(&block) if self.wrote_disk && done.result.is_ok() => self.held.push(Held {
+                    generation: self.generation + 1,
+                    block,
+                    done,
+                    report_to: report_to.clone(),
+                    deadline: std::time::Instant::now() + self.disk_deadline,
+                }),
+                _ => report_to.do_send(done),
+            }
         }
+    }
+
+    fn copy_failed(&mut self, task: TaskId, reason: &str, what: &str) {
+        self.stats.copy_failures += 1;
+        self.metrics.copy_failures().inc();
+        tracing::warn!(task = %task, %reason, "{what} shard failed");
+    }
+
+    /// The writer saved (or failed to save) the snapshot of `generation`: the results it
+    /// lists go out, done or failed.
+    fn release_held(&mut self, generation: u64, error: Option<&str>) {
+        self.saved = self.saved.max(generation);
+        let (ready, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.generation <= generation);
+        self.held = waiting;
+        for mut h in ready {
+            if let Some(e) = error {
+                let reason = format!(
+                    "block {}: stored on the disk tier, but the manifest listing it could not be written: {e}",
+                    h.block
+                );
+                self.copy_failed(h.done.task, &reason, "store");
+                h.done.result = Err(reason);
+            }
+            h.report_to.do_send(h.done);
+        }
+    }
+
+    /// Results still waiting past their deadline fail (the manifest writer is stuck).
+    fn expire_held(&mut self) {
+        let now = std::time::Instant::now();
+        let deadline_ms = self.disk_deadline.as_millis();
+        let (late, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.deadline <= now);
+        self.held = waiting;
+        for mut h in late {
+            let reason = format!(
+                "block {}: disk tier: the manifest write listing it missed its deadline of {deadline_ms} ms",
+                h.block
+            );
+            self.copy_failed(h.done.task, &reason, "store");
+            h.done.result = Err(reason);
+            h.report_to.do_send(h.done);
+        }
+    }
+}
+
+impl Handler<ManifestSaved> for StoreActor {
+    type Result = ();
+    /// Release the store results the saved snapshot lists.
+    fn handle(&mut self, msg: ManifestSaved, _: &mut Self::Context) {
+        self.release_held(msg.generation, msg.error.as_deref());
     }
 }
 

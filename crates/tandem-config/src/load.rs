@@ -16,6 +16,9 @@ use crate::sections::TandemConfig;
 /// that every frame a peer accepts also reaches the leader's own engine.
 pub const MAX_FRAME_BYTES_CEILING: u32 = 64 * 1024 * 1024 - 1024;
 
+/// The largest `store.disk_op_deadline_ms` accepted, ms: one hour.
+pub const MAX_DISK_OP_DEADLINE_MS: u64 = 3_600_000;
+
 /// Dotted-key overrides from CLI flags, applied last (e.g. `("group.tp_size", "4")`).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides(pub Vec<(String, String)>);
@@ -150,7 +153,7 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
             "protocol.handshake_timeout_ms",
             cfg.protocol.handshake_timeout_ms,
         ),
-        ("store.host_capacity_blocks", cfg.store.host_capacity_blocks),
+        ("store.disk_op_deadline_ms", cfg.store.disk_op_deadline_ms),
         (
             "supervisor.heartbeat_interval_ms",
             cfg.supervisor.heartbeat_interval_ms,
@@ -167,6 +170,22 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
                 reason: "must be at least 1".into(),
             });
         }
+    }
+    if cfg.store.host_capacity_blocks == 0 && cfg.store.disk_capacity_blocks == 0 {
+        return Err(ConfigError::Value {
+            key: "store.host_capacity_blocks",
+            reason: "must be at least 1 when store.disk_capacity_blocks is 0 (a rank needs a tier)"
+                .into(),
+        });
+    }
+    if cfg.store.disk_op_deadline_ms > MAX_DISK_OP_DEADLINE_MS {
+        return Err(ConfigError::Value {
+            key: "store.disk_op_deadline_ms",
+            reason: format!(
+                "{} ms is above the {MAX_DISK_OP_DEADLINE_MS} ms maximum (one hour)",
+                cfg.store.disk_op_deadline_ms
+            ),
+        });
     }
     if cfg.group.id.is_empty()
         || !cfg
@@ -410,6 +429,38 @@ mod tests {
         );
         let text = format!("[protocol]\nmax_frame_bytes = {MAX_FRAME_BYTES_CEILING}\n");
         assert!(load_str(&text, "f", &Overrides::default()).is_ok());
+    }
+
+    #[test]
+    fn disk_deadline_and_tier_capacities_are_checked() {
+        let err = |text: &str| {
+            load_str(text, "f", &Overrides::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("[store]\ndisk_op_deadline_ms = 0\n"),
+            "invalid value for store.disk_op_deadline_ms: must be at least 1"
+        );
+        assert_eq!(
+            err("[store]\ndisk_op_deadline_ms = 3600001\n"),
+            "invalid value for store.disk_op_deadline_ms: 3600001 ms is above the 3600000 ms maximum (one hour)"
+        );
+        assert_eq!(
+            err("[store]\nhost_capacity_blocks = 0\ndisk_capacity_blocks = 0\n"),
+            "invalid value for store.host_capacity_blocks: must be at least 1 when store.disk_capacity_blocks is 0 (a rank needs a tier)"
+        );
+        let c = load_str(
+            "[store]\nhost_capacity_blocks = 0\ndisk_op_deadline_ms = 250\n",
+            "f",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.store.host_capacity_blocks, c.store.disk_op_deadline_ms),
+            (0, 250),
+            "a disk-only rank, with its deadline"
+        );
     }
 
     #[test]

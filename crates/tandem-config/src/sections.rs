@@ -142,7 +142,7 @@ impl Default for ProtocolConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// Host-memory tier capacity, in blocks.
+    /// Host-memory tier capacity, in blocks (0 disables the host tier: stores go to disk).
     pub host_capacity_blocks: u64,
     /// Disk tier capacity, in blocks (0 disables the disk tier).
     pub disk_capacity_blocks: u64,
@@ -151,6 +151,11 @@ pub struct StoreConfig {
     pub host_dir: String,
     /// Directory of the disk tier's preallocated file. `{group}` and `{rank}` are substituted.
     pub disk_dir: String,
+    /// Deadline of one disk-tier transfer (one block shard read or written), in ms: a transfer
+    /// not done by then fails its task with a typed deadline error, and the disk tier refuses
+    /// work at once until that transfer ends (a frozen disk never hangs the rank). 1 to
+    /// 3 600 000.
+    pub disk_op_deadline_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -160,6 +165,7 @@ impl Default for StoreConfig {
             disk_capacity_blocks: 4_096,
             host_dir: "/dev/shm/tandem/{group}/rank{rank}".into(),
             disk_dir: "/var/tmp/tandem/{group}/rank{rank}".into(),
+            disk_op_deadline_ms: 5_000,
         }
     }
 }

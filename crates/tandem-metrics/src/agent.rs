@@ -39,6 +39,8 @@
 //! | `tandem_stream_entries_rejected` | counter | | completion-stream entries ignored as duplicates or inconsistent with their entry id (recovery and delivery) |
 //! | `tandem_window_stalls` | counter | | window stalls declared: the window full for longer than the heartbeat timeout (leader) |
 //! | `tandem_window_stalled_follower` | gauge | | the follower rank holding a stalled window, 0 while none is (leader) |
+//! | `tandem_tier_degraded` | gauge | `tier` | 1 while a transfer of the tier that missed its deadline has not ended (the tier takes nothing), else 0 |
+//! | `tandem_tier_deadline_misses_total` | counter | `tier` | tier transfers that missed their deadline (`store.disk_op_deadline_ms`) |
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -97,6 +99,8 @@ pub struct AgentMetrics {
     stream_entries_rejected: SyncedCounter,
     window_stalls: SyncedCounter,
     window_stalled_follower: Gauge,
+    tier_degraded: [Gauge; 2],
+    tier_deadline_misses: [SyncedCounter; 2],
 }
 
 fn latency_histogram() -> Histogram {
@@ -334,6 +338,24 @@ impl AgentMetrics {
             window_stalled_follower.clone(),
         );
 
+        let degraded = Family::<Labels1, Gauge>::default();
+        let tier_degraded =
+            Tier::PLACED.map(|t| degraded.get_or_create_owned(&[("tier", t.name())]));
+        registry.register(
+            "tier_degraded",
+            "1 while a transfer of the tier that missed its deadline has not ended (the tier refuses work meanwhile), else 0",
+            degraded,
+        );
+
+        let misses = Family::<Labels1, SyncedCounter>::default();
+        let tier_deadline_misses =
+            Tier::PLACED.map(|t| misses.get_or_create_owned(&[("tier", t.name())]));
+        registry.register(
+            "tier_deadline_misses",
+            "Tier transfers that missed their deadline (store.disk_op_deadline_ms)",
+            misses,
+        );
+
         Self {
             registry,
             steps_sealed,
@@ -365,7 +387,22 @@ impl AgentMetrics {
             stream_entries_rejected,
             window_stalls,
             window_stalled_follower,
+            tier_degraded,
+            tier_deadline_misses,
         }
+    }
+
+    /// Set `tandem_tier_degraded{tier}`; a tier outside [`Tier::PLACED`] has no series.
+    pub fn set_tier_degraded(&self, tier: Tier, degraded: bool) {
+        if let Some(i) = tier_index(tier) {
+            self.tier_degraded[i].set(i64::from(degraded));
+        }
+    }
+
+    /// `tandem_tier_deadline_misses_total{tier}`, in transfers; `None` for a tier outside
+    /// [`Tier::PLACED`].
+    pub fn tier_deadline_misses(&self, tier: Tier) -> Option<&SyncedCounter> {
+        tier_index(tier).map(|i| &self.tier_deadline_misses[i])
     }
 
     /// `tandem_lookup_blocks_total{result}`: `hit` when `hit`, else `miss`; in blocks.

@@ -1,18 +1,33 @@
 //! The disk tier: one preallocated file of fixed-size slots, read and written positionally.
 //!
-//! Owns [`DiskTier`] and [`IoMode`]. Slot `s` lives at byte `s × stride`, where the stride is
-//! the shard size rounded up to 4 KiB so that O_DIRECT can address every slot. Buffered mode
-//! (the default) writes through the page cache with `pwrite`/`pread`
-//! (`std::os::unix::fs::FileExt`), checksumming each chunk while it is hot in cache; direct
-//! mode opens the file with O_DIRECT and moves every chunk through one page-aligned bounce
-//! buffer. docs/BENCHMARKS.md has the measurement that made buffered the default.
-//! Nothing is fsynced: a block lost in a crash fails its checksum or is absent from the
-//! manifest, and is dropped. It must never decide which slot holds which block.
+//! Owns [`DiskTier`], [`IoMode`] and the seam its transfers run through ([`DiskIo`],
+//! [`DiskTransfer`], [`InlineIo`]). Slot `s` lives at byte `s × stride`, where the stride is
+//! the shard size rounded up to 4 KiB so that O_DIRECT can address every slot. Every slot
+//! operation stages the shard in one page-aligned buffer the tier owns: a write copies the
+//! parts into it (checksumming in the same pass) and hands the buffer to the [`DiskIo`], which
+//! writes it at the slot's offset; a read has the [`DiskIo`] fill the buffer, then copies it
+//! out (checksumming in the same pass). Buffered mode (the default) goes through the page
+//! cache with `pwrite`/`pread` (`std::os::unix::fs::FileExt`); direct mode opens the file with
+//! O_DIRECT. docs/BENCHMARKS.md has the measurement that made buffered the default.
+//!
+//! Why the staging buffer: the transfer owns every byte it touches, so a [`DiskIo`] may run it
+//! on another thread and give up waiting at a deadline (the agent's `DeadlineIo` does) without
+//! a late `pread` landing in an engine page, or a late `pwrite` reading one that was unmapped.
+//! While an overdue transfer holds the buffer, every slot operation fails at once with
+//! [`TierError::DiskStalled`]; the buffer returns ([`DiskIo::reclaim`]) when the transfer ends.
+//! One buffer also means one transfer at a time, in order: a slot released after an overdue
+//! write is not written again before that write has ended.
+//!
+//! Nothing is fsynced: a shard's bytes are in the page cache when its write returns (they
+//! survive the process, not a power loss); a block lost in a crash fails its checksum or is
+//! absent from the manifest, and is dropped. It must never decide which slot holds which
+//! block, read a clock or spawn a thread (deadlines belong to the [`DiskIo`] the agent sets).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::MmapMut;
 use serde::{Deserialize, Serialize};
@@ -28,8 +43,7 @@ pub const DISK_SLAB_FILE: &str = "disk.slab";
 /// Alignment of slots and direct-I/O transfers, in bytes.
 const ALIGN: u64 = 4096;
 
-/// Largest single transfer, in bytes: big enough to amortise a syscall, small enough that the
-/// chunk is still in L2 cache when it is checksummed right after the copy.
+/// Largest single `pwrite`/`pread`, in bytes: big enough to amortise a syscall.
 const CHUNK: usize = 256 << 10;
 
 /// How the disk tier talks to its file.
@@ -39,21 +53,151 @@ pub enum IoMode {
     /// Through the page cache (`pwrite`/`pread`).
     #[default]
     Buffered,
-    /// O_DIRECT through an aligned bounce buffer, bypassing the page cache.
+    /// O_DIRECT through the page-aligned staging buffer, bypassing the page cache.
     Direct,
+}
+
+/// Which way a disk transfer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskOp {
+    /// From the staging buffer into the tier file.
+    Write,
+    /// From the tier file into the staging buffer.
+    Read,
+}
+
+impl DiskOp {
+    /// `write` or `read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskOp::Write => "write",
+            DiskOp::Read => "read",
+        }
+    }
+}
+
+impl std::fmt::Display for DiskOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One slot's transfer, handed to a [`DiskIo`]: it owns the staging buffer and a handle on the
+/// tier file, so it can be carried out on any thread, and finish late, safely.
+#[derive(Debug)]
+pub struct DiskTransfer {
+    op: DiskOp,
+    slot: SlotId,
+    file: Arc<File>,
+    offset: u64,
+    buf: MmapMut,
+    len: usize,
+}
+
+impl DiskTransfer {
+    /// Read or write.
+    pub fn op(&self) -> DiskOp {
+        self.op
+    }
+
+    /// The slot (one block shard, one engine page).
+    pub fn slot(&self) -> SlotId {
+        self.slot
+    }
+
+    /// Bytes moved, padded to 4 KiB in direct mode.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the transfer moves no byte (never, for a valid slot).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Carries the transfer out on the calling thread, in positional calls of at most 256 KiB.
+    ///
+    /// # Errors
+    /// The first failing `pwrite`/`pread` (a short read at the end of the file is
+    /// `UnexpectedEof`).
+    pub fn perform(&mut self) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < self.len {
+            let n = (self.len - done).min(CHUNK);
+            let at = self.offset + done as u64;
+            match self.op {
+                DiskOp::Write => self.file.write_all_at(&self.buf[done..done + n], at)?,
+                DiskOp::Read => self.file.read_exact_at(&mut self.buf[done..done + n], at)?,
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// What a [`DiskIo`] did with a transfer.
+#[derive(Debug)]
+pub enum Submitted {
+    /// It ended (well or not) in time; the transfer comes back with its buffer.
+    Done(DiskTransfer, std::io::Result<()>),
+    /// It did not end within the deadline (ms). The [`DiskIo`] keeps it (and its buffer)
+    /// until it ends, then hands it back through [`DiskIo::reclaim`].
+    Overdue {
+        /// The deadline it missed, in ms.
+        deadline_ms: u64,
+    },
+}
+
+/// Where the disk tier's transfers run: the seam for deadlines and test faults. The tier
+/// hands it one transfer at a time, and asks for an overdue one back before the next.
+pub trait DiskIo: Send + std::fmt::Debug {
+    /// Carries out `transfer` (see [`Submitted`]).
+    fn run(&mut self, transfer: DiskTransfer) -> Submitted;
+    /// The overdue transfer, once it has ended (its late result is of no use: the operation
+    /// was already reported failed); `None` while it runs or when none is overdue.
+    fn reclaim(&mut self) -> Option<DiskTransfer>;
+}
+
+/// Runs every transfer on the calling thread, without a deadline (tools, benchmarks, tests;
+/// the default of a newly opened tier).
+#[derive(Debug, Default)]
+pub struct InlineIo;
+
+impl DiskIo for InlineIo {
+    fn run(&mut self, mut transfer: DiskTransfer) -> Submitted {
+        let result = transfer.perform();
+        Submitted::Done(transfer, result)
+    }
+
+    fn reclaim(&mut self) -> Option<DiskTransfer> {
+        None
+    }
+}
+
+/// The overdue transfer a stalled tier waits for.
+#[derive(Clone, Copy, Debug)]
+struct Overdue {
+    op: DiskOp,
+    slot: SlotId,
+    deadline_ms: u64,
 }
 
 /// Preallocated slots in one file.
 #[derive(Debug)]
 pub struct DiskTier {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     slot_bytes: usize,
     stride: u64,
     capacity: u64,
     mode: IoMode,
-    /// Page-aligned staging for direct mode, `CHUNK` bytes (or the stride, if smaller).
-    bounce: Option<MmapMut>,
+    /// Page-aligned staging of one slot (`stride` bytes); `None` while an overdue transfer
+    /// holds it.
+    staging: Option<MmapMut>,
+    /// Where transfers run.
+    io: Box<dyn DiskIo>,
+    /// The transfer holding the staging buffer, while one does.
+    overdue: Option<Overdue>,
 }
 
 impl DiskTier {
@@ -122,21 +266,18 @@ impl DiskTier {
             file.set_len(0).map_err(io(path, "allocate"))?;
             preallocate(&file, size).map_err(io(path, "allocate"))?;
         }
-        let bounce = match mode {
-            IoMode::Buffered => None,
-            IoMode::Direct => Some(
-                MmapMut::map_anon(stride.min(CHUNK as u64) as usize).map_err(io(path, "map"))?,
-            ),
-        };
+        let staging = MmapMut::map_anon(stride as usize).map_err(io(path, "map"))?;
         Ok((
             DiskTier {
-                file,
+                file: Arc::new(file),
                 path: path.to_path_buf(),
                 slot_bytes,
                 stride,
                 capacity,
                 mode,
-                bounce,
+                staging: Some(staging),
+                io: Box::new(InlineIo),
+                overdue: None,
             },
             origin,
         ))
@@ -150,6 +291,86 @@ impl DiskTier {
     /// The I/O mode in use.
     pub fn mode(&self) -> IoMode {
         self.mode
+    }
+
+    /// Runs every later transfer through `io` (the agent's sets a deadline on each). A
+    /// transfer still overdue in the one replaced keeps its buffer: the tier then stays
+    /// stalled; set the I/O before the first transfer.
+    pub fn set_io(&mut self, io: Box<dyn DiskIo>) {
+        self.io = io;
+    }
+
+    /// The staging buffer, taken back from an overdue transfer that has ended.
+    ///
+    /// Errors: [`TierError::DiskStalled`] while an overdue transfer still holds it.
+    fn take_staging(&mut self, op: DiskOp, slot: SlotId) -> Result<MmapMut, TierError> {
+        if self.staging.is_none() {
+            if let Some(t) = self.io.reclaim() {
+                self.staging = Some(t.buf);
+                self.overdue = None;
+            }
+        }
+        self.staging.take().ok_or_else(|| {
+            let o = self.overdue.unwrap_or(Overdue {
+                op,
+                slot,
+                deadline_ms: 0,
+            });
+            TierError::DiskStalled {
+                op: op.as_str(),
+                slot,
+                earlier_op: o.op.as_str(),
+                earlier_slot: o.slot,
+                deadline_ms: o.deadline_ms,
+            }
+        })
+    }
+
+    /// Hands `len` bytes of `buf` to the I/O for `op` on `slot`; the buffer back when it ended
+    /// well. On an I/O error the buffer is kept for the next operation; when overdue, the
+    /// I/O keeps it.
+    fn transfer(
+        &mut self,
+        op: DiskOp,
+        slot: SlotId,
+        buf: MmapMut,
+        len: usize,
+    ) -> Result<MmapMut, TierError> {
+        let t = DiskTransfer {
+            op,
+            slot,
+            file: self.file.clone(),
+            offset: slot * self.stride,
+            buf,
+            len,
+        };
+        match self.io.run(t) {
+            Submitted::Done(t, Ok(())) => Ok(t.buf),
+            Submitted::Done(t, Err(e)) => {
+                self.staging = Some(t.buf);
+                Err(io(&self.path, op.as_str())(e))
+            }
+            Submitted::Overdue { deadline_ms } => {
+                self.overdue = Some(Overdue {
+                    op,
+                    slot,
+                    deadline_ms,
+                });
+                Err(TierError::DiskDeadline {
+                    op: op.as_str(),
+                    slot,
+                    deadline_ms,
+                })
+            }
+        }
+    }
+
+    /// Bytes a transfer of `total` bytes moves: `total`, padded to 4 KiB in direct mode.
+    fn transfer_len(&self, total: usize) -> usize {
+        match self.mode {
+            IoMode::Buffered => total,
+            IoMode::Direct => ((total as u64).div_ceil(ALIGN) * ALIGN) as usize,
+        }
     }
 }
 
@@ -174,39 +395,12 @@ impl TierSlots for DiskTier {
     ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
         check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
-        let base = slot * self.stride;
+        let mut staging = self.take_staging(DiskOp::Write, slot)?;
         let mut hasher = ShardHasher::new(seed);
-        match self.bounce.as_mut() {
-            None => {
-                let mut off = base;
-                // Write first, then checksum the chunk while the kernel's copy has left it in
-                // cache: the checksum then costs a cache read, not a second trip to memory.
-                for chunk in src.iter().flat_map(|part| part.chunks(CHUNK)) {
-                    self.file
-                        .write_all_at(chunk, off)
-                        .map_err(io(&self.path, "write"))?;
-                    hasher.update(chunk);
-                    off += chunk.len() as u64;
-                }
-            }
-            Some(bounce) => {
-                let mut done = 0;
-                while done < total {
-                    let n = (total - done).min(bounce.len());
-                    copy_parts(
-                        &mut [&mut bounce[..n]],
-                        &sub_parts(src, done, n),
-                        &mut hasher,
-                    );
-                    let padded = (n as u64).div_ceil(ALIGN) * ALIGN;
-                    bounce[n..padded as usize].fill(0);
-                    self.file
-                        .write_all_at(&bounce[..padded as usize], base + done as u64)
-                        .map_err(io(&self.path, "write"))?;
-                    done += n;
-                }
-            }
-        }
+        copy_parts(&mut [&mut staging[..total]], src, &mut hasher);
+        let len = self.transfer_len(total);
+        staging[total..len].fill(0);
+        self.staging = Some(self.transfer(DiskOp::Write, slot, staging, len)?);
         Ok(hasher.finish())
     }
 
@@ -218,78 +412,14 @@ impl TierSlots for DiskTier {
     ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
         check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
-        let base = slot * self.stride;
+        let staging = self.take_staging(DiskOp::Read, slot)?;
+        let len = self.transfer_len(total);
+        let staging = self.transfer(DiskOp::Read, slot, staging, len)?;
         let mut hasher = ShardHasher::new(seed);
-        match self.bounce.as_mut() {
-            None => {
-                let mut off = base;
-                for chunk in dst.iter_mut().flat_map(|part| part.chunks_mut(CHUNK)) {
-                    self.file
-                        .read_exact_at(chunk, off)
-                        .map_err(io(&self.path, "read"))?;
-                    hasher.update(chunk);
-                    off += chunk.len() as u64;
-                }
-            }
-            Some(bounce) => {
-                let mut done = 0;
-                while done < total {
-                    let n = (total - done).min(bounce.len());
-                    let padded = ((n as u64).div_ceil(ALIGN) * ALIGN) as usize;
-                    self.file
-                        .read_exact_at(&mut bounce[..padded], base + done as u64)
-                        .map_err(io(&self.path, "read"))?;
-                    copy_parts(
-                        &mut sub_parts_mut(dst, done, n),
-                        &[&bounce[..n]],
-                        &mut hasher,
-                    );
-                    done += n;
-                }
-            }
-        }
+        copy_parts(dst, &[&staging[..total]], &mut hasher);
+        self.staging = Some(staging);
         Ok(hasher.finish())
     }
-}
-
-/// The byte range `start..start + len` of the concatenation of `parts`, as slices.
-fn sub_parts<'a>(parts: &[&'a [u8]], start: usize, len: usize) -> Vec<&'a [u8]> {
-    let mut out = Vec::new();
-    let (mut skip, mut want) = (start, len);
-    for part in parts {
-        if want == 0 {
-            break;
-        }
-        if skip >= part.len() {
-            skip -= part.len();
-            continue;
-        }
-        let take = (part.len() - skip).min(want);
-        out.push(&part[skip..skip + take]);
-        skip = 0;
-        want -= take;
-    }
-    out
-}
-
-/// As [`sub_parts`], writable.
-fn sub_parts_mut<'a>(parts: &'a mut [&mut [u8]], start: usize, len: usize) -> Vec<&'a mut [u8]> {
-    let mut out = Vec::new();
-    let (mut skip, mut want) = (start, len);
-    for part in parts.iter_mut() {
-        if want == 0 {
-            break;
-        }
-        if skip >= part.len() {
-            skip -= part.len();
-            continue;
-        }
-        let take = (part.len() - skip).min(want);
-        out.push(&mut part[skip..skip + take]);
-        skip = 0;
-        want -= take;
-    }
-    out
 }
 
 /// Reserves the file's blocks so that later writes cannot fail for lack of space; falls back
@@ -366,15 +496,6 @@ mod tests {
     }
 
     #[test]
-    fn sub_parts_cut_across_boundaries() {
-        let a = [1u8, 2, 3];
-        let b = [4u8, 5];
-        let parts: Vec<&[u8]> = vec![&a, &b];
-        assert_eq!(sub_parts(&parts, 2, 2), vec![&[3u8][..], &[4u8][..]]);
-        assert_eq!(sub_parts(&parts, 3, 2), vec![&[4u8, 5][..]]);
-    }
-
-    #[test]
     fn rejects_zero_geometry_and_bad_slot() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DISK_SLAB_FILE);
@@ -392,5 +513,85 @@ mod tests {
             disk.read_slot(0, &mut [&mut out[..]], BlockHash(0)),
             Err(TierError::WrongLength { .. })
         ));
+    }
+
+    /// What the scripted test I/O does next.
+    #[derive(Debug, Default)]
+    struct Script {
+        fail_next: bool,
+        hold_next: bool,
+        held: Option<DiskTransfer>,
+        released: bool,
+    }
+
+    /// A test I/O: fails or holds the transfers it is told to; gives the held one back when
+    /// released.
+    #[derive(Debug, Default, Clone)]
+    struct Scripted(std::sync::Arc<std::sync::Mutex<Script>>);
+
+    impl DiskIo for Scripted {
+        fn run(&mut self, mut t: DiskTransfer) -> Submitted {
+            let mut s = self.0.lock().unwrap();
+            if std::mem::take(&mut s.fail_next) {
+                return Submitted::Done(t, Err(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+            }
+            if std::mem::take(&mut s.hold_next) {
+                // The transfer completes late: the bytes land, the result is not waited for.
+                t.perform().unwrap();
+                s.held = Some(t);
+                return Submitted::Overdue { deadline_ms: 25 };
+            }
+            let r = t.perform();
+            Submitted::Done(t, r)
+        }
+
+        fn reclaim(&mut self) -> Option<DiskTransfer> {
+            let mut s = self.0.lock().unwrap();
+            if s.released {
+                s.held.take()
+            } else {
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn an_overdue_transfer_stalls_the_tier_until_it_is_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DISK_SLAB_FILE);
+        let (mut disk, _) = DiskTier::open(&path, 5000, 4, IoMode::Buffered).unwrap();
+        let script = Scripted::default();
+        disk.set_io(Box::new(script.clone()));
+        let data = vec![7u8; 5000];
+
+        script.0.lock().unwrap().fail_next = true;
+        let e = disk.write_slot(0, &[&data], BlockHash(1)).unwrap_err();
+        assert!(
+            matches!(e, TierError::Io { op: "write", .. }),
+            "an I/O error is reported as such: {e}"
+        );
+
+        script.0.lock().unwrap().hold_next = true;
+        let e = disk.write_slot(1, &[&data], BlockHash(1)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "disk tier: write of slot 1 missed its deadline of 25 ms"
+        );
+        let mut out = vec![0u8; 5000];
+        let e = disk
+            .read_slot(2, &mut [&mut out[..]], BlockHash(1))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "disk tier: read of slot 2 not started: an earlier write of slot 1 missed its deadline of 25 ms and is still in flight"
+        );
+
+        // The late write ends: the tier takes work again, and its bytes are there.
+        script.0.lock().unwrap().released = true;
+        let sum = disk
+            .read_slot(1, &mut [&mut out[..]], BlockHash(1))
+            .unwrap();
+        assert_eq!(sum, checksum(BlockHash(1), &data));
+        assert_eq!(out, data);
     }
 }

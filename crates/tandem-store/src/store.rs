@@ -20,7 +20,7 @@ use tandem_proto::ids::Rank;
 use crate::block::{BlockHash, Location, SlotId};
 use crate::buffer::{BufferError, EngineBuffers, PageId};
 use crate::checksum::Checksum;
-use crate::disk::{DiskTier, IoMode};
+use crate::disk::{DiskIo, DiskTier, IoMode};
 use crate::fence::{Fence, Fenced};
 use crate::host::HostTier;
 use crate::lock::{LockError, TierLock};
@@ -211,6 +211,14 @@ impl Store {
     /// Errors: [`StoreError::Fenced`] when another process owns the tiers now.
     pub fn begin_epoch(&mut self, epoch: u64) -> Result<(), StoreError> {
         Ok(self.fence.advance_epoch(epoch)?)
+    }
+
+    /// Runs the disk tier's transfers through `io` from now on (the agent's puts a deadline
+    /// on each; see [`crate::disk`]); nothing when the disk tier is disabled.
+    pub fn set_disk_io(&mut self, io: Box<dyn DiskIo>) {
+        if let Some(disk) = self.disk.as_mut() {
+            disk.set_io(io);
+        }
     }
 
     /// The in-memory manifest (what [`Store::flush_manifest`] writes).

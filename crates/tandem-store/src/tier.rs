@@ -67,6 +67,33 @@ pub enum TierError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A disk transfer did not end within the deadline of the I/O it ran through
+    /// ([`crate::disk::DiskIo`]); it may still be in flight, and the tier takes nothing until
+    /// it ends.
+    #[error("disk tier: {op} of slot {slot} missed its deadline of {deadline_ms} ms")]
+    DiskDeadline {
+        /// `read` or `write`.
+        op: &'static str,
+        /// The slot.
+        slot: SlotId,
+        /// The deadline, in ms.
+        deadline_ms: u64,
+    },
+    /// An earlier disk transfer missed its deadline and has not ended: this operation was not
+    /// started (the disk tier is degraded until that transfer ends).
+    #[error("disk tier: {op} of slot {slot} not started: an earlier {earlier_op} of slot {earlier_slot} missed its deadline of {deadline_ms} ms and is still in flight")]
+    DiskStalled {
+        /// `read` or `write`: the operation refused.
+        op: &'static str,
+        /// Its slot.
+        slot: SlotId,
+        /// The overdue operation.
+        earlier_op: &'static str,
+        /// Its slot.
+        earlier_slot: SlotId,
+        /// The deadline it missed, in ms.
+        deadline_ms: u64,
+    },
     /// The device-memory tier failed (feature `cuda`).
     #[error("device tier: {0}")]
     Device(String),

@@ -1,0 +1,180 @@
+//! Deadlines on the disk tier: its transfers run on a thread of their own, and the StoreActor
+//! waits for each at most `store.disk_op_deadline_ms`.
+//!
+//! Owns [`DeadlineIo`] (the [`DiskIo`] the agent sets on its store) and [`DiskHealth`] (whether
+//! the disk tier is degraded, for `/readyz` and the metrics). The tier hands over one transfer
+//! at a time with the bytes in a buffer the transfer owns ([`tandem_store::disk`]), so a
+//! transfer past its deadline is left to finish on the `disk-io` thread while the StoreActor
+//! reports the shard failed ("missed its deadline of N ms") and goes on: host-tier work is not
+//! held up, and every disk operation started meanwhile fails at once (the tier is stalled)
+//! until the late transfer ends, when the tier takes work again by itself. A frozen disk
+//! therefore costs one deadline, never a hung actor.
+//!
+//! It decides nothing about blocks: which shard failed, and what the group does about it, is
+//! the StoreActor's report and the leader's rule. It must never run a transfer on the
+//! StoreActor's thread, or let a late transfer touch anything but its own buffer.
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tandem_proto::Tier;
+use tandem_store::disk::{DiskIo, DiskOp, DiskTransfer, Submitted};
+
+/// Whether this rank's disk tier is degraded: a transfer missed its deadline and has not
+/// ended. Shared by the [`DeadlineIo`], its thread and the HTTP handlers.
+#[derive(Clone, Debug)]
+pub struct DiskHealth(Arc<HealthInner>);
+
+#[derive(Debug)]
+struct HealthInner {
+    metrics: Arc<tandem_metrics::AgentMetrics>,
+    state: Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    /// Transfers ended on the I/O thread (numbered from 1, in order).
+    ended: u64,
+    /// The overdue transfer's number and the reason `/readyz` gives while it runs.
+    overdue: Option<(u64, String)>,
+}
+
+impl DiskHealth {
+    /// Healthy; the gauges in `metrics` follow it.
+    pub fn new(metrics: Arc<tandem_metrics::AgentMetrics>) -> Self {
+        metrics.set_tier_degraded(Tier::Disk, false);
+        Self(Arc::new(HealthInner {
+            metrics,
+            state: Mutex::new(HealthState::default()),
+        }))
+    }
+
+    /// Why the disk tier is degraded (names the tier, the transfer and its deadline), `None`
+    /// while it is not.
+    pub fn degraded(&self) -> Option<String> {
+        self.lock().overdue.as_ref().map(|(_, why)| why.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        // A panic while holding it stops the agent anyway; the state is still meaningful.
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Transfer `seq` missed its deadline: degraded until it ends (unless it just did).
+    fn overdue(&self, seq: u64, op: DiskOp, slot: u64, deadline_ms: u64) {
+        if let Some(c) = self.0.metrics.tier_deadline_misses(Tier::Disk) {
+            c.inc();
+        }
+        let mut s = self.lock();
+        if s.ended >= seq {
+            return;
+        }
+        s.overdue = Some((
+            seq,
+            format!(
+                "disk tier degraded: a {op} of slot {slot} missed its deadline of {deadline_ms} ms and has not ended"
+            ),
+        ));
+        self.0.metrics.set_tier_degraded(Tier::Disk, true);
+    }
+
+    /// Transfer `seq` ended (on the I/O thread).
+    fn ended(&self, seq: u64) {
+        let mut s = self.lock();
+        s.ended = seq;
+        if s.overdue.as_ref().is_some_and(|(o, _)| *o <= seq) {
+            s.overdue = None;
+            self.0.metrics.set_tier_degraded(Tier::Disk, false);
+            tracing::warn!("the disk tier's overdue transfer ended: the tier takes work again");
+        }
+    }
+}
+
+/// A transfer to run, numbered.
+type Job = (u64, DiskTransfer);
+/// A transfer that ended, with its result.
+type Ended = (DiskTransfer, std::io::Result<()>);
+
+/// Runs the disk tier's transfers on the `disk-io` thread and waits for each at most the
+/// deadline (see the module docs).
+#[derive(Debug)]
+pub struct DeadlineIo {
+    jobs: Sender<Job>,
+    ended: Receiver<Ended>,
+    deadline: Duration,
+    seq: u64,
+    /// A transfer missed its deadline and has not been handed back.
+    outstanding: bool,
+    health: DiskHealth,
+}
+
+impl DeadlineIo {
+    /// Starts the `disk-io` thread; each transfer gets `deadline_ms` (≥ 1).
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start(deadline_ms: u64, health: DiskHealth) -> std::io::Result<Self> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (done, ended) = mpsc::channel::<Ended>();
+        let thread_health = health.clone();
+        let span = tracing::Span::current();
+        std::thread::Builder::new()
+            .name("disk-io".into())
+            .spawn(move || {
+                let _span = span.entered();
+                while let Ok((seq, mut t)) = queue.recv() {
+                    let result = match crate::fault::disk_transfer(t.op() == DiskOp::Write) {
+                        Some(injected) => Err(injected),
+                        None => t.perform(),
+                    };
+                    thread_health.ended(seq);
+                    if done.send((t, result)).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Self {
+            jobs,
+            ended,
+            deadline: Duration::from_millis(deadline_ms.max(1)),
+            seq: 0,
+            outstanding: false,
+            health,
+        })
+    }
+
+    fn deadline_ms(&self) -> u64 {
+        self.deadline.as_millis() as u64
+    }
+}
+
+impl DiskIo for DeadlineIo {
+    fn run(&mut self, transfer: DiskTransfer) -> Submitted {
+        let (op, slot) = (transfer.op(), transfer.slot());
+        self.seq += 1;
+        if let Err(mpsc::SendError((_, t))) = self.jobs.send((self.seq, transfer)) {
+            return Submitted::Done(t, Err(std::io::Error::other("the disk I/O thread is gone")));
+        }
+        match self.ended.recv_timeout(self.deadline) {
+            Ok((t, result)) => Submitted::Done(t, result),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                self.outstanding = true;
+                let deadline_ms = self.deadline_ms();
+                self.health.overdue(self.seq, op, slot, deadline_ms);
+                tracing::error!(%op, slot, deadline_ms, "a disk transfer missed its deadline: the disk tier refuses work until it ends");
+                Submitted::Overdue { deadline_ms }
+            }
+        }
+    }
+
+    fn reclaim(&mut self) -> Option<DiskTransfer> {
+        if !self.outstanding {
+            return None;
+        }
+        let (t, late) = self.ended.try_recv().ok()?;
+        self.outstanding = false;
+        tracing::info!(op = %t.op(), slot = t.slot(), ok = late.is_ok(), "the overdue disk transfer ended late; its result was not used");
+        Some(t)
+    }
+}
