@@ -17,7 +17,7 @@ fn parsed(m: &AgentMetrics) -> ParsedExposition {
 }
 
 /// (OpenMetrics family name, type, the label keys every sample has besides group and rank).
-const FAMILIES: [(&str, &str, &[&str]); 29] = [
+const FAMILIES: [(&str, &str, &[&str]); 31] = [
     ("tandem_steps_sealed", "counter", &[]),
     ("tandem_frame_latency_seconds", "histogram", &[]),
     ("tandem_tasks_started", "counter", &["kind"]),
@@ -47,6 +47,8 @@ const FAMILIES: [(&str, &str, &[&str]); 29] = [
     ("tandem_stream_entries_rejected", "counter", &[]),
     ("tandem_window_stalls", "counter", &[]),
     ("tandem_window_stalled_follower", "gauge", &[]),
+    ("tandem_tier_degraded", "gauge", &["tier"]),
+    ("tandem_tier_deadline_misses", "counter", &["tier"]),
 ];
 
 fn sample_names(family: &str, kind: &str) -> Vec<String> {
@@ -411,4 +413,39 @@ fn a_window_stall_names_the_follower_until_it_clears() {
     let p = parsed(&m);
     assert_eq!(p.value("tandem_window_stalled_follower", &[]), Some(0.0));
     assert_eq!(p.value("tandem_window_stalls_total", &[]), Some(1.0));
+}
+
+#[test]
+fn a_degraded_disk_tier_shows_until_it_clears_and_misses_are_counted() {
+    use tandem_metrics::Tier;
+    let m = AgentMetrics::new("g1", 1);
+    let p = parsed(&m);
+    assert_eq!(
+        p.value("tandem_tier_degraded", &[("tier", "disk")]),
+        Some(0.0)
+    );
+    m.set_tier_degraded(Tier::Disk, true);
+    m.tier_deadline_misses(Tier::Disk)
+        .expect("disk series")
+        .inc();
+    let p = parsed(&m);
+    assert_eq!(
+        p.value("tandem_tier_degraded", &[("tier", "disk")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        p.value("tandem_tier_degraded", &[("tier", "host")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        p.value("tandem_tier_deadline_misses_total", &[("tier", "disk")]),
+        Some(1.0)
+    );
+    m.set_tier_degraded(Tier::Disk, false);
+    let p = parsed(&m);
+    assert_eq!(
+        p.value("tandem_tier_degraded", &[("tier", "disk")]),
+        Some(0.0)
+    );
+    assert!(m.tier_deadline_misses(Tier::Device).is_none());
 }
