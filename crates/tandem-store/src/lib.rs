@@ -18,7 +18,9 @@
 //! - [`shm`]: file-backed shared memory (create, open, map).
 //! - [`buffer`]: engine regions registered by engines, and validated page views.
 //! - [`host`]: the host tier, a slab in shared memory that survives an agent restart.
-//! - [`disk`]: the disk tier, one preallocated file with positional I/O.
+//! - [`disk`]: the disk tier, one preallocated file with positional I/O, each slot staged in
+//!   a buffer the tier owns and moved through the [`disk::DiskIo`] seam (where the agent puts
+//!   its deadline; [`disk::InlineIo`] by default).
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
 //! - `device_region` (feature `cuda`): an engine's KV cache in GPU memory, opened from its
 //!   CUDA IPC handle, copied page by page straight to and from host slices.
