@@ -178,3 +178,45 @@ impl DiskIo for DeadlineIo {
         Some(t)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> DiskHealth {
+        DiskHealth::new(Arc::new(tandem_metrics::AgentMetrics::new("g", 1)))
+    }
+
+    #[test]
+    fn an_overdue_transfer_degrades_the_tier_until_it_ends() {
+        let h = health();
+        assert_eq!(h.degraded(), None);
+        h.ended(1);
+        h.overdue(2, DiskOp::Write, 7, 250);
+        assert_eq!(
+            h.degraded().as_deref(),
+            Some("disk tier degraded: a write of slot 7 missed its deadline of 250 ms and has not ended")
+        );
+        let text = h.0.metrics.encode_text();
+        assert!(
+            text.contains("tandem_tier_degraded{group=\"g\",rank=\"1\",tier=\"disk\"} 1"),
+            "{text}"
+        );
+        h.ended(2);
+        assert_eq!(h.degraded(), None);
+        assert!(h
+            .0
+            .metrics
+            .encode_text()
+            .contains("tandem_tier_degraded{group=\"g\",rank=\"1\",tier=\"disk\"} 0"));
+    }
+
+    #[test]
+    fn a_transfer_that_ended_before_it_was_declared_overdue_degrades_nothing() {
+        // The I/O thread finished it between the deadline and the StoreActor's bookkeeping.
+        let h = health();
+        h.ended(3);
+        h.overdue(3, DiskOp::Read, 1, 10);
+        assert_eq!(h.degraded(), None);
+    }
+}

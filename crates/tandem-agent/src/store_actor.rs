@@ -183,9 +183,8 @@ pub struct StoreActor {
     writer: std::sync::mpsc::Sender<Snapshot>,
     /// The writer's end of the channel, until `started` spawns the writer thread.
     snapshots: Option<std::sync::mpsc::Receiver<Snapshot>>,
-    /// Generation of the last snapshot sent to the writer, and of the last one it saved.
+    /// Generation of the last snapshot sent to the writer.
     generation: u64,
-    saved: u64,
     /// Store results waiting for a saved manifest (disk-tier shards), oldest first.
     held: Vec<Held>,
     /// How long a disk-tier store waits for its manifest (`store.disk_op_deadline_ms`).
@@ -226,7 +225,6 @@ impl StoreActor {
             writer,
             snapshots: Some(snapshots),
             generation: 0,
-            saved: 0,
             held: Vec::new(),
             disk_deadline: std::time::Duration::from_millis(disk_deadline_ms),
             wrote_disk: false,
@@ -638,7 +636,6 @@ impl StoreActor {
     /// The writer saved (or failed to save) the snapshot of `generation`: the results it
     /// lists go out, done or failed.
     fn release_held(&mut self, generation: u64, error: Option<&str>) {
-        self.saved = self.saved.max(generation);
         let (ready, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
             .into_iter()
             .partition(|h| h.generation <= generation);
