@@ -138,7 +138,8 @@ run "burst::five_thousand_stores_in_one_step_all_get_one_outcome" "$REPEAT" \
 # group SIGKILL needs only the plain binary).
 for t in a_disk_write_failing_halfway_through_a_store_fails_it_on_every_rank \
          a_group_sigkilled_right_after_a_disk_store_finished_loads_it_after_the_restart \
-         a_frozen_disk_tier_fails_its_tasks_by_the_deadline_and_work_resumes_after_the_thaw; do
+         a_frozen_disk_tier_fails_its_tasks_by_the_deadline_and_work_resumes_after_the_thaw \
+         a_disk_tier_frozen_during_a_replay_loses_no_outcome; do
   run "disk_faults::$t" "$REPEAT" -p tandem-tests --test disk_faults "$t"
 done
 

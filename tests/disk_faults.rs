@@ -18,7 +18,9 @@
 //!   CI, 30 s in `scripts/fault-suite.sh`; the disk deadline is 1 s): its
 //!   store fails with the typed deadline outcome while the disk is still frozen, the group
 //!   keeps sealing frames, `/readyz` and `tandem_tier_degraded` name the disk tier, and after
-//!   the thaw the rank is ready and stores and loads work again.
+//!   the thaw the rank is ready and stores and loads work again. The same freeze during a
+//!   replay: the replay finishes with every outcome exactly once, the stores caught in the
+//!   freeze failed, and the group is ready again after the thaw.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -31,18 +33,24 @@ use tandem_proto::ids::{BlockHash, PageId, RequestId, Step, TaskId};
 use tandem_store::manifest::{Manifest, MANIFEST_FILE};
 use tandem_tests::cluster::{Group, GroupSpec};
 use tandem_tests::engines::{connect_engine, fill, holds};
-use tandem_tests::figures::{env_u64, figure};
+use tandem_tests::figures::{env_u64, fault_requests, figure, seeded};
 use tandem_tests::redis::RedisServer;
+use tandem_tests::replay::{assert_exactly_once, summary_short, InProcessReplay};
 use tandem_tests::supervisor::SupervisedGroup;
 use tandem_tests::{serial, tandem_fault_bin, ChildGuard};
 
 /// A durable group of two disk-only ranks (TP 2), 2 KiB shards, a disk deadline of
 /// `deadline_ms`.
 fn disk_only_group(redis: &RedisServer, deadline_ms: u64) -> SupervisedGroup {
+    disk_only_group_of(redis, deadline_ms, 64)
+}
+
+/// As [`disk_only_group`], with `disk_blocks` slots per rank.
+fn disk_only_group_of(redis: &RedisServer, deadline_ms: u64, disk_blocks: u64) -> SupervisedGroup {
     let mut spec = GroupSpec::new(1, 2);
     spec.redis_url = redis.url();
     spec.host_capacity_blocks = 0;
-    spec.disk_capacity_blocks = 64;
+    spec.disk_capacity_blocks = disk_blocks;
     let g = SupervisedGroup::configure_small(&spec);
     g.edit_config(
         "[store]\n",
@@ -509,6 +517,66 @@ fn a_frozen_disk_tier_fails_its_tasks_by_the_deadline_and_work_resumes_after_the
             ("readyz_reason", why),
             ("second_store", "failed_at_once_stalled".into()),
             ("after_thaw", "store_ok_load_ok_verified".into()),
+        ],
+    );
+}
+
+#[test]
+fn a_disk_tier_frozen_during_a_replay_loses_no_outcome() {
+    let _serial = serial();
+    let freeze_ms = env_u64("TANDEM_FAULT_FREEZE_MS", 5_000).max(3_000);
+    let deadline_ms = 1_000;
+    let redis = RedisServer::start_bound("127.0.0.1");
+    let mut c = disk_only_group_of(&redis, deadline_ms, 256);
+    let test = "a_disk_tier_frozen_during_a_replay_loses_no_outcome";
+    // Rank 1's disk freezes at its 40th transfer: mid-replay.
+    let Some(epoch) = arm(&mut c, 1, &format!("freeze-ms:{freeze_ms}:after:40"), test) else {
+        return;
+    };
+    let mut rng = seeded("disk-freeze-replay");
+    let started = Instant::now();
+    let replay = InProcessReplay::start(
+        &c.group,
+        (0..2).map(|r| c.group.socket(r)).collect(),
+        fault_requests(),
+        rng.next_u64(),
+    );
+    let s = replay
+        .finish()
+        .unwrap_or_else(|e| panic!("the replay failed: {e}\n{}", c.diagnostics()));
+    let wall_ms = started.elapsed().as_millis();
+    assert_exactly_once(&s, "a disk tier frozen during a replay");
+    let log = c.group.log(1);
+    assert!(
+        log.contains("fault hook: the disk tier freezes"),
+        "the freeze happened during the replay:\n{}",
+        c.diagnostics()
+    );
+    let missed = log.matches("missed its deadline").count();
+    assert!(missed > 0, "no disk transfer missed its deadline");
+    assert!(
+        s.stores_failed + s.loads_failed > 0,
+        "no task failed: {}",
+        s.to_json()
+    );
+    let thawed_during_replay = log.contains("fault hook: the disk tier thaws");
+    c.wait_ready(Duration::from_millis(freeze_ms + 60_000));
+    assert_eq!(c.supervisor_epoch(), Some(epoch), "the epoch held");
+    figure(
+        "disk_tier_frozen_during_replay",
+        &[
+            ("freeze_ms", freeze_ms.to_string()),
+            ("deadline_ms", deadline_ms.to_string()),
+            ("replay_wall_ms", wall_ms.to_string()),
+            (
+                "thawed_before_the_replay_ended",
+                thawed_during_replay.to_string(),
+            ),
+            ("deadline_lines_in_rank1_log", missed.to_string()),
+            (
+                "replay",
+                serde_json::to_string(&summary_short(&s)).unwrap_or_default(),
+            ),
         ],
     );
 }
