@@ -449,10 +449,26 @@ impl Actor for StoreActor {
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> actix::Running {
-        // On the way out, write synchronously: nothing waits for copies any more.
+        // On the way out, write the manifest and wait for it (nothing waits for copies any
+        // more), but no longer than the disk deadline: a frozen disk must not hold the stop.
         if !self.fenced {
-            if let Err(e) = self.store.flush_manifest() {
-                tracing::error!(error = %e, "cannot write the shard manifest");
+            let manifest = self.store.manifest().clone();
+            let path = self.store.manifest_path().to_path_buf();
+            let fence = self.store.fence().clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let saving = std::thread::Builder::new()
+                .name("manifest-final".into())
+                .spawn(move || {
+                    let _ = tx.send(manifest.save_fenced(&path, &fence));
+                });
+            match saving.map(|_| rx.recv_timeout(self.disk_deadline)) {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::error!(error = %e, "cannot write the shard manifest"),
+                Ok(Err(_)) => tracing::error!(
+                    deadline_ms = self.disk_deadline.as_millis() as u64,
+                    "the last manifest write missed its deadline: stopping without it (the shards it would list since the last save are dropped at the next start)"
+                ),
+                Err(e) => tracing::error!(error = %e, "cannot start the last manifest write"),
             }
         }
         actix::Running::Stop
