@@ -25,6 +25,8 @@
 //! - [`panics`]: the panic hook that stops the agent when any of its threads panics.
 //! - [`fault`]: test-only fault hooks (a panic at an actor's Nth message), compiled in only
 //!   with the `fault-hooks` feature.
+//! - [`fault_layer`]: the test-only stall of one layer of layerwise loads
+//!   (`TANDEM_FAULT_LAYER_STALL`), with the same feature.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers
@@ -36,6 +38,7 @@ pub mod engine;
 pub mod epochs;
 pub mod events;
 pub mod fault;
+pub mod fault_layer;
 pub mod http;
 pub mod panics;
 pub mod peer;

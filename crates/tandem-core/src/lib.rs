@@ -53,6 +53,9 @@
 //! - [`status`]: [`RankStatus`], [`CoreCounters`], [`NotReady`].
 //! - [`shared`]: the output queue, the frame-0 filter, refusals as the engine sees them, the
 //!   registered pool's size.
+//! - `layers`: layerwise loads on one rank: the leader's plans from the frames, this rank's
+//!   copy progress and per-layer deadline, and the engine's `wait_layer` calls
+//!   (docs/LAYERWISE.md).
 //! - `binds`: per-rank page binding: copies of tasks started without page ids wait for this
 //!   rank's engine's `bind`, until a deadline that fails the rank's shard.
 //! - [`cache_events`]: [`CacheEventDeriver`], the group's KV cache events (stored, removed,
@@ -79,7 +82,7 @@
 //!     world_size: 2,
 //! };
 //! let config = |rank| CoreConfig {
-//!     epoch: Epoch(1), rank: Rank(rank), world_size: 2, shard_bytes: 64, window_steps: 8,
+//!     epoch: Epoch(1), rank: Rank(rank), world_size: 2, shard_bytes: 64, layers_per_rank: 1, window_steps: 8,
 //!     retention_steps: 64, max_frame_bytes: 1 << 20, heartbeat_interval_ms: 100,
 //!     heartbeat_timeout_ms: 1_000, host_capacity_blocks: 4, disk_capacity_blocks: 0,
 //!     bind_timeout_ms: 5_000,
@@ -130,6 +133,7 @@ pub mod config;
 pub mod epoch_loop;
 pub mod follower;
 pub mod index;
+mod layers;
 pub mod leader;
 pub mod output;
 pub mod rank;

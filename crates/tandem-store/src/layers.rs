@@ -1,0 +1,259 @@
+//! Layerwise loads: a load's shards copied into engine pages one layer at a time.
+//!
+//! Owns [`Store::load_layers`] and its error. The in-page layout is layer-major: a block shard
+//! of `L` layers is `L` equal contiguous segments, segment `k` holding layer `k`'s K and V
+//! (docs/LAYERWISE.md says how that maps to SGLang's and vLLM's caches). A layerwise load
+//! copies segment `order[0]` of every block, then `order[1]`, …, and calls back after each
+//! layer so that the caller can signal its engine; each shard's checksum (over the whole
+//! shard, as written) is verified before the last layer is signalled, so a load whose bytes do
+//! not verify never reports its last layer. It never decides the order or signals anything
+//! itself: the order is the leader's plan, the signal the caller's.
+
+use crate::block::BlockHash;
+use crate::buffer::{BufferError, EngineBuffers};
+use crate::checksum::ShardHasher;
+use crate::store::{Store, StoreError};
+use crate::tier::TierError;
+use tandem_proto::PageId;
+
+/// Why a layerwise load stopped. Nothing is rolled back: the pages hold the layers copied
+/// before it stopped, and unspecified bytes in the layer being copied.
+#[derive(Debug, thiserror::Error)]
+pub enum LayerCopyError {
+    /// The shard does not split into `layers` equal segments.
+    #[error("a shard of {shard_bytes} bytes does not split into {layers} equal layers")]
+    Uneven {
+        /// Bytes of one shard.
+        shard_bytes: usize,
+        /// Layers asked for.
+        layers: usize,
+    },
+    /// Blocks and pages differ in number.
+    #[error("{blocks} blocks, {pages} pages")]
+    Lists {
+        /// Blocks.
+        blocks: usize,
+        /// Pages.
+        pages: usize,
+    },
+    /// A block, page or tier refused the copy.
+    #[error("layer {layer}: {source}")]
+    Store {
+        /// The layer being copied.
+        layer: u32,
+        /// The store's error (unknown block, disabled tier, fenced, checksum mismatch).
+        source: StoreError,
+    },
+    /// The caller stopped the copy after `layers_done` layers (a deadline, a fault).
+    #[error("stopped after {layers_done} layers: {reason}")]
+    Stopped {
+        /// Layers copied and signalled.
+        layers_done: u32,
+        /// The caller's reason.
+        reason: String,
+    },
+}
+
+impl Store {
+    /// Load block `hashes[i]`'s shard into page `pages[i]` of `region`, layer by layer in
+    /// `order` (a permutation of `0..order.len()`, checked by the caller). Before each layer,
+    /// `before(i)` may stop the copy (`Err(reason)`); after each, `after(i + 1)` is told how
+    /// many layers are in the pages. Checksums are verified before the last `after`.
+    ///
+    /// Errors: [`LayerCopyError`]; a checksum mismatch drops the shard from this rank, as a
+    /// whole-shard load does.
+    pub fn load_layers(
+        &mut self,
+        hashes: &[BlockHash],
+        pages: &[PageId],
+        buffers: &mut EngineBuffers,
+        region: &str,
+        order: &[u32],
+        mut before: impl FnMut(u32) -> Result<(), String>,
+        mut after: impl FnMut(u32),
+    ) -> Result<(), LayerCopyError> {
+        let shard_bytes = self.config().shard_bytes;
+        let layers = order.len();
+        if layers == 0 || shard_bytes % layers != 0 {
+            return Err(LayerCopyError::Uneven {
+                shard_bytes,
+                layers,
+            });
+        }
+        if hashes.len() != pages.len() {
+            return Err(LayerCopyError::Lists {
+                blocks: hashes.len(),
+                pages: pages.len(),
+            });
+        }
+        let seg = shard_bytes / layers;
+        let at = |layer: u32, source: StoreError| LayerCopyError::Store { layer, source };
+        let first = order.first().copied().unwrap_or(0);
+        self.fence()
+            .check()
+            .map_err(|e| at(first, StoreError::from(e)))?;
+        let mut locations = Vec::with_capacity(hashes.len());
+        for hash in hashes {
+            let loc = self
+                .location(*hash)
+                .ok_or(StoreError::UnknownBlock { hash: *hash })
+                .map_err(|e| at(first, e))?;
+            locations.push(loc);
+        }
+        let mut dst = buffers
+            .pages_mut(region, pages, shard_bytes as u64)
+            .map_err(|e: BufferError| at(first, e.into()))?;
+        // In ascending order the checksum streams with the copy; otherwise each page is
+        // hashed once all its layers are in.
+        let ascending = order.iter().enumerate().all(|(i, l)| *l as usize == i);
+        let mut hashers: Vec<ShardHasher> = hashes.iter().map(|h| ShardHasher::new(*h)).collect();
+        for (i, &layer) in order.iter().enumerate() {
+            let done = i as u32;
+            before(done).map_err(|reason| LayerCopyError::Stopped {
+                layers_done: done,
+                reason,
+            })?;
+            let range = layer as usize * seg..(layer as usize + 1) * seg;
+            for ((loc, page), hasher) in locations.iter().zip(dst.iter_mut()).zip(&mut hashers) {
+                let part = &mut page[range.clone()];
+                let tier = self
+                    .tier_mut(loc.tier)
+                    .ok_or(StoreError::TierDisabled { tier: loc.tier })
+                    .map_err(|e| at(layer, e))?;
+                tier.read_range(loc.slot, range.start, part)
+                    .map_err(|e: TierError| at(layer, e.into()))?;
+                if ascending {
+                    hasher.update(part);
+                }
+            }
+            if i + 1 == layers {
+                for (((hash, loc), page), hasher) in hashes
+                    .iter()
+                    .zip(&locations)
+                    .zip(dst.iter())
+                    .zip(std::mem::take(&mut hashers))
+                {
+                    let actual = if ascending {
+                        hasher.finish()
+                    } else {
+                        crate::checksum::checksum(*hash, page)
+                    };
+                    if actual != loc.checksum {
+                        self.evict(*hash);
+                        return Err(at(
+                            layer,
+                            StoreError::ChecksumMismatch {
+                                hash: *hash,
+                                tier: loc.tier,
+                                slot: loc.slot,
+                                expected: loc.checksum,
+                                actual,
+                            },
+                        ));
+                    }
+                }
+            }
+            after(done + 1);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::RegionSpec;
+    use crate::store::StoreConfig;
+
+    /// A store of 4 host slots of 64 bytes (4 layers of 16) and an engine region of 4 pages.
+    fn setup(dir: &std::path::Path) -> (Store, EngineBuffers) {
+        let cfg = StoreConfig {
+            rank: tandem_proto::Rank(1),
+            shard_bytes: 64,
+            host_capacity_blocks: 4,
+            disk_capacity_blocks: 0,
+            host_dir: dir.join("host"),
+            disk_dir: dir.join("disk"),
+            disk_io: Default::default(),
+            layout: Default::default(),
+        };
+        let (mut store, _) = Store::open(cfg).unwrap();
+        store.begin_epoch(1).unwrap();
+        let mut buffers = EngineBuffers::new();
+        let spec = RegionSpec {
+            name: "engine".into(),
+            size_bytes: 256,
+            page_size_bytes: 64,
+        };
+        buffers.register(spec).unwrap();
+        let path = dir.join("engine.region");
+        std::fs::write(&path, vec![0u8; 256]).unwrap();
+        buffers.map("engine", &path).unwrap();
+        (store, buffers)
+    }
+
+    #[test]
+    fn layers_arrive_in_order_and_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, mut buffers) = setup(dir.path());
+        let data: Vec<Vec<u8>> = (0..2u8)
+            .map(|b| (0..64u8).map(|i| i.wrapping_mul(7) ^ b).collect())
+            .collect();
+        for (b, d) in data.iter().enumerate() {
+            store
+                .store_shard(BlockHash(b as u128 + 1), tandem_proto::Tier::Host, d)
+                .unwrap();
+        }
+        let hashes = [BlockHash(1), BlockHash(2)];
+        let pages = [PageId(3), PageId(0)];
+        for order in [vec![0, 1, 2, 3], vec![3, 1, 0, 2]] {
+            let mut seen = Vec::new();
+            store
+                .load_layers(
+                    &hashes,
+                    &pages,
+                    &mut buffers,
+                    "engine",
+                    &order,
+                    |_| Ok(()),
+                    |n| seen.push(n),
+                )
+                .unwrap();
+            assert_eq!(seen, vec![1, 2, 3, 4]);
+            let got = buffers.pages("engine", &pages, 64).unwrap();
+            assert_eq!(got[0], &data[0][..]);
+            assert_eq!(got[1], &data[1][..]);
+        }
+        // Stopped before layer 2: two layers signalled, the error names them.
+        let mut seen = Vec::new();
+        let err = store
+            .load_layers(
+                &hashes,
+                &pages,
+                &mut buffers,
+                "engine",
+                &[0, 1, 2, 3],
+                |i| if i == 2 { Err("stall".into()) } else { Ok(()) },
+                |n| seen.push(n),
+            )
+            .unwrap_err();
+        assert_eq!(seen, vec![1, 2]);
+        assert!(
+            matches!(err, LayerCopyError::Stopped { layers_done: 2, .. }),
+            "{err}"
+        );
+        // A shard that does not split evenly is refused before any copy.
+        let err = store
+            .load_layers(
+                &hashes,
+                &pages,
+                &mut buffers,
+                "engine",
+                &[0, 1, 2],
+                |_| Ok(()),
+                |_| {},
+            )
+            .unwrap_err();
+        assert!(matches!(err, LayerCopyError::Uneven { .. }), "{err}");
+    }
+}
