@@ -261,8 +261,8 @@ impl LayerLoads {
                     "rank {rank}: layer {layer} of task {task} not copied within layer_timeout_ms = {} ms ({} of {} layers copied)",
                     p.plan.layer_timeout_ms, p.ready, p.plan.layers
                 );
+                // Reported by the core through `shard_done`, which marks it reported.
                 p.deadline_ms = None;
-                p.reported = true;
                 p.failed = Some(format!("this rank's copy failed: {reason}"));
                 failed.push((*task, reason));
             }

@@ -233,6 +233,7 @@ fn one_ranks_stalled_layer_fails_the_task_on_every_rank() {
     shard_done(&mut g, 2, task, Err("stopped".into()));
     // The leader's quorum fails the task; every rank's frame says so, and every engine's
     // wait_layer, even for layers its own rank copied, now answers the failure at once.
+    g.drive();
     let f = g.step();
     let o = f.outcomes().find(|o| o.task == task).expect("outcome");
     let OutcomeResult::Failed { reason } = &o.result else {

@@ -100,9 +100,12 @@ impl Store {
                 .map_err(|e| at(first, e))?;
             locations.push(loc);
         }
-        let mut dst = buffers
-            .pages_mut(region, pages, shard_bytes as u64)
-            .map_err(|e: BufferError| at(first, e.into()))?;
+        // Every page is checked before any byte is copied.
+        for page in pages {
+            buffers
+                .pages_mut(region, &[*page], shard_bytes as u64)
+                .map_err(|e: BufferError| at(first, e.into()))?;
+        }
         // In ascending order the checksum streams with the copy; otherwise each page is
         // hashed once all its layers are in.
         let ascending = order.iter().enumerate().all(|(i, l)| *l as usize == i);
@@ -114,8 +117,11 @@ impl Store {
                 reason,
             })?;
             let range = layer as usize * seg..(layer as usize + 1) * seg;
-            for ((loc, page), hasher) in locations.iter().zip(dst.iter_mut()).zip(&mut hashers) {
-                let part = &mut page[range.clone()];
+            for ((loc, page), hasher) in locations.iter().zip(pages).zip(&mut hashers) {
+                let mut dst = buffers
+                    .pages_mut(region, &[*page], shard_bytes as u64)
+                    .map_err(|e: BufferError| at(layer, e.into()))?;
+                let part = &mut dst[0][range.clone()];
                 let tier = self
                     .tier_mut(loc.tier)
                     .ok_or(StoreError::TierDisabled { tier: loc.tier })
@@ -130,13 +136,16 @@ impl Store {
                 for (((hash, loc), page), hasher) in hashes
                     .iter()
                     .zip(&locations)
-                    .zip(dst.iter())
+                    .zip(pages)
                     .zip(std::mem::take(&mut hashers))
                 {
                     let actual = if ascending {
                         hasher.finish()
                     } else {
-                        crate::checksum::checksum(*hash, page)
+                        let dst = buffers
+                            .pages_mut(region, &[*page], shard_bytes as u64)
+                            .map_err(|e: BufferError| at(layer, e.into()))?;
+                        crate::checksum::checksum(*hash, &dst[0])
                     };
                     if actual != loc.checksum {
                         self.evict(*hash);
@@ -220,9 +229,10 @@ mod tests {
                 )
                 .unwrap();
             assert_eq!(seen, vec![1, 2, 3, 4]);
-            let got = buffers.pages("engine", &pages, 64).unwrap();
-            assert_eq!(got[0], &data[0][..]);
-            assert_eq!(got[1], &data[1][..]);
+            for (page, want) in pages.iter().zip(&data) {
+                let got = buffers.pages("engine", &[*page], 64).unwrap();
+                assert_eq!(got[0], &want[..], "{order:?}");
+            }
         }
         // Stopped before layer 2: two layers signalled, the error names them.
         let mut seen = Vec::new();

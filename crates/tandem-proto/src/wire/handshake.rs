@@ -277,15 +277,15 @@ mod tests {
                 theirs: 9
             })
         );
-        // Ranks of earlier releases (64-bit hashes; pins in frame 0; no per-rank binds) are
-        // refused by name.
-        for old in [1, 2, 3] {
+        // Ranks of earlier releases (64-bit hashes; pins in frame 0; no per-rank binds; no
+        // layerwise plans in frames) are refused by name.
+        for old in [1, 2, 3, 4] {
             let mut p = membership();
             p.protocol_version = old;
             assert_eq!(
                 check(&p, 1).map_err(|e| e.to_string()),
                 Err(HandshakeError::ProtocolVersion {
-                    ours: 4,
+                    ours: 5,
                     theirs: old
                 }
                 .to_string())
