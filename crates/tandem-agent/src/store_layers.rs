@@ -96,11 +96,13 @@ impl StoreActor {
         };
         self.store
             .load_layers(
-                &t.block_hashes,
-                &t.page_ids,
+                tandem_store::layers::LayerLoad {
+                    hashes: &t.block_hashes,
+                    pages: &t.page_ids,
+                    region: ENGINE_REGION,
+                    order: &plan.order,
+                },
                 &mut self.buffers,
-                ENGINE_REGION,
-                &plan.order,
                 before,
                 after,
             )

@@ -54,24 +54,41 @@ pub enum LayerCopyError {
     },
 }
 
+/// What a layerwise load copies: block `hashes[i]`'s shard into page `pages[i]` of the engine
+/// region `region`, layer by layer in `order` (a permutation of `0..order.len()`, checked by
+/// the caller).
+#[derive(Clone, Copy, Debug)]
+pub struct LayerLoad<'a> {
+    /// The blocks.
+    pub hashes: &'a [BlockHash],
+    /// One page per block.
+    pub pages: &'a [PageId],
+    /// The engine region the pages are in.
+    pub region: &'a str,
+    /// The layers, in copy order.
+    pub order: &'a [u32],
+}
+
 impl Store {
-    /// Load block `hashes[i]`'s shard into page `pages[i]` of `region`, layer by layer in
-    /// `order` (a permutation of `0..order.len()`, checked by the caller). Before each layer,
-    /// `before(i)` may stop the copy (`Err(reason)`); after each, `after(i + 1)` is told how
-    /// many layers are in the pages. Checksums are verified before the last `after`.
+    /// Copy `load` into `buffers` layer by layer. Before each layer, `before(i)` may stop the
+    /// copy (`Err(reason)`); after each, `after(i + 1)` is told how many layers are in the
+    /// pages. Checksums are verified before the last `after`.
     ///
     /// Errors: [`LayerCopyError`]; a checksum mismatch drops the shard from this rank, as a
     /// whole-shard load does.
     pub fn load_layers(
         &mut self,
-        hashes: &[BlockHash],
-        pages: &[PageId],
+        load: LayerLoad<'_>,
         buffers: &mut EngineBuffers,
-        region: &str,
-        order: &[u32],
         mut before: impl FnMut(u32) -> Result<(), String>,
         mut after: impl FnMut(u32),
     ) -> Result<(), LayerCopyError> {
+        let LayerLoad {
+            hashes,
+            pages,
+            region,
+            order,
+        } = load;
         let shard_bytes = self.config().shard_bytes;
         let layers = order.len();
         if layers == 0 || shard_bytes % layers != 0 {
@@ -145,7 +162,7 @@ impl Store {
                         let dst = buffers
                             .pages_mut(region, &[*page], shard_bytes as u64)
                             .map_err(|e: BufferError| at(layer, e.into()))?;
-                        crate::checksum::checksum(*hash, &dst[0])
+                        crate::checksum::checksum(*hash, dst[0])
                     };
                     if actual != loc.checksum {
                         self.evict(*hash);
@@ -215,18 +232,23 @@ mod tests {
         }
         let hashes = [BlockHash(1), BlockHash(2)];
         let pages = [PageId(3), PageId(0)];
-        for order in [vec![0, 1, 2, 3], vec![3, 1, 0, 2]] {
+        fn with<'a>(
+            hashes: &'a [BlockHash],
+            pages: &'a [PageId],
+            order: &'a [u32],
+        ) -> LayerLoad<'a> {
+            LayerLoad {
+                hashes,
+                pages,
+                region: "engine",
+                order,
+            }
+        }
+        let load = |order: &'static [u32]| with(&hashes, &pages, order);
+        for order in [&[0, 1, 2, 3][..], &[3, 1, 0, 2][..]] {
             let mut seen = Vec::new();
             store
-                .load_layers(
-                    &hashes,
-                    &pages,
-                    &mut buffers,
-                    "engine",
-                    &order,
-                    |_| Ok(()),
-                    |n| seen.push(n),
-                )
+                .load_layers(load(order), &mut buffers, |_| Ok(()), |n| seen.push(n))
                 .unwrap();
             assert_eq!(seen, vec![1, 2, 3, 4]);
             for (page, want) in pages.iter().zip(&data) {
@@ -236,16 +258,9 @@ mod tests {
         }
         // Stopped before layer 2: two layers signalled, the error names them.
         let mut seen = Vec::new();
+        let stop = |i| if i == 2 { Err("stall".into()) } else { Ok(()) };
         let err = store
-            .load_layers(
-                &hashes,
-                &pages,
-                &mut buffers,
-                "engine",
-                &[0, 1, 2, 3],
-                |i| if i == 2 { Err("stall".into()) } else { Ok(()) },
-                |n| seen.push(n),
-            )
+            .load_layers(load(&[0, 1, 2, 3]), &mut buffers, stop, |n| seen.push(n))
             .unwrap_err();
         assert_eq!(seen, vec![1, 2]);
         assert!(
@@ -254,15 +269,7 @@ mod tests {
         );
         // A shard that does not split evenly is refused before any copy.
         let err = store
-            .load_layers(
-                &hashes,
-                &pages,
-                &mut buffers,
-                "engine",
-                &[0, 1, 2],
-                |_| Ok(()),
-                |_| {},
-            )
+            .load_layers(load(&[0, 1, 2]), &mut buffers, |_| Ok(()), |_| {})
             .unwrap_err();
         assert!(matches!(err, LayerCopyError::Uneven { .. }), "{err}");
     }

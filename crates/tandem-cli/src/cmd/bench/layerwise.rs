@@ -1,14 +1,18 @@
 //! `tandem bench layerwise`: a 64-block prefix of a 32-layer model loaded from the host tier,
-//! whole and layerwise, in the same run on a one-rank local cluster (docs/LAYERWISE.md).
+//! whole and layerwise, in the same run on a two-rank local cluster (TP 2; each rank holds all
+//! 32 layers of its heads) (docs/LAYERWISE.md).
 //!
 //! Each trial loads the same 64 blocks twice into the engine's pages: once as a whole-task
 //! load (`load`, then `end_step` until a frame reveals the outcome `Ok`: when an engine may
 //! use the pages) and once layerwise (`load_layerwise`, `end_step` for the frame that starts
 //! it, then `wait_layer(0)` and `wait_layer(31)`). The figures are the time from the load
 //! request to the whole task's outcome, to the first layer and to the last layer, and the
-//! ratios of the two layer figures to the whole-task time (goal: first layer ≤ 1/8). Owns the
-//! trials and their table; targets are printed, never asserted.
+//! ratios of the two layer figures to the whole-task time (goal: first layer ≤ 1/8). The
+//! follower's engine (a thread) reads and acknowledges every frame, which releases its copies.
+//! Owns the trials and their table; targets are printed, never asserted.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -24,10 +28,12 @@ use crate::local::{LocalCluster, LocalSpec};
 
 /// Blocks of the prefix.
 const BLOCKS: u32 = 64;
-/// Layers of the model (one rank holds all of them).
+/// Ranks (TP).
+const RANKS: u32 = 2;
+/// Layers of the model (every rank holds all of them).
 const LAYERS: u32 = 32;
-/// Tokens per block: with 8 KV heads of 128 elements in bf16, a 1 MiB shard.
-const TOKENS_PER_BLOCK: u32 = 8;
+/// Tokens per block: with 8 KV heads (4 per rank) of 128 elements in bf16, a 1 MiB shard.
+const TOKENS_PER_BLOCK: u32 = 16;
 /// Goal: first layer ≤ this fraction of the whole-task time.
 const TARGET_RATIO: f64 = 1.0 / 8.0;
 /// Longest wait of one call.
@@ -63,7 +69,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let spec = LocalSpec {
         max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
         pp: 1,
-        tp: 1,
+        tp: RANKS,
         host_capacity_blocks: u64::from(BLOCKS),
         disk_capacity_blocks: 0,
         tokens_per_block: TOKENS_PER_BLOCK,
@@ -74,15 +80,28 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         dir: None,
     };
     let cluster = LocalCluster::start(&spec)?;
-    let mut c = EngineClient::connect(&cluster.socket(0), 0, Duration::from_secs(30))
+    let mut c = EngineClient::connect(cluster.socket(0), 0, Duration::from_secs(30))
         .context("engine connects")?;
     let shard = c.welcome().shard_bytes;
     let pool = PagePool::create(
-        &cluster.dir().join("bench-pool"),
+        cluster.dir().join("bench-pool0"),
         u64::from(2 * BLOCKS),
         shard,
     )?;
     c.register_buffer(&pool)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let follower = {
+        let mut f = EngineClient::connect(cluster.socket(1), 1, Duration::from_secs(30))
+            .context("follower engine connects")?;
+        let fpool = PagePool::create(
+            cluster.dir().join("bench-pool1"),
+            u64::from(2 * BLOCKS),
+            shard,
+        )?;
+        f.register_buffer(&fpool)?;
+        let stop = stop.clone();
+        std::thread::spawn(move || follow(f, fpool, stop))
+    };
     let hashes: Vec<BlockHash> = (0..u64::from(BLOCKS))
         .map(|i| BlockHash::from(0x1a7e_b000 + i))
         .collect();
@@ -142,10 +161,33 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         last_layer_ms,
     };
     drop(pool);
+    stop.store(true, Ordering::SeqCst);
+    follower
+        .join()
+        .map_err(|_| anyhow::anyhow!("the follower engine thread panicked"))??;
     Ok(PartOutput {
         table: table(&report),
         json: serde_json::to_value(&report)?,
     })
+}
+
+/// The follower's engine: read and acknowledge every frame (which releases its copies) until
+/// `stop`.
+fn follow(mut c: EngineClient, _pool: PagePool, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let mut step = c.welcome().next_step.0;
+    while !stop.load(Ordering::SeqCst) {
+        match c.frame(Step(step), Duration::from_millis(100)) {
+            Ok(_) => {
+                c.ack(Step(step))?;
+                step += 1;
+            }
+            Err(tandem_client::ClientError::Agent(tandem_client::AgentError::LeaderBehind {
+                ..
+            })) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Step until a frame reveals `task`'s outcome; an error unless it is `Ok`.
@@ -194,7 +236,7 @@ fn table(r: &LayerwiseReport) -> String {
         format!("{:.3}", r.last_ratio),
     ]);
     format!(
-        "layerwise: a {}-block prefix from the host tier, whole-task load (request → outcome Ok) against a layerwise load (request → first and last layer ready), {} trials\n{}goal: first layer ≤ 1/8 of the whole-task time\n",
+        "layerwise: a {}-block prefix from the host tier on 2 ranks (TP 2), whole-task load (request → outcome Ok) against a layerwise load (request → first and last layer ready), {} trials\n{}goal: first layer ≤ 1/8 of the whole-task time\n",
         r.blocks,
         r.whole_ms.n,
         t.render()
