@@ -157,6 +157,19 @@ fn the_leader_decides_the_plan_and_every_rank_copies_by_it() {
             layer: 0
         }
     );
+    // A plan whose layers could never be late is refused.
+    let req = EngineRequest::LoadLayerwise {
+        epoch: g.epoch(),
+        step: g.open_step(),
+        request: RequestId(3),
+        block_hashes: vec![BlockHash::from(BLOCKS[0])],
+        page_ids: vec![PageId(7)],
+        layer_timeout_ms: 0,
+    };
+    assert!(matches!(
+        g.call(0, req),
+        EngineReply::Error(AgentError::BadRequest { .. })
+    ));
     // Every rank finishes: the group outcome is Ok.
     for r in 0..3 {
         copied(&mut g, r, task, LAYERS);

@@ -456,7 +456,15 @@ impl LeaderCore {
                 ..
             } => {
                 let plan = (sh.config.layers_per_rank, layer_timeout_ms);
-                self.check_step(step)
+                let timeout_set = if layer_timeout_ms == 0 {
+                    Err(AgentError::BadRequest {
+                        reason: "layer_timeout_ms must be at least 1".into(),
+                    })
+                } else {
+                    Ok(())
+                };
+                timeout_set
+                    .and_then(|()| self.check_step(step))
                     .and_then(|()| tasks::check_lists(&block_hashes, &page_ids))
                     .and_then(|()| self.load(request, block_hashes, page_ids, Some(plan)))
             }
