@@ -267,6 +267,34 @@ mod tests {
             matches!(err, LayerCopyError::Stopped { layers_done: 2, .. }),
             "{err}"
         );
+        // Bytes that do not verify: the last layer is never signalled, the shard is dropped.
+        let slab = dir.path().join("host").join(crate::host::HOST_SLAB_FILE);
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new().write(true).open(&slab).unwrap();
+            f.write_all_at(&[0x5a; 128], 0).unwrap();
+        }
+        let mut seen = Vec::new();
+        let err = store
+            .load_layers(
+                load(&[0, 1, 2, 3]),
+                &mut buffers,
+                |_| Ok(()),
+                |n| seen.push(n),
+            )
+            .unwrap_err();
+        assert_eq!(seen, vec![1, 2, 3]);
+        assert!(
+            matches!(
+                err,
+                LayerCopyError::Store {
+                    layer: 3,
+                    source: StoreError::ChecksumMismatch { .. }
+                }
+            ),
+            "{err}"
+        );
+        assert!(store.len() < 2, "the shard that did not verify is dropped");
         // A shard that does not split evenly is refused before any copy.
         let err = store
             .load_layers(load(&[0, 1, 2]), &mut buffers, |_| Ok(()), |_| {})
