@@ -33,6 +33,7 @@
 //! | [`RankCore::handle_peer_message`] / [`RankCore::handle_peer_lost`] | a follower connection (leader) | `Reply` (window waits), `Send` (frames), `Event(Failed)` |
 //! | [`RankCore::handle_leader_linked`] / [`RankCore::handle_leader_message`] / [`RankCore::handle_leader_lost`] | the leader connection (follower) | `Send(Heartbeat)`, `Reply` (frame waits), `Store`, `Event` |
 //! | [`RankCore::handle_shard_done`] | this rank's store | `Send(ShardReport)` (follower) |
+//! | [`RankCore::handle_layers_copied`] | this rank's store (a layerwise load) | `Reply` (`wait_layer`) |
 //! | [`RankCore::handle_appended`] | the completion stream (leader) | `Reply(Frame)`, `Send(Frame)`, `Store` |
 //! | [`RankCore::handle_manifests`] | the liveness store (leader) | `FetchManifests` again, `Event(Ready/Failed)` |
 //! | [`RankCore::handle_timeout`] | the driver's one timer | `Reply` (deadlines), `Send(Heartbeat)`, `FetchManifests`, `Event(Failed)` |

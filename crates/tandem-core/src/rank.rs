@@ -6,7 +6,9 @@
 //! call answered, every later one refused), readiness (told to the runtime once), the engines
 //! attached and what their disconnect means (with tasks in flight the group must restart), the
 //! engine protocol version checked at hello, the size of the engine's registered pool (what
-//! binds are checked against), and the drain before a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
+//! binds are checked against), the layerwise loads of this rank (`crate::layers`: the
+//! leader's plans from the frames, `wait_layer`, the per-layer deadline), and the drain before
+//! a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
 //! outputs come from [`RankCore::poll_output`] in order, and [`RankCore::poll_timeout`] is the
 //! one deadline the driver arms. It never does IO, reads a clock or draws randomness, so the
 //! same inputs always give the same outputs.
@@ -356,7 +358,6 @@ impl RankCore {
             Role::Follower(f) => f.leader_message(&mut self.sh, msg, now_ms),
             Role::Leader(_) => None,
         };
-        self.report_layer_failures();
         self.settle(failed);
     }
 
@@ -417,6 +418,7 @@ impl RankCore {
             }
             _ => self.sh.reply(call, EngineReply::Acked),
         }
+        self.report_layer_failures();
     }
 
     /// The epoch ends (a restart or a shutdown): every waiting engine call is answered
@@ -472,8 +474,10 @@ impl RankCore {
         }
     }
 
-    /// A failure reason from the role, if any, fails the epoch; then readiness.
+    /// Shards of layerwise loads the role's copies could not plan are reported; a failure
+    /// reason from the role, if any, fails the epoch; then readiness.
     fn settle(&mut self, failed: Option<String>) {
+        self.report_layer_failures();
         if let Some(reason) = failed {
             self.fail(reason);
         }
