@@ -4,9 +4,10 @@
 //!
 //! Owns [`LayersCopied`] and the copy loop around `tandem_store::Store::load_layers`. The plan
 //! (layers, order, per-layer deadline) is the leader's, from the frame; this code never picks a
-//! layer. A layer that starts later than the plan's `layer_timeout_ms` after the previous one
-//! ended stops the copy (the core has failed the shard by then; nothing more is written into
-//! the engine's pages, which the engine is about to recompute).
+//! layer. Once two progress reports were further apart than the plan's `layer_timeout_ms`
+//! (a stall before a layer, or a slow layer), the copy stops before the next layer: the core
+//! has failed the shard by then, and nothing more is written into the engine's pages, which
+//! the engine is about to recompute.
 
 use std::time::{Duration, Instant};
 
@@ -77,13 +78,16 @@ impl StoreActor {
         let task = t.task;
         let timeout = Duration::from_millis(plan.layer_timeout_ms);
         let last = std::cell::Cell::new(Instant::now());
+        // The longest gap between two progress reports so far: the core fails the shard once a
+        // gap passes the plan's deadline, so from then on nothing more is written.
+        let late = std::cell::Cell::new(Duration::ZERO);
         let before = |i: u32| {
             let layer = plan.order.get(i as usize).copied().unwrap_or(0);
             crate::fault_layer::before_layer(layer);
-            let waited = last.get().elapsed();
+            let waited = late.get().max(last.get().elapsed());
             if waited > timeout {
                 return Err(format!(
-                    "layer {layer} of task {task} started {} ms after the previous one, over layer_timeout_ms = {} ms",
+                    "layer {layer} of task {task}: {} ms without progress, over layer_timeout_ms = {} ms",
                     waited.as_millis(),
                     plan.layer_timeout_ms
                 ));
@@ -92,6 +96,7 @@ impl StoreActor {
         };
         let after = |layers_ready: u32| {
             layers_to.do_send(LayersCopied { task, layers_ready });
+            late.set(late.get().max(last.get().elapsed()));
             last.set(Instant::now());
         };
         self.store
