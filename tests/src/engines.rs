@@ -142,6 +142,7 @@ pub fn agent_error_kind(e: &AgentError) -> &'static str {
         AgentError::FrameTooLarge { .. } => "frame_too_large",
         AgentError::ProtocolVersion { .. } => "protocol_version",
         AgentError::Bind(_) => "bind",
+        AgentError::Layer(_) => "layer",
     }
 }
 

@@ -319,6 +319,7 @@ fn core_config(s: &AgentSettings, durable: bool) -> CoreConfig {
         rank: s.rank,
         world_size: s.world_size,
         shard_bytes: s.shard_bytes,
+        layers_per_rank: s.layout.num_layers / s.layout.pp_size.max(1),
         window_steps: s.window_steps,
         retention_steps: s.retention_steps,
         max_frame_bytes: s.max_frame_bytes as u64,

@@ -27,6 +27,8 @@
 //!   (`store.disk_op_deadline_ms`), and whether the disk tier is degraded.
 //! - [`fault`]: test-only fault hooks (a panic at an actor's Nth message, disk errors and
 //!   delays), compiled in only with the `fault-hooks` feature.
+//! - [`fault_layer`]: the test-only stall of one layer of layerwise loads
+//!   (`TANDEM_FAULT_LAYER_STALL`), with the same feature.
 //!
 //! Block bytes never pass through actor mailboxes: the `StoreActor` copies between the
 //! engine's shared-memory pages and the tiers. Actors own state; sockets, files and timers
@@ -39,6 +41,7 @@ pub mod engine;
 pub mod epochs;
 pub mod events;
 pub mod fault;
+pub mod fault_layer;
 pub mod http;
 pub mod panics;
 pub mod peer;

@@ -33,6 +33,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::device::EngineDevice;
 use crate::AgentRunError;
 
+#[path = "store_layers.rs"]
+mod layers;
+pub use layers::LayersCopied;
+
 /// Why a store or load of a rank holding a device region fails.
 const DEVICE_COPIES: &str = "the engine registered a device region on this rank: copies between device pages and the tiers are not wired yet (register a host pool)";
 
@@ -111,6 +115,8 @@ pub struct Carry {
     pub command: StoreCommand,
     /// Where the copies' shard results go.
     pub report_to: Recipient<ShardDone>,
+    /// Where a layerwise load's progress goes (after each layer).
+    pub layers_to: Recipient<LayersCopied>,
 }
 
 /// The blocks this rank holds (for the rebuild of the group index at a new epoch).
@@ -553,6 +559,9 @@ impl Handler<Carry> for StoreActor {
             }
             StoreCommand::CopyLoads { epoch, tasks } => {
                 self.copy(epoch, &tasks, &msg.report_to, Self::copy_load, "load")
+            }
+            StoreCommand::CopyLayers { epoch, task, plan } => {
+                self.copy_layers(epoch, &task, &plan, &msg.report_to, &msg.layers_to)
             }
         }
     }

@@ -394,6 +394,61 @@ impl EngineClient {
         self.started("load", req)
     }
 
+    /// Leader: load like [`EngineClient::load`], copied layer by layer on every rank: the
+    /// leader decides the plan (this rank layout's layers in ascending order, each within
+    /// `layer_timeout`) and the frame that starts the load carries it (`Frame::layerwise`).
+    /// Each rank's engine then calls [`EngineClient::wait_layer`] per layer.
+    ///
+    /// # Errors
+    /// As [`EngineClient::store`].
+    pub fn load_layerwise(
+        &mut self,
+        step: Step,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+        layer_timeout: Duration,
+    ) -> Result<TaskId, ClientError> {
+        let req = EngineRequest::LoadLayerwise {
+            epoch: self.epoch(),
+            step,
+            request,
+            block_hashes,
+            page_ids,
+            layer_timeout_ms: layer_timeout.as_millis() as u64,
+        };
+        self.started("load_layerwise", req)
+    }
+
+    /// Any rank: wait at most `deadline` until layer `layer` (this rank's own layer index,
+    /// `0..layers_per_rank`) of layerwise load `task` is in this engine's pages; returns the
+    /// layers this rank has copied so far. Call it once the frame that starts the task has
+    /// been read (on a follower: and acknowledged, which releases the copy).
+    ///
+    /// # Errors
+    /// [`AgentError::Layer`] by the deadline, never later: `Timeout` (not there yet), `Failed`
+    /// (the task failed on some rank: recompute), `UnknownTask`, `OutOfRange`; each names the
+    /// task, the layer, and the layers ready against the layers asked.
+    /// [`AgentError::StaleEpoch`], [`AgentError::NotReady`] (the epoch ended).
+    pub fn wait_layer(
+        &mut self,
+        task: TaskId,
+        layer: u32,
+        deadline: Duration,
+    ) -> Result<u32, ClientError> {
+        let deadline_ms = deadline.as_millis() as u64;
+        let req = EngineRequest::WaitLayer {
+            epoch: self.epoch(),
+            task,
+            layer,
+            deadline_ms,
+        };
+        match self.call(req, deadline_ms)? {
+            EngineReply::LayerReady { layers_ready, .. } => Ok(layers_ready),
+            other => Err(unexpected("wait_layer", other)),
+        }
+    }
+
     /// Leader: seal `step` and return its frame, waiting at most `deadline` while the window
     /// of unacknowledged steps is full.
     ///
@@ -749,6 +804,8 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::EndStep { .. } => "end_step",
         EngineRequest::Frame { .. } => "frame",
         EngineRequest::Ack { .. } => "ack",
+        EngineRequest::LoadLayerwise { .. } => "load_layerwise",
+        EngineRequest::WaitLayer { .. } => "wait_layer",
     }
 }
 

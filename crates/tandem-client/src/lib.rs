@@ -80,6 +80,11 @@
 //!   empty bind or none). A rank copies only once bound; a rank that gets no
 //!   bind within `protocol.bind_timeout_ms` of the task reaching it fails its shard, and the
 //!   task finishes `Failed` on every rank. Refusals are [`AgentError::Bind`].
+//! - **Layerwise loads.** [`EngineClient::load_layerwise`] starts a load that every rank
+//!   copies layer by layer, as the leader's plan in the starting frame says
+//!   (`Frame::layerwise`); each rank's engine waits per layer with [`EngineClient::wait_layer`],
+//!   answered when the layer is in its pages or with [`AgentError::Layer`] by the deadline
+//!   (docs/LAYERWISE.md).
 //! - **Versions.** The hello carries the engine protocol version
 //!   ([`api::ENGINE_PROTOCOL_VERSION`]); an agent of another version refuses it with
 //!   [`AgentError::ProtocolVersion`] naming both.

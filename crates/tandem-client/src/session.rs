@@ -211,6 +211,11 @@ const LOAD: Call = Call {
     name: "load",
     mutates: true,
 };
+const LOAD_LAYERWISE: Call = Call {
+    name: "load_layerwise",
+    mutates: true,
+};
+const WAIT_LAYER: Call = Call::plain("wait_layer");
 const BIND: Call = Call::plain("bind");
 const RELEASE: Call = Call::plain("release");
 const END_STEP: Call = Call::plain("end_step");
@@ -542,6 +547,49 @@ impl EngineSession {
         page_ids: &[PageId],
     ) -> Result<TaskId, SessionError> {
         self.start(LOAD, TaskKind::Load, request, block_hashes, page_ids)
+    }
+
+    /// Leader: load like [`EngineSession::load`], copied layer by layer on every rank as the
+    /// leader's plan in the starting frame says (see [`EngineClient::load_layerwise`]); every
+    /// rank's engine waits for each layer with [`EngineSession::wait_layer`].
+    ///
+    /// # Errors
+    /// As [`EngineSession::store`].
+    pub fn load_layerwise(
+        &mut self,
+        request: RequestId,
+        block_hashes: &[BlockHash],
+        page_ids: &[PageId],
+        layer_timeout: Duration,
+    ) -> Result<TaskId, SessionError> {
+        if let Some(pages) = self.pool_pages {
+            if let Some(p) = page_ids.iter().find(|p| u64::from(p.0) >= pages) {
+                return Err(SessionError::PageOutOfRange { page: p.0, pages });
+            }
+        }
+        let step = self.next;
+        let task = self.run(LOAD_LAYERWISE, |c, _| {
+            let (h, p) = (block_hashes.to_vec(), page_ids.to_vec());
+            c.load_layerwise(step, request, h, p, layer_timeout)
+        })?;
+        self.book.requested(task, TaskKind::Load, request);
+        Ok(task)
+    }
+
+    /// Any rank: wait at most `deadline` for layer `layer` of layerwise load `task` on this
+    /// rank; returns the layers copied so far (see [`EngineClient::wait_layer`]).
+    ///
+    /// # Errors
+    /// [`AgentError::Layer`] (as [`SessionError::Agent`]) by the deadline: the layer is late,
+    /// the task failed, or it is unknown; [`SessionError::NewEpoch`] (the task is aborted by
+    /// frame 0), and as any call.
+    pub fn wait_layer(
+        &mut self,
+        task: TaskId,
+        layer: u32,
+        deadline: Duration,
+    ) -> Result<u32, SessionError> {
+        self.run(WAIT_LAYER, |c, _| c.wait_layer(task, layer, deadline))
     }
 
     fn start(

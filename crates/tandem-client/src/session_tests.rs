@@ -116,6 +116,8 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::Ack { .. } => "ack",
         EngineRequest::Bind { .. } => "bind",
         EngineRequest::Release { .. } => "release",
+        EngineRequest::LoadLayerwise { .. } => "load_layerwise",
+        EngineRequest::WaitLayer { .. } => "wait_layer",
     }
 }
 

@@ -319,6 +319,13 @@ fn reply() -> impl Strategy<Value = EngineReply> {
             task: TaskId { epoch, seq }
         }),
         any::<u32>().prop_map(|blocks| EngineReply::Released { blocks }),
+        any::<(u64, u64, u32, u32)>().prop_map(|(epoch, seq, layer, layers_ready)| {
+            EngineReply::LayerReady {
+                task: TaskId { epoch, seq },
+                layer,
+                layers_ready,
+            }
+        }),
     ]
 }
 

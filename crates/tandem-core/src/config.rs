@@ -21,6 +21,9 @@ pub struct CoreConfig {
     pub world_size: u32,
     /// Bytes of one block shard (the page size engines register).
     pub shard_bytes: u64,
+    /// Layers of one block shard on this rank (`layers_per_rank` of the layout): what a
+    /// layerwise load's plan holds, checked by every rank against its own.
+    pub layers_per_rank: u32,
     /// Steps the leader may run ahead of the slowest acknowledgement (`protocol.window_steps`).
     pub window_steps: u64,
     /// Sealed frames kept for re-reads, steps (`protocol.frame_retention_steps`).

@@ -147,12 +147,14 @@ impl FollowerCore {
             EngineRequest::Lookup { .. }
             | EngineRequest::Store { .. }
             | EngineRequest::Load { .. }
+            | EngineRequest::LoadLayerwise { .. }
             | EngineRequest::Release { .. }
             | EngineRequest::EndStep { .. } => EngineReply::Error(AgentError::NotLeader { rank }),
             EngineRequest::Hello { .. }
             | EngineRequest::HelloVersioned { .. }
             | EngineRequest::RegisterBuffer { .. }
-            | EngineRequest::RegisterDevice { .. } => EngineReply::Error(AgentError::BadRequest {
+            | EngineRequest::RegisterDevice { .. }
+            | EngineRequest::WaitLayer { .. } => EngineReply::Error(AgentError::BadRequest {
                 reason: "routed to the wrong actor".into(),
             }),
         };
@@ -232,6 +234,8 @@ impl FollowerCore {
             Err(e) => return Some(format!("frame from the leader refused: {e}")),
         }
         if let Some(f) = frame {
+            // Layerwise plans are known before any copy this frame starts is issued.
+            sh.layer_frame(&f);
             // A block evicted now must not be written later by a copy still held back (its
             // store failed on some rank and the group dropped it).
             let evicted: BTreeSet<BlockHash> = f.evictions().collect();

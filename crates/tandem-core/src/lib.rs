@@ -33,6 +33,7 @@
 //! | [`RankCore::handle_peer_message`] / [`RankCore::handle_peer_lost`] | a follower connection (leader) | `Reply` (window waits), `Send` (frames), `Event(Failed)` |
 //! | [`RankCore::handle_leader_linked`] / [`RankCore::handle_leader_message`] / [`RankCore::handle_leader_lost`] | the leader connection (follower) | `Send(Heartbeat)`, `Reply` (frame waits), `Store`, `Event` |
 //! | [`RankCore::handle_shard_done`] | this rank's store | `Send(ShardReport)` (follower) |
+//! | [`RankCore::handle_layers_copied`] | this rank's store (a layerwise load) | `Reply` (`wait_layer`) |
 //! | [`RankCore::handle_appended`] | the completion stream (leader) | `Reply(Frame)`, `Send(Frame)`, `Store` |
 //! | [`RankCore::handle_manifests`] | the liveness store (leader) | `FetchManifests` again, `Event(Ready/Failed)` |
 //! | [`RankCore::handle_timeout`] | the driver's one timer | `Reply` (deadlines), `Send(Heartbeat)`, `FetchManifests`, `Event(Failed)` |
@@ -53,6 +54,9 @@
 //! - [`status`]: [`RankStatus`], [`CoreCounters`], [`NotReady`].
 //! - [`shared`]: the output queue, the frame-0 filter, refusals as the engine sees them, the
 //!   registered pool's size.
+//! - `layers`: layerwise loads on one rank: the leader's plans from the frames, this rank's
+//!   copy progress and per-layer deadline, and the engine's `wait_layer` calls
+//!   (docs/LAYERWISE.md).
 //! - `binds`: per-rank page binding: copies of tasks started without page ids wait for this
 //!   rank's engine's `bind`, until a deadline that fails the rank's shard.
 //! - [`cache_events`]: [`CacheEventDeriver`], the group's KV cache events (stored, removed,
@@ -79,7 +83,7 @@
 //!     world_size: 2,
 //! };
 //! let config = |rank| CoreConfig {
-//!     epoch: Epoch(1), rank: Rank(rank), world_size: 2, shard_bytes: 64, window_steps: 8,
+//!     epoch: Epoch(1), rank: Rank(rank), world_size: 2, shard_bytes: 64, layers_per_rank: 1, window_steps: 8,
 //!     retention_steps: 64, max_frame_bytes: 1 << 20, heartbeat_interval_ms: 100,
 //!     heartbeat_timeout_ms: 1_000, host_capacity_blocks: 4, disk_capacity_blocks: 0,
 //!     bind_timeout_ms: 5_000,
@@ -130,6 +134,7 @@ pub mod config;
 pub mod epoch_loop;
 pub mod follower;
 pub mod index;
+mod layers;
 pub mod leader;
 pub mod output;
 pub mod rank;

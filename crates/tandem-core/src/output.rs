@@ -9,7 +9,9 @@
 use std::fmt;
 
 use tandem_proto::engine::EngineReply;
-use tandem_proto::{Epoch, Message, StartedTask, Step, TaskOutcome, TaskStart, TierOp};
+use tandem_proto::{
+    Epoch, LayerwiseLoad, Message, StartedTask, Step, TaskOutcome, TaskStart, TierOp,
+};
 
 /// One engine call the driver carries, unique within one core's life (the driver numbers
 /// them; the core answers each exactly once with [`Output::Reply`]).
@@ -76,6 +78,18 @@ pub enum StoreCommand {
         epoch: Epoch,
         /// The stores.
         tasks: Vec<TaskStart>,
+    },
+    /// Copy one load's shards layer by layer, as the leader's `plan` says: layer `order[0]`
+    /// of every block, then `order[1]`, …; report progress after each layer
+    /// (`handle_layers_copied`, 0 when the copy begins), then the shard (`handle_shard_done`).
+    /// Stop at the first layer that fails or takes longer than `plan.layer_timeout_ms`.
+    CopyLayers {
+        /// The task's epoch.
+        epoch: Epoch,
+        /// The load.
+        task: TaskStart,
+        /// The leader's plan for it.
+        plan: LayerwiseLoad,
     },
 }
 

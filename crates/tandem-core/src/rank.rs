@@ -6,7 +6,9 @@
 //! call answered, every later one refused), readiness (told to the runtime once), the engines
 //! attached and what their disconnect means (with tasks in flight the group must restart), the
 //! engine protocol version checked at hello, the size of the engine's registered pool (what
-//! binds are checked against), and the drain before a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
+//! binds are checked against), the layerwise loads of this rank (`crate::layers`: the
+//! leader's plans from the frames, `wait_layer`, the per-layer deadline), and the drain before
+//! a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
 //! outputs come from [`RankCore::poll_output`] in order, and [`RankCore::poll_timeout`] is the
 //! one deadline the driver arms. It never does IO, reads a clock or draws randomness, so the
 //! same inputs always give the same outputs.
@@ -106,14 +108,27 @@ impl RankCore {
     /// waits' deadlines, the next heartbeat, the next manifest read, a follower's heartbeat
     /// deadline.
     pub fn poll_timeout(&self) -> Option<u64> {
-        match &self.role {
+        let role = match &self.role {
             Role::Leader(l) => l.poll_timeout(),
             Role::Follower(f) => f.poll_timeout(),
-        }
+        };
+        [role, self.sh.layers.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// The time is `now_ms`: every deadline at or before it fires.
+    /// The time is `now_ms`: every deadline at or before it fires (a layerwise copy that did
+    /// not move within its plan's `layer_timeout_ms` fails this rank's shard).
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        let (answers, failed_shards) = self.sh.layers.timeout(self.sh.config.rank.0, now_ms);
+        for (call, reply) in answers {
+            self.sh.reply(call, reply);
+        }
+        for (task, reason) in failed_shards {
+            tracing::warn!(%task, %reason, "layerwise shard failed: no progress");
+            self.report_shard(task, Err(reason));
+        }
         let failed = match &mut self.role {
             Role::Leader(l) => l.timeout(&mut self.sh, now_ms),
             Role::Follower(f) => {
@@ -122,6 +137,15 @@ impl RankCore {
             }
         };
         self.settle(failed);
+    }
+
+    /// This rank's store has copied `layers_ready` layers of layerwise load `task` (0: it began
+    /// the copy) at `now_ms`: `wait_layer` calls for those layers are answered and the
+    /// per-layer deadline restarts.
+    pub fn handle_layers_copied(&mut self, task: TaskId, layers_ready: u32, now_ms: u64) {
+        for (call, reply) in self.sh.layers.copied(task, layers_ready, now_ms) {
+            self.sh.reply(call, reply);
+        }
     }
 
     /// Engine call `call` asks `req` at `now_ms`; answered now or, for a request that waits,
@@ -188,11 +212,49 @@ impl RankCore {
                 step: *step,
             });
         }
+        if let EngineRequest::WaitLayer {
+            task,
+            layer,
+            deadline_ms,
+            ..
+        } = req
+        {
+            if let Some((call, reply)) = self.sh.layers.wait(call, task, layer, deadline_ms, now_ms)
+            {
+                self.sh.reply(call, reply);
+            }
+            return;
+        }
         match &mut self.role {
             Role::Leader(l) => l.engine(&mut self.sh, call, req, now_ms),
             Role::Follower(f) => f.engine(&mut self.sh, call, req, now_ms),
         }
+        self.report_layer_failures();
         self.check_ready();
+    }
+
+    /// Shards of layerwise loads this rank cannot copy as planned fail (reported like any
+    /// copy failure).
+    fn report_layer_failures(&mut self) {
+        for (task, reason) in std::mem::take(&mut self.sh.layer_failures) {
+            tracing::warn!(%task, %reason, "layerwise shard failed");
+            self.report_shard(task, Err(reason));
+        }
+    }
+
+    /// Report this rank's shard of `task` (a layerwise load's waits hear of a failure first).
+    fn report_shard(&mut self, task: TaskId, result: Result<(), String>) {
+        let (report, answers) = self.sh.layers.shard_done(task, &result);
+        for (call, reply) in answers {
+            self.sh.reply(call, reply);
+        }
+        if !report {
+            return;
+        }
+        match &mut self.role {
+            Role::Leader(l) => l.shard_done(task, result),
+            Role::Follower(f) => f.shard_done(&mut self.sh, task, result),
+        }
     }
 
     /// The engine's registered pool has `pages` pages (`None`: none registered): binds are
@@ -264,6 +326,7 @@ impl RankCore {
         if let Role::Leader(l) = &mut self.role {
             l.peer_message(&mut self.sh, conn, rank, msg, now_ms);
         }
+        self.report_layer_failures();
         self.check_ready();
     }
 
@@ -306,12 +369,11 @@ impl RankCore {
     }
 
     /// This rank's shard of `task` is done (`Ok`) or failed (`Err(reason)`).
+    /// A layerwise load's shard that its per-layer deadline already failed is not reported
+    /// again.
     pub fn handle_shard_done(&mut self, task: TaskId, result: Result<(), String>, now_ms: u64) {
         let _ = now_ms;
-        match &mut self.role {
-            Role::Leader(l) => l.shard_done(task, result),
-            Role::Follower(f) => f.shard_done(&mut self.sh, task, result),
-        }
+        self.report_shard(task, result);
     }
 
     /// Leader: the last [`Output::Append`] is durable (`Ok`) or was refused (the log's
@@ -321,6 +383,7 @@ impl RankCore {
         if let Role::Leader(l) = &mut self.role {
             l.appended(&mut self.sh, result, now_ms);
         }
+        self.report_layer_failures();
     }
 
     /// Leader: the ranks' manifests asked for by [`Output::FetchManifests`], by rank (`None`:
@@ -355,6 +418,7 @@ impl RankCore {
             }
             _ => self.sh.reply(call, EngineReply::Acked),
         }
+        self.report_layer_failures();
     }
 
     /// The epoch ends (a restart or a shutdown): every waiting engine call is answered
@@ -410,8 +474,10 @@ impl RankCore {
         }
     }
 
-    /// A failure reason from the role, if any, fails the epoch; then readiness.
+    /// Shards of layerwise loads the role's copies could not plan are reported; a failure
+    /// reason from the role, if any, fails the epoch; then readiness.
     fn settle(&mut self, failed: Option<String>) {
+        self.report_layer_failures();
         if let Some(reason) = failed {
             self.fail(reason);
         }
@@ -454,6 +520,9 @@ impl RankCore {
     }
 
     fn fail_waits(&mut self, err: &AgentError) {
+        for call in self.sh.layers.take_waits() {
+            self.sh.refuse(call, err.clone());
+        }
         match &mut self.role {
             Role::Leader(l) => l.fail_waits(&mut self.sh, err),
             Role::Follower(f) => f.fail_waits(&mut self.sh, err),
@@ -471,7 +540,9 @@ fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
         | EngineRequest::Frame { epoch, .. }
         | EngineRequest::Ack { epoch, .. }
         | EngineRequest::Bind { epoch, .. }
-        | EngineRequest::Release { epoch, .. } => Some(*epoch),
+        | EngineRequest::Release { epoch, .. }
+        | EngineRequest::LoadLayerwise { epoch, .. }
+        | EngineRequest::WaitLayer { epoch, .. } => Some(*epoch),
         EngineRequest::Hello { .. }
         | EngineRequest::HelloVersioned { .. }
         | EngineRequest::RegisterBuffer { .. }

@@ -8,9 +8,10 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use tandem_proto::engine::{AgentError, EngineReply};
-use tandem_proto::{Epoch, FollowerError, LeaderError, Message, Step, TaskId};
+use tandem_proto::{Epoch, FollowerError, Frame, LeaderError, Message, Step, TaskId};
 
 use crate::config::CoreConfig;
+use crate::layers::LayerLoads;
 use crate::output::{CallRef, Event, Output, Peer, StoreCommand};
 
 /// The settings and the output queue of one core.
@@ -24,15 +25,21 @@ pub(crate) struct Shared {
     /// Pages of the pool this rank's engine registered, as the driver last told
     /// (`RankCore::handle_pool`); `None`: none registered.
     pub(crate) pool_pages: Option<u64>,
+    /// This rank's layerwise loads and the `wait_layer` calls on them.
+    pub(crate) layers: LayerLoads,
+    /// Shards of layerwise loads this rank cannot copy as planned, to report as failed.
+    pub(crate) layer_failures: Vec<(TaskId, String)>,
 }
 
 impl Shared {
     pub(crate) fn new(config: CoreConfig, acknowledged: BTreeSet<TaskId>) -> Shared {
         Shared {
-            config: Arc::new(config),
             out: VecDeque::new(),
             acknowledged,
             pool_pages: None,
+            layers: LayerLoads::new(config.layers_per_rank),
+            layer_failures: Vec::new(),
+            config: Arc::new(config),
         }
     }
 
@@ -69,7 +76,18 @@ impl Shared {
     }
 
     pub(crate) fn store(&mut self, cmd: StoreCommand) {
-        self.out.push_back(Output::Store(cmd));
+        // A layerwise load is copied layer by layer, as its frame's plan says.
+        let (cmds, failed) = self.layers.commands(cmd);
+        self.out.extend(cmds.into_iter().map(Output::Store));
+        self.layer_failures.extend(failed);
+    }
+
+    /// A frame reached this rank: its layerwise plans become known and its outcomes settle
+    /// `wait_layer` calls.
+    pub(crate) fn layer_frame(&mut self, frame: &Frame) {
+        for (call, reply) in self.layers.frame(frame) {
+            self.reply(call, reply);
+        }
     }
 
     pub(crate) fn emit(&mut self, event: Event) {

@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 /// (the requests, the replies and their meaning). Version 1 is the protocol before versions
 /// were sent: its [`EngineRequest::Hello`] carries none. Version 2 adds the versioned hello
 /// ([`EngineRequest::HelloVersioned`]), per-rank page binding ([`EngineRequest::Bind`]) and
-/// lookups whose pins last until the request's load or [`EngineRequest::Release`].
+/// lookups whose pins last until the request's load or [`EngineRequest::Release`]. Version 3
+/// adds layerwise loads ([`EngineRequest::LoadLayerwise`], [`EngineRequest::WaitLayer`]) and
+/// the frame's `layerwise` list.
 ///
 /// An agent answers a hello of another version with [`AgentError::ProtocolVersion`] naming
 /// both; a version-1 hello gets [`AgentError::BadRequest`] with the same text, the one refusal
 /// a version-1 engine can decode.
-pub const ENGINE_PROTOCOL_VERSION: u16 = 2;
+pub const ENGINE_PROTOCOL_VERSION: u16 = 3;
 
 /// The engine protocol version of an [`EngineRequest::Hello`], which carries none.
 pub const UNVERSIONED_ENGINE_PROTOCOL: u16 = 1;
@@ -189,6 +191,42 @@ pub enum EngineRequest {
         /// Bytes of one page; equal to the group's block-shard size.
         page_size_bytes: u64,
     },
+    /// Leader only: a [`EngineRequest::Load`] copied layer by layer on every rank. The leader
+    /// decides the plan ([`crate::frame::LayerwiseLoad`]: the layers, their order, the
+    /// per-layer deadline) and the frame that starts the load carries it; each rank's engine
+    /// then waits for each layer with [`EngineRequest::WaitLayer`]. Answered with
+    /// [`EngineReply::Started`]; the group outcome arrives like any load's.
+    LoadLayerwise {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The open step.
+        step: Step,
+        /// The request that will use the blocks.
+        request: RequestId,
+        /// Blocks to load (a pinned prefix from a lookup).
+        block_hashes: Vec<BlockHash>,
+        /// Destination page of each block (same ids on every rank); empty: every rank binds
+        /// its own.
+        page_ids: Vec<PageId>,
+        /// Longest time, milliseconds, any rank may take to copy one layer of every block;
+        /// past it that rank fails its shard and the task fails on every rank.
+        layer_timeout_ms: u64,
+    },
+    /// Any rank: wait until layer `layer` (this rank's own layer index, `0..layers_per_rank`)
+    /// of the layerwise load `task` is in this rank's engine pages; answered with
+    /// [`EngineReply::LayerReady`], or [`AgentError::Layer`] by `deadline_ms` milliseconds
+    /// (never later): the layer is not there yet, the task failed (its shard on some rank,
+    /// or the group outcome), or the layer or task is unknown.
+    WaitLayer {
+        /// The epoch the engine believes current.
+        epoch: Epoch,
+        /// The layerwise load, as `Started` or the frame named it.
+        task: TaskId,
+        /// The layer wanted.
+        layer: u32,
+        /// Longest wait, milliseconds.
+        deadline_ms: u64,
+    },
 }
 
 impl EngineRequest {
@@ -256,6 +294,71 @@ pub enum EngineReply {
     Released {
         /// Blocks the request's lookup still had pinned, now given back.
         blocks: u32,
+    },
+    /// Answer to `WaitLayer`: the layer is in this rank's pages.
+    LayerReady {
+        /// The task.
+        task: TaskId,
+        /// The layer asked for.
+        layer: u32,
+        /// Layers this rank has copied of the task so far (in the plan's order).
+        layers_ready: u32,
+    },
+}
+
+/// Why a [`EngineRequest::WaitLayer`] ended without its layer. Every variant names the task,
+/// the layer asked for, and both positions: layers this rank has copied (`ready`) and layers
+/// it must have copied for the one asked (`asked`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+pub enum LayerError {
+    /// The deadline passed first; the copy may still finish (wait again) or fail.
+    #[error("layer {layer} of task {task} not ready by the deadline: this rank has copied {ready} layers, the layer needs {asked}")]
+    Timeout {
+        /// The task.
+        task: TaskId,
+        /// The layer asked for.
+        layer: u32,
+        /// Layers copied on this rank.
+        ready: u32,
+        /// Layers needed for `layer`.
+        asked: u32,
+    },
+    /// The task failed: this rank's shard (a copy or its per-layer deadline) or the group
+    /// outcome (some rank's shard). Its pages hold no defined data: recompute.
+    #[error("layer {layer} of task {task} will not arrive: the task failed with {ready} of {asked} layers copied on this rank: {reason}")]
+    Failed {
+        /// The task.
+        task: TaskId,
+        /// The layer asked for.
+        layer: u32,
+        /// Layers copied on this rank when it failed.
+        ready: u32,
+        /// Layers needed for `layer`.
+        asked: u32,
+        /// Why (the first failure this rank heard of).
+        reason: String,
+    },
+    /// No layerwise load of this epoch under that id has reached this rank.
+    #[error(
+        "layer {layer} of task {task}: no layerwise load of this epoch under that id on this rank"
+    )]
+    UnknownTask {
+        /// The task.
+        task: TaskId,
+        /// The layer asked for.
+        layer: u32,
+    },
+    /// The layer is not in the task's plan.
+    #[error(
+        "layer {layer} of task {task}: out of range, the task copies {layers} layers per rank"
+    )]
+    OutOfRange {
+        /// The task.
+        task: TaskId,
+        /// The layer asked for.
+        layer: u32,
+        /// Layers in the plan.
+        layers: u32,
     },
 }
 
@@ -415,6 +518,15 @@ pub enum AgentError {
     /// A bind was refused; nothing was recorded.
     #[error("bind refused: {0}")]
     Bind(BindError),
+    /// A `wait_layer` ended without its layer.
+    #[error("{0}")]
+    Layer(LayerError),
+}
+
+impl From<LayerError> for AgentError {
+    fn from(e: LayerError) -> AgentError {
+        AgentError::Layer(e)
+    }
 }
 
 /// The text of a version refusal, naming both versions (also the reason of the

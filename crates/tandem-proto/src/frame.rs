@@ -52,6 +52,62 @@ pub struct TaskStart {
     pub tiers: Vec<Tier>,
 }
 
+/// How a load started layerwise is copied on every rank: decided once, by the leader, in the
+/// frame that starts the load ([`Frame::layerwise`]); no rank picks any part of it locally
+/// (docs/LAYERWISE.md).
+///
+/// Each rank copies its own shard of every block of the task one layer at a time, in
+/// `order`, and tells its own engine after each layer (`EngineRequest::WaitLayer`). Layers are
+/// the rank's own: under PP a rank holds `layers_per_rank` consecutive layers of the model, and
+/// layer `k` here is the `k`-th of them (the engine of stage `s` maps its model layer `g` to
+/// `g - s × layers_per_rank`). In a page (one block shard) layer `k`'s bytes are the `k`-th
+/// contiguous `1/layers` of the page, K then V (layer-major).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayerwiseLoad {
+    /// The load (one of the frame's `loads`).
+    pub task: TaskId,
+    /// Layers of one block shard on every rank (`layers_per_rank` of the group's layout); a
+    /// rank whose layout says otherwise fails its shard.
+    pub layers: u32,
+    /// The order every rank copies and signals the layers in: a permutation of
+    /// `0..layers`. Layer `order[i]` is ready on a rank once that rank signalled `i + 1` layers.
+    pub order: Vec<u32>,
+    /// Longest time, milliseconds, a rank may take to copy one layer of every block of the
+    /// task: past it the rank fails its shard (and with it the task on every rank).
+    pub layer_timeout_ms: u64,
+}
+
+impl LayerwiseLoad {
+    /// The plan copying `layers` layers in ascending order.
+    pub fn ascending(task: TaskId, layers: u32, layer_timeout_ms: u64) -> LayerwiseLoad {
+        LayerwiseLoad {
+            task,
+            layers,
+            order: (0..layers).collect(),
+            layer_timeout_ms,
+        }
+    }
+
+    /// How many layers a rank must have signalled before `layer` is ready: its position in
+    /// `order` plus one; `None` for a layer not in the order.
+    pub fn needed(&self, layer: u32) -> Option<u32> {
+        self.order
+            .iter()
+            .position(|l| *l == layer)
+            .map(|i| i as u32 + 1)
+    }
+
+    /// Whether `order` is a permutation of `0..layers`.
+    pub fn is_valid(&self) -> bool {
+        let mut seen = vec![false; self.layers as usize];
+        self.order.len() == self.layers as usize
+            && self.order.iter().all(|l| {
+                seen.get_mut(*l as usize)
+                    .is_some_and(|s| !std::mem::replace(s, true))
+            })
+    }
+}
+
 /// One change to the tiers that every rank applies to its own shard of a block, in frame order.
 /// Only the leader's group index decides these (docs/DESIGN.md invariant 2); a rank never evicts or
 /// moves a block on its own.
@@ -157,6 +213,9 @@ pub struct Frame {
     pub tier_ops: Vec<TierOp>,
     /// Present only on step 0 of an epoch that follows another.
     pub reconciliation: Option<Reconciliation>,
+    /// How each load of `loads` that was started layerwise is copied (one entry per such
+    /// load; a load not listed is copied whole). Decided by the leader only.
+    pub layerwise: Vec<LayerwiseLoad>,
 }
 
 impl Frame {
@@ -171,6 +230,7 @@ impl Frame {
             finished: Vec::new(),
             tier_ops: Vec::new(),
             reconciliation: None,
+            layerwise: Vec::new(),
         }
     }
 
@@ -183,6 +243,12 @@ impl Frame {
             && self.finished.is_empty()
             && self.tier_ops.is_empty()
             && self.reconciliation.is_none()
+            && self.layerwise.is_empty()
+    }
+
+    /// The layerwise plan of load `task`, if it was started layerwise in this frame.
+    pub fn layerwise_plan(&self, task: TaskId) -> Option<&LayerwiseLoad> {
+        self.layerwise.iter().find(|p| p.task == task)
     }
 
     /// Every outcome this frame reveals, in the order an engine applies them: redelivered,
@@ -224,6 +290,26 @@ mod tests {
             request: RequestId(seq),
             result,
         }
+    }
+
+    #[test]
+    fn layer_orders_are_permutations() {
+        let task = TaskId { epoch: 1, seq: 2 };
+        let p = LayerwiseLoad::ascending(task, 4, 100);
+        assert!(p.is_valid());
+        assert_eq!(p.needed(0), Some(1));
+        assert_eq!(p.needed(3), Some(4));
+        assert_eq!(p.needed(4), None);
+        let mut q = p.clone();
+        q.order = vec![3, 2, 1, 0];
+        assert!(q.is_valid());
+        assert_eq!(q.needed(3), Some(1));
+        q.order = vec![0, 0, 1, 2];
+        assert!(!q.is_valid());
+        q.order = vec![0, 1, 2];
+        assert!(!q.is_valid());
+        q.order = vec![0, 1, 2, 9];
+        assert!(!q.is_valid());
     }
 
     #[test]

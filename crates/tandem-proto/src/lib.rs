@@ -109,7 +109,8 @@ pub use error::{FollowerError, LeaderError, QuorumError};
 pub use fingerprint::{ConfigFingerprint, FieldMismatch, LayoutFingerprint};
 pub use follower::{Follower, FollowerEvent, FollowerStats, WaitId};
 pub use frame::{
-    Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,
+    Frame, LayerwiseLoad, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart,
+    TierOp,
 };
 pub use ids::{BlockHash, Epoch, GroupId, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
 pub use leader::{

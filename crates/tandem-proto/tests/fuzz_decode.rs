@@ -171,6 +171,12 @@ fn frame() -> impl Strategy<Value = Frame> {
                 step: Step(s),
                 lookups,
                 stores,
+                // The first load, if any, started layerwise.
+                layerwise: loads
+                    .iter()
+                    .take(1)
+                    .map(|t| tandem_proto::LayerwiseLoad::ascending(t.task, 16, s % 1000))
+                    .collect(),
                 loads,
                 finished,
                 tier_ops,

@@ -175,6 +175,44 @@ impl Client {
         })
     }
 
+    /// Leader: load like `load`, copied layer by layer on every rank as the leader's plan in
+    /// the starting frame says (`Frame.layerwise`), each layer within `layer_timeout_s`
+    /// seconds on every rank.
+    #[pyo3(signature = (step, request, block_hashes, page_ids, layer_timeout_s = 5.0))]
+    fn load_layerwise(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        request: u64,
+        block_hashes: &Bound<'_, PyAny>,
+        page_ids: &Bound<'_, PyAny>,
+        layer_timeout_s: f64,
+    ) -> PyResult<TaskId> {
+        let (hashes, pages) = (keys::block_hashes(block_hashes)?, keys::page_ids(page_ids)?);
+        let timeout = secs(layer_timeout_s, "layer_timeout_s")?;
+        self.call(py, |c| {
+            c.load_layerwise(Step(step), RequestId(request), hashes, pages, timeout)
+                .map(TaskId::from)
+        })
+    }
+
+    /// Any rank: wait at most `deadline_s` seconds until layer `layer` of layerwise load `task`
+    /// is in this engine's pages; returns the layers copied so far. Raises a `LayerError`
+    /// subclass (`LayerTimeout`, `LayerFailed`, `LayerUnknownTask`, `LayerOutOfRange`) by the
+    /// deadline.
+    #[pyo3(signature = (task, layer, deadline_s = 1.0))]
+    fn wait_layer(
+        &self,
+        py: Python<'_>,
+        task: PyRef<'_, TaskId>,
+        layer: u32,
+        deadline_s: f64,
+    ) -> PyResult<u32> {
+        let task: tandem_proto::TaskId = (*task).into();
+        let deadline = secs(deadline_s, "deadline_s")?;
+        self.call(py, |c| c.wait_layer(task, layer, deadline))
+    }
+
     /// Leader: seal `step` and return its frame, waiting at most `deadline_s` seconds while the
     /// window of unacknowledged steps is full (`WindowFull` after it).
     #[pyo3(signature = (step, deadline_s = 1.0))]

@@ -10,7 +10,7 @@ use std::fmt::Display;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tandem_client::api::BindError;
+use tandem_client::api::{BindError, LayerError};
 use tandem_client::wire::WireError;
 use tandem_client::{AgentError, ClientError, PagePoolError, SessionError};
 
@@ -113,8 +113,49 @@ pub(crate) fn agent(py: Python<'_>, e: AgentError) -> PyErr {
                 .field("engine", engine)
         }
         AgentError::Bind(b) => bind(py, msg, b),
+        AgentError::Layer(l) => layer(py, msg, l),
     }
     .build()
+}
+
+/// The exception for a `wait_layer` that ended without its layer: a subclass of `LayerError`
+/// per variant, with the task (its text), the layer, and both positions where known.
+fn layer(py: Python<'_>, msg: String, e: LayerError) -> Raise<'_> {
+    match e {
+        LayerError::Timeout {
+            task,
+            layer,
+            ready,
+            asked,
+        } => Raise::new(py, "LayerTimeout", msg)
+            .field("task", task.to_string())
+            .field("layer", layer)
+            .field("ready", ready)
+            .field("asked", asked),
+        LayerError::Failed {
+            task,
+            layer,
+            ready,
+            asked,
+            reason,
+        } => Raise::new(py, "LayerFailed", msg)
+            .field("task", task.to_string())
+            .field("layer", layer)
+            .field("ready", ready)
+            .field("asked", asked)
+            .field("reason", reason),
+        LayerError::UnknownTask { task, layer } => Raise::new(py, "LayerUnknownTask", msg)
+            .field("task", task.to_string())
+            .field("layer", layer),
+        LayerError::OutOfRange {
+            task,
+            layer,
+            layers,
+        } => Raise::new(py, "LayerOutOfRange", msg)
+            .field("task", task.to_string())
+            .field("layer", layer)
+            .field("layers", layers),
+    }
 }
 
 /// The exception for a refused bind: a subclass of `BindRefused` per variant, with the task as

@@ -315,6 +315,45 @@ fn starts<'py, 'a>(
     PyTuple::new(py, objs)
 }
 
+/// The leader's plan for a load started layerwise: every rank copies `layers` layers of its
+/// shards in `order`, each within `layer_timeout_ms`.
+#[pyclass(frozen, module = "tandem")]
+pub(crate) struct LayerwiseLoad(frame::LayerwiseLoad);
+
+#[pymethods]
+impl LayerwiseLoad {
+    /// The load.
+    #[getter]
+    fn task(&self) -> TaskId {
+        self.0.task.into()
+    }
+
+    /// Layers per rank (`layers_per_rank`).
+    #[getter]
+    fn layers(&self) -> u32 {
+        self.0.layers
+    }
+
+    /// The order every rank copies and signals the layers in.
+    #[getter]
+    fn order<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.0.order.iter().copied())
+    }
+
+    /// Longest time one layer may take on any rank, milliseconds.
+    #[getter]
+    fn layer_timeout_ms(&self) -> u64 {
+        self.0.layer_timeout_ms
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "LayerwiseLoad(task={}, layers={}, layer_timeout_ms={})",
+            self.0.task, self.0.layers, self.0.layer_timeout_ms
+        )
+    }
+}
+
 /// Everything the group decided in one step: identical on every rank (but the
 /// reconciliation's `redelivered`, which each rank's agent filters for its own engine).
 #[pyclass(frozen, module = "tandem")]
@@ -387,6 +426,18 @@ impl Frame {
     #[getter]
     fn reconciliation(&self) -> Option<Reconciliation> {
         self.0.reconciliation.clone().map(Reconciliation)
+    }
+
+    /// The leader's plans for the loads of this frame started layerwise (`LayerwiseLoad`s).
+    #[getter]
+    fn layerwise<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let objs = self
+            .0
+            .layerwise
+            .iter()
+            .map(|p| Bound::new(py, LayerwiseLoad(p.clone())))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, objs)
     }
 
     /// True when the frame decides nothing.

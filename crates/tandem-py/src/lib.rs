@@ -50,6 +50,7 @@ fn _tandem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<frames::TaskOutcome>()?;
     m.add_class::<frames::Reconciliation>()?;
     m.add_class::<frames::Frame>()?;
+    m.add_class::<frames::LayerwiseLoad>()?;
     m.add_class::<frames::Delivered>()?;
     m.add_class::<frames::RequestedTask>()?;
     m.add_class::<frames::Applied>()?;

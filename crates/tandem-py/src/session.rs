@@ -243,6 +243,41 @@ impl Session {
         })
     }
 
+    /// Leader: load like `load`, copied layer by layer on every rank as the leader's plan in
+    /// the starting frame says, each layer within `layer_timeout_s` seconds on every rank.
+    #[pyo3(signature = (request, block_hashes, page_ids, layer_timeout_s = 5.0))]
+    fn load_layerwise(
+        &self,
+        py: Python<'_>,
+        request: u64,
+        block_hashes: &Bound<'_, PyAny>,
+        page_ids: &Bound<'_, PyAny>,
+        layer_timeout_s: f64,
+    ) -> PyResult<TaskId> {
+        let (hashes, pages) = (keys::block_hashes(block_hashes)?, keys::page_ids(page_ids)?);
+        let timeout = secs(layer_timeout_s, "layer_timeout_s")?;
+        self.call(py, |s| {
+            s.load_layerwise(RequestId(request), &hashes, &pages, timeout)
+                .map(TaskId::from)
+        })
+    }
+
+    /// Any rank: wait at most `deadline_s` seconds for layer `layer` of layerwise load `task`
+    /// on this rank; returns the layers copied so far, or raises a `LayerError` subclass by the
+    /// deadline.
+    #[pyo3(signature = (task, layer, deadline_s = 1.0))]
+    fn wait_layer(
+        &self,
+        py: Python<'_>,
+        task: PyRef<'_, TaskId>,
+        layer: u32,
+        deadline_s: f64,
+    ) -> PyResult<u32> {
+        let task: tandem_proto::TaskId = (*task).into();
+        let deadline = secs(deadline_s, "deadline_s")?;
+        self.call(py, |s| s.wait_layer(task, layer, deadline))
+    }
+
     /// Leader: seal the open step and apply its frame (`Applied`); waits at most `deadline_s`
     /// seconds while the window is full (`WindowFull` after it: try again).
     #[pyo3(signature = (deadline_s = 1.0))]

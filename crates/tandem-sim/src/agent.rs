@@ -76,6 +76,7 @@ pub(crate) fn core_config(world: u32, rank: u32, epoch: Epoch) -> CoreConfig {
         rank: Rank(rank),
         world_size: world,
         shard_bytes: 64,
+        layers_per_rank: 1,
         window_steps: WINDOW_STEPS,
         retention_steps: RETENTION_STEPS,
         max_frame_bytes: 1 << 20,

@@ -84,6 +84,12 @@ impl RankStore {
                     task,
                 })
                 .collect(),
+            // The simulator copies a layerwise load whole: its layers are all there at once.
+            StoreCommand::CopyLayers { epoch, task, .. } => vec![Copy {
+                store: false,
+                epoch,
+                task,
+            }],
             StoreCommand::CopyStores { epoch, tasks } => tasks
                 .into_iter()
                 .map(|task| Copy {

@@ -106,6 +106,20 @@ impl TierSlots for HostTier {
         copy_parts(dst, &[&self.slab.bytes()[range]], &mut hasher);
         Ok(hasher.finish())
     }
+
+    fn read_range(&mut self, slot: SlotId, offset: usize, dst: &mut [u8]) -> Result<(), TierError> {
+        check_slot(
+            Tier::Host,
+            slot,
+            self.capacity,
+            self.slot_bytes,
+            self.slot_bytes,
+        )?;
+        crate::tier::check_range(Tier::Host, offset, dst.len(), self.slot_bytes)?;
+        let start = self.range(slot).start + offset;
+        dst.copy_from_slice(&self.slab.bytes()[start..start + dst.len()]);
+        Ok(())
+    }
 }
 
 fn shm_error(path: &Path, e: ShmError) -> TierError {

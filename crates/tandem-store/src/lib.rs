@@ -24,6 +24,8 @@
 //! - `cuda` (feature `cuda`): the device tier over cudarc, loaded dynamically.
 //! - `device_region` (feature `cuda`): an engine's KV cache in GPU memory, opened from its
 //!   CUDA IPC handle, copied page by page straight to and from host slices.
+//! - [`layers`]: layerwise loads, one layer of every block at a time, checksums verified
+//!   before the last layer is signalled.
 //! - [`manifest`]: a rank's record of its shards, persisted atomically.
 //! - [`lock`]: [`lock::TierLock`], one process per rank's tiers (an exclusive lock taken before
 //!   anything is opened, held for the process's life).
@@ -50,6 +52,7 @@ pub mod device_region;
 pub mod disk;
 pub mod fence;
 pub mod host;
+pub mod layers;
 pub mod lock;
 pub mod manifest;
 mod recover;

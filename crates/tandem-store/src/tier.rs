@@ -131,6 +131,38 @@ pub trait TierSlots {
         dst: &mut [&mut [u8]],
         seed: BlockHash,
     ) -> Result<Checksum, TierError>;
+    /// Copies bytes `offset .. offset + dst.len()` of `slot` into `dst`, unverified (a
+    /// layerwise load reads one layer of a shard at a time and verifies the whole shard's
+    /// checksum with its last layer). The default reads the whole slot and keeps the range; a
+    /// tier that can read a range directly overrides it.
+    ///
+    /// Errors: [`TierError::SlotOutOfRange`], [`TierError::WrongLength`] when the range runs
+    /// past the slot, and the errors of [`TierSlots::read_slot`].
+    fn read_range(&mut self, slot: SlotId, offset: usize, dst: &mut [u8]) -> Result<(), TierError> {
+        let slot_bytes = self.slot_bytes();
+        check_range(self.kind(), offset, dst.len(), slot_bytes)?;
+        let mut whole = vec![0u8; slot_bytes];
+        self.read_slot(slot, &mut [&mut whole[..]], BlockHash(0))?;
+        dst.copy_from_slice(&whole[offset..offset + dst.len()]);
+        Ok(())
+    }
+}
+
+/// Checks that `offset .. offset + len` lies inside a slot of `slot_bytes` bytes.
+pub(crate) fn check_range(
+    tier: Tier,
+    offset: usize,
+    len: usize,
+    slot_bytes: usize,
+) -> Result<(), TierError> {
+    if offset.checked_add(len).is_none_or(|end| end > slot_bytes) {
+        return Err(TierError::WrongLength {
+            tier,
+            expected: slot_bytes,
+            got: offset.saturating_add(len),
+        });
+    }
+    Ok(())
 }
 
 /// Checks `slot` against `capacity` and the total length of `lens` against `slot_bytes`; the

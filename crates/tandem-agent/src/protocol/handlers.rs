@@ -12,7 +12,7 @@ use super::{
     AdmitPeer, AgentStatus, Drain, EngineCall, EngineDisconnected, FromLeader, FromPeer, GetStatus,
     LeaderLinked, LeaderLost, PeerLost, ProtocolActor, StopEpoch,
 };
-use crate::store_actor::ShardDone;
+use crate::store_actor::{LayersCopied, ShardDone};
 
 impl Handler<EngineCall> for ProtocolActor {
     type Result = ();
@@ -101,6 +101,16 @@ impl Handler<ShardDone> for ProtocolActor {
     fn handle(&mut self, msg: ShardDone, ctx: &mut Context<Self>) {
         self.input(ctx, |core, now| {
             core.handle_shard_done(msg.task, msg.result, now)
+        });
+    }
+}
+
+impl Handler<LayersCopied> for ProtocolActor {
+    type Result = ();
+    /// This rank's store copied more layers of a layerwise load.
+    fn handle(&mut self, msg: LayersCopied, ctx: &mut Context<Self>) {
+        self.input(ctx, |core, now| {
+            core.handle_layers_copied(msg.task, msg.layers_ready, now)
         });
     }
 }

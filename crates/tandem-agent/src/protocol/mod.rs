@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
 use crate::peer::link::PeerLink;
-use crate::store_actor::{Carry, ShardDone};
+use crate::store_actor::{Carry, LayersCopied, ShardDone};
 
 /// The completion log's two concerns the protocol uses (the leader appends and reads
 /// manifests).
@@ -144,6 +144,7 @@ impl ProtocolActor {
                 Output::Store(command) => self.wiring.store.do_send(Carry {
                     command,
                     report_to: ctx.address().recipient::<ShardDone>(),
+                    layers_to: ctx.address().recipient::<LayersCopied>(),
                 }),
                 Output::Send { to, msg } => self.send(to, &msg),
                 Output::Close { conn } => drop(self.links.remove(&conn)),

@@ -446,7 +446,28 @@ impl LeaderCore {
             } => self
                 .check_step(step)
                 .and_then(|()| tasks::check_lists(&block_hashes, &page_ids))
-                .and_then(|()| self.load(request, block_hashes, page_ids)),
+                .and_then(|()| self.load(request, block_hashes, page_ids, None)),
+            EngineRequest::LoadLayerwise {
+                step,
+                request,
+                block_hashes,
+                page_ids,
+                layer_timeout_ms,
+                ..
+            } => {
+                let plan = (sh.config.layers_per_rank, layer_timeout_ms);
+                let timeout_set = if layer_timeout_ms == 0 {
+                    Err(AgentError::BadRequest {
+                        reason: "layer_timeout_ms must be at least 1".into(),
+                    })
+                } else {
+                    Ok(())
+                };
+                timeout_set
+                    .and_then(|()| self.check_step(step))
+                    .and_then(|()| tasks::check_lists(&block_hashes, &page_ids))
+                    .and_then(|()| self.load(request, block_hashes, page_ids, Some(plan)))
+            }
             EngineRequest::EndStep {
                 step, deadline_ms, ..
             } => {
@@ -492,7 +513,8 @@ impl LeaderCore {
             EngineRequest::Hello { .. }
             | EngineRequest::HelloVersioned { .. }
             | EngineRequest::RegisterBuffer { .. }
-            | EngineRequest::RegisterDevice { .. } => Err(AgentError::BadRequest {
+            | EngineRequest::RegisterDevice { .. }
+            | EngineRequest::WaitLayer { .. } => Err(AgentError::BadRequest {
                 reason: "routed to the wrong actor".into(),
             }),
         };

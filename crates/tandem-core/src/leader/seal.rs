@@ -165,6 +165,8 @@ impl LeaderCore {
             sh.send(Peer::Followers(to), Message::Frame(frame.clone()));
         }
         let epoch = frame.epoch;
+        // Layerwise plans are known before this rank's copies are issued.
+        sh.layer_frame(&frame);
         if !frame.tier_ops.is_empty() {
             let ops = frame.tier_ops.clone();
             sh.store(StoreCommand::ApplyTierOps { epoch, ops });

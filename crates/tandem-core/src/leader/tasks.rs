@@ -224,19 +224,31 @@ impl LeaderCore {
     }
 
     /// Start a load of blocks this request's lookup pinned; a load of anything else is refused
-    /// (its task fails, nothing is copied). Either way the lookup's pins are spent.
+    /// (its task fails, nothing is copied). Either way the lookup's pins are spent. With
+    /// `layerwise` (`(layers, layer_timeout_ms)`) the load is copied layer by layer on every
+    /// rank, as the plan the frame carries says.
     pub(super) fn load(
         &mut self,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
+        layerwise: Option<(u32, u64)>,
     ) -> Result<EngineReply, AgentError> {
-        self.check(StepRequest::Start {
-            kind: TaskKind::Load,
-            request,
-            block_hashes: &block_hashes,
-            page_ids: &page_ids,
-            tier_ops: 0,
+        self.check(match layerwise {
+            None => StepRequest::Start {
+                kind: TaskKind::Load,
+                request,
+                block_hashes: &block_hashes,
+                page_ids: &page_ids,
+                tier_ops: 0,
+            },
+            Some((layers, layer_timeout_ms)) => StepRequest::LoadLayerwise {
+                request,
+                block_hashes: &block_hashes,
+                page_ids: &page_ids,
+                layers,
+                layer_timeout_ms,
+            },
         })?;
         let mut pinned = self
             .lookups
@@ -262,7 +274,13 @@ impl LeaderCore {
         let extra = pinned.split_off(block_hashes.len());
         self.give_back_load_pins(extra);
         let unbound = page_ids.is_empty().then(|| block_hashes.clone());
-        let task = self.leader.start_load(request, block_hashes, page_ids);
+        let task = match layerwise {
+            None => self.leader.start_load(request, block_hashes, page_ids),
+            Some((layers, timeout)) => {
+                self.leader
+                    .start_load_layerwise(request, block_hashes, page_ids, layers, timeout)
+            }
+        };
         if let Some(blocks) = unbound {
             self.binds.expect(task, blocks);
         }

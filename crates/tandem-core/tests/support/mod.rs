@@ -34,6 +34,8 @@ pub struct Spec {
     pub heartbeat_timeout_ms: u64,
     pub max_frame_bytes: u64,
     pub bind_timeout_ms: u64,
+    /// Layers of one block shard on every rank.
+    pub layers: u32,
 }
 
 impl Spec {
@@ -50,6 +52,7 @@ impl Spec {
             heartbeat_timeout_ms: 1_000,
             max_frame_bytes: 1 << 20,
             bind_timeout_ms: 500,
+            layers: 1,
         }
     }
 }
@@ -71,6 +74,7 @@ pub fn config(spec: &Spec, rank: u32) -> CoreConfig {
         rank: Rank(rank),
         world_size: spec.world,
         shard_bytes: 64,
+        layers_per_rank: spec.layers,
         window_steps: spec.window,
         retention_steps: spec.retention,
         max_frame_bytes: spec.max_frame_bytes,
@@ -137,6 +141,8 @@ impl StoreTwin {
                     self.done.push_back((t.task, Ok(())));
                 }
             }
+            // A layerwise copy's progress and result are the test's to report.
+            StoreCommand::CopyLayers { .. } => {}
             StoreCommand::CopyLoads { tasks, .. } => {
                 for t in tasks {
                     let missing = t

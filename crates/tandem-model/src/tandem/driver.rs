@@ -63,6 +63,7 @@ impl TandemModel {
             rank: Rank(rank),
             world_size,
             shard_bytes: 64,
+            layers_per_rank: 1,
             window_steps: self.config.window_steps,
             retention_steps: self.config.retention_steps,
             max_frame_bytes: 16 << 20,

@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::frame::{
-    LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp, MAX_REASON_BYTES,
+    LayerwiseLoad, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,
+    MAX_REASON_BYTES,
 };
 use crate::ids::{BlockHash, Epoch, PageId, RequestId, TaskId, TaskKind, Tier};
 
@@ -115,6 +116,8 @@ pub struct Delta {
     pub tier_ops: u64,
     /// Tier operations reserved for the task's end.
     pub end_tier_ops: u64,
+    /// Bytes of the start's layerwise plan (0: none).
+    pub layerwise_bytes: u64,
 }
 
 /// The accounting (see the module docs).
@@ -127,6 +130,7 @@ pub struct FrameBudget {
     stores: Part,
     loads: Part,
     outcomes: Part,
+    layerwise: Part,
     reserved: BTreeMap<TaskId, Reserve>,
     reserved_outcome_bytes: u64,
     reserved_tier_ops: u64,
@@ -146,6 +150,7 @@ impl FrameBudget {
             stores: Part::default(),
             loads: Part::default(),
             outcomes: Part::default(),
+            layerwise: Part::default(),
             reserved: BTreeMap::new(),
             reserved_outcome_bytes: 0,
             reserved_tier_ops: 0,
@@ -191,6 +196,16 @@ impl FrameBudget {
                 (self.reserved_tier_ops + d.tier_ops + d.end_tier_ops) * MAX_TIER_OP_BYTES,
             )
             + self.reconciliation
+            + list(
+                self.layerwise,
+                u64::from(d.layerwise_bytes > 0),
+                d.layerwise_bytes,
+            )
+    }
+
+    /// A load started layerwise: its plan waits for the frame that starts the load.
+    pub fn layerwise(&mut self, plan: &LayerwiseLoad) {
+        self.layerwise.add(encoded_len(plan));
     }
 
     /// A lookup was recorded in the open step.
@@ -236,7 +251,11 @@ impl FrameBudget {
         stores: impl IntoIterator<Item = &'a TaskStart>,
         loads: impl IntoIterator<Item = &'a TaskStart>,
         outcomes: impl IntoIterator<Item = &'a TaskOutcome>,
+        layerwise: impl IntoIterator<Item = &'a LayerwiseLoad>,
     ) {
+        for p in layerwise {
+            self.layerwise.remove(encoded_len(p));
+        }
         for s in stores {
             self.stores.remove(encoded_len(s));
         }
@@ -354,7 +373,7 @@ mod tests {
         };
         b.outcome(&done);
         assert!(b.bound() < frame_len(widest));
-        b.sealed([&start], [], [&done]);
+        b.sealed([&start], [], [&done], []);
         let mut rest = Frame::empty(epoch, Step(u64::MAX));
         rest.finished.push(TaskOutcome {
             task: TaskId::new(epoch, 0),

@@ -19,7 +19,8 @@ pub use config::{LeaderConfig, LeaderEvent, LeaderStats};
 
 use crate::error::{LeaderError, QuorumError};
 use crate::frame::{
-    Frame, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart, TierOp,
+    Frame, LayerwiseLoad, LookupResult, OutcomeResult, Reconciliation, TaskOutcome, TaskStart,
+    TierOp,
 };
 use crate::ids::{BlockHash, Epoch, PageId, Rank, RequestId, Step, TaskId, TaskKind, Tier};
 use crate::liveness::Liveness;
@@ -62,6 +63,20 @@ pub enum StepRequest<'a> {
         /// The most tier operations it can record now.
         tier_ops: u64,
     },
+    /// A load started layerwise ([`Leader::start_load_layerwise`]): a load's start with its
+    /// plan of `layers` layers.
+    LoadLayerwise {
+        /// The engine's request.
+        request: RequestId,
+        /// Its blocks.
+        block_hashes: &'a [BlockHash],
+        /// Its pages.
+        page_ids: &'a [PageId],
+        /// Layers of the plan.
+        layers: u32,
+        /// The plan's per-layer deadline, milliseconds.
+        layer_timeout_ms: u64,
+    },
 }
 
 /// The leader of one epoch. See the module docs for the input/output contract.
@@ -88,6 +103,8 @@ pub struct Leader {
     /// The last step whose seal the window refused (counted once in `stats.window_full`).
     window_refused: Option<Step>,
     budget: FrameBudget,
+    /// Layerwise plans of loads started and not yet revealed, by task.
+    plans: BTreeMap<TaskId, LayerwiseLoad>,
 }
 
 impl Leader {
@@ -148,6 +165,7 @@ impl Leader {
             stats: LeaderStats::default(),
             window_refused: None,
             budget,
+            plans: BTreeMap::new(),
             config,
         })
     }
@@ -191,6 +209,31 @@ impl Leader {
                 tier_ops,
                 ..Delta::default()
             },
+            StepRequest::LoadLayerwise {
+                request,
+                block_hashes,
+                page_ids,
+                layers,
+                layer_timeout_ms,
+            } => {
+                let task = TaskId::new(self.config.epoch, self.next_seq);
+                let start = StartRef {
+                    task,
+                    request,
+                    block_hashes,
+                    page_ids,
+                    tiers: &[],
+                };
+                let plan = LayerwiseLoad::ascending(task, layers, layer_timeout_ms);
+                Delta {
+                    start_bytes: encoded_len(&start),
+                    kind: Some(TaskKind::Load),
+                    outcome_bytes: max_outcome_bytes(task, TaskKind::Load, request),
+                    end_tier_ops: block_hashes.len() as u64,
+                    layerwise_bytes: encoded_len(&plan),
+                    ..Delta::default()
+                }
+            }
             StepRequest::Start {
                 kind,
                 request,
@@ -261,6 +304,25 @@ impl Leader {
         page_ids: Vec<PageId>,
     ) -> TaskId {
         self.start(TaskKind::Load, request, block_hashes, page_ids, Vec::new())
+    }
+
+    /// Start a load like [`Self::start_load`], copied layer by layer on every rank: `layers`
+    /// layers per rank in ascending order, each within `layer_timeout_ms` milliseconds. The
+    /// plan is the leader's decision and the frame that reveals the start carries it
+    /// ([`Frame::layerwise`]). Returns the new task id.
+    pub fn start_load_layerwise(
+        &mut self,
+        request: RequestId,
+        block_hashes: Vec<BlockHash>,
+        page_ids: Vec<PageId>,
+        layers: u32,
+        layer_timeout_ms: u64,
+    ) -> TaskId {
+        let task = self.start(TaskKind::Load, request, block_hashes, page_ids, Vec::new());
+        let plan = LayerwiseLoad::ascending(task, layers, layer_timeout_ms);
+        self.budget.layerwise(&plan);
+        self.plans.insert(task, plan);
+        task
     }
 
     fn start(
@@ -472,11 +534,20 @@ impl Leader {
         for StartedTask { kind, start } in self.persist.take_durable_started() {
             match kind {
                 TaskKind::Store => frame.stores.push(start),
-                TaskKind::Load => frame.loads.push(start),
+                TaskKind::Load => {
+                    if let Some(plan) = self.plans.remove(&start.task) {
+                        frame.layerwise.push(plan);
+                    }
+                    frame.loads.push(start)
+                }
             }
         }
-        self.budget
-            .sealed(&frame.stores, &frame.loads, &frame.finished);
+        self.budget.sealed(
+            &frame.stores,
+            &frame.loads,
+            &frame.finished,
+            &frame.layerwise,
+        );
         self.stats.outcomes_revealed += frame.finished.len() as u64;
         self.stats.steps_sealed += 1;
         for r in 1..self.config.world_size {
@@ -507,6 +578,12 @@ impl Leader {
             + encoded_len(self.persist.durable_unrevealed())
             + encoded_len(&o.tier_ops)
             + encoded_len(&o.reconciliation)
+            + encoded_len(
+                &of(TaskKind::Load)
+                    .iter()
+                    .filter_map(|s| self.plans.get(&s.task))
+                    .collect::<Vec<_>>(),
+            )
     }
 
     /// A retained sealed frame: `Ok(Some)` if retained, `Ok(None)` if not sealed yet.

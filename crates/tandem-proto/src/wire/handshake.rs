@@ -26,7 +26,8 @@ use thiserror::Error;
 /// configuration fingerprint. Version 3: frame 0's reconciliation carries no pin list.
 /// Version 4: a store or load may start without page ids (`TaskStart::page_ids` empty): each
 /// rank's engine binds its own pages, and lookup pins last until the request's load or release.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// Version 5: frames carry the leader's layerwise plans (`Frame::layerwise`).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// 32 random bytes the leader sends in a challenge.
 pub type Nonce = [u8; 32];
@@ -276,15 +277,15 @@ mod tests {
                 theirs: 9
             })
         );
-        // Ranks of earlier releases (64-bit hashes; pins in frame 0; no per-rank binds) are
-        // refused by name.
-        for old in [1, 2, 3] {
+        // Ranks of earlier releases (64-bit hashes; pins in frame 0; no per-rank binds; no
+        // layerwise plans in frames) are refused by name.
+        for old in [1, 2, 3, 4] {
             let mut p = membership();
             p.protocol_version = old;
             assert_eq!(
                 check(&p, 1).map_err(|e| e.to_string()),
                 Err(HandshakeError::ProtocolVersion {
-                    ours: 4,
+                    ours: 5,
                     theirs: old
                 }
                 .to_string())

@@ -83,6 +83,20 @@ class TaskStart:
     def tiers(self) -> Tuple[str, ...]:
         """Store only: ``"host"`` or ``"disk"`` per block."""
 
+class LayerwiseLoad:
+    """The leader's plan for a load started layerwise (docs/LAYERWISE.md)."""
+
+    @property
+    def task(self) -> TaskId: ...
+    @property
+    def layers(self) -> int:
+        """Layers per rank."""
+    @property
+    def order(self) -> Tuple[int, ...]:
+        """The order every rank copies and signals the layers in."""
+    @property
+    def layer_timeout_ms(self) -> int: ...
+
 class TaskOutcome:
     """The group's verdict on one task."""
 
@@ -133,6 +147,9 @@ class Frame:
         """``("evict" | "demote" | "promote", block hash)``, in order."""
     @property
     def reconciliation(self) -> Optional[Reconciliation]: ...
+    @property
+    def layerwise(self) -> Tuple[LayerwiseLoad, ...]:
+        """The leader's plans for the loads of this frame started layerwise."""
     @property
     def is_empty(self) -> bool: ...
 
@@ -203,6 +220,20 @@ class Client:
     def load(
         self, step: int, request: int, block_hashes: Sequence[Key], page_ids: Sequence[int]
     ) -> TaskId: ...
+    def load_layerwise(
+        self,
+        step: int,
+        request: int,
+        block_hashes: Sequence[Key],
+        page_ids: Sequence[int],
+        layer_timeout_s: float = 5.0,
+    ) -> TaskId:
+        """Leader: ``load`` copied layer by layer on every rank, as the leader's plan in the
+        starting frame says (``Frame.layerwise``)."""
+    def wait_layer(self, task: TaskId, layer: int, deadline_s: float = 1.0) -> int:
+        """Any rank: wait until layer ``layer`` (this rank's own index) of layerwise load
+        ``task`` is in this engine's pages; returns the layers copied so far. Raises a
+        ``LayerError`` subclass by the deadline."""
     def end_step(self, step: int, deadline_s: float = 1.0) -> Frame: ...
     def frame(self, step: int, deadline_s: float = 1.0) -> Frame: ...
     def ack(self, step: int) -> None: ...
@@ -264,6 +295,16 @@ class Session:
         the same request and blocks again return the same answer on the same pins."""
     def store(self, request: int, block_hashes: Sequence[Key], page_ids: Sequence[int]) -> TaskId: ...
     def load(self, request: int, block_hashes: Sequence[Key], page_ids: Sequence[int]) -> TaskId: ...
+    def load_layerwise(
+        self,
+        request: int,
+        block_hashes: Sequence[Key],
+        page_ids: Sequence[int],
+        layer_timeout_s: float = 5.0,
+    ) -> TaskId:
+        """Leader: ``load`` copied layer by layer on every rank (see ``Client``)."""
+    def wait_layer(self, task: TaskId, layer: int, deadline_s: float = 1.0) -> int:
+        """Any rank: wait for one layer of a layerwise load on this rank (see ``Client``)."""
     def end_step(self, deadline_s: float = 1.0) -> Applied: ...
     def next_frame(self, deadline_s: float = 1.0) -> Applied: ...
     def reread(self, step: int, deadline_s: float = 1.0) -> Frame: ...

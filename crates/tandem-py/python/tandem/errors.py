@@ -33,6 +33,11 @@ __all__ = [
     "BindPageOutOfRange",
     "AlreadyBound",
     "BindExpired",
+    "LayerError",
+    "LayerTimeout",
+    "LayerFailed",
+    "LayerUnknownTask",
+    "LayerOutOfRange",
     "ClientError",
     "WireError",
     "ConnectError",
@@ -225,6 +230,48 @@ class BindExpired(BindRefused):
     ``bind_timeout_ms``: the deadline this rank waited."""
 
     bind_timeout_ms: int
+
+
+class LayerError(AgentError):
+    """A ``wait_layer`` ended without its layer (by its deadline, never later).
+
+    ``task``: the task (``epoch.seq``); ``layer``: the layer asked for."""
+
+    task: str
+    layer: int
+
+
+class LayerTimeout(LayerError):
+    """The deadline passed first; the copy may still finish (wait again) or fail.
+
+    ``ready``: layers this rank has copied; ``asked``: layers the one asked for needs."""
+
+    ready: int
+    asked: int
+
+
+class LayerFailed(LayerError):
+    """The task failed (this rank's copy, or the group outcome): its pages hold no defined
+    data; recompute.
+
+    ``ready``, ``asked``: as :class:`LayerTimeout`; ``reason``: the first failure heard."""
+
+    ready: int
+    asked: int
+    reason: str
+
+
+class LayerUnknownTask(LayerError):
+    """No layerwise load of this epoch under that id has reached this rank (read the frame
+    that starts it first)."""
+
+
+class LayerOutOfRange(LayerError):
+    """The layer is not in the task's plan.
+
+    ``layers``: layers per rank the task copies."""
+
+    layers: int
 
 
 # --- The client failed (tandem_client::ClientError). ---

@@ -10,6 +10,8 @@
 //! - [`fanout`]: the TCP fan-out ping-pong baseline and its echo peer processes.
 //! - [`redis`]: the write-ahead append cost (wraps `tandem_bench::bench_append`).
 //! - [`tiers`]: the store engine's tier table (wraps `tandem_bench::run_tier_bench`).
+//! - [`layerwise`]: a 64-block prefix at 32 layers, whole-task load against first and last
+//!   layer of a layerwise load.
 //! - [`recovery`]: SIGKILL one agent → group ready in a new epoch.
 //! - [`replay`]: the conversation trace through a 4-rank local cluster.
 //! - [`scale`]: a full disk tier's restart, the group index at 10^7 blocks, Redis commands
@@ -24,6 +26,7 @@
 mod engines;
 mod fanout;
 mod frame;
+mod layerwise;
 mod plot;
 mod recovery;
 mod redis;
@@ -95,6 +98,8 @@ pub(crate) enum Part {
     Replay,
     /// A full 16 GiB tier's restart, the index at 10^7 blocks, groups per Redis.
     Scale,
+    /// A 64-block prefix at 32 layers: first and last layer against a whole-task load.
+    Layerwise,
     /// Every part but `scale` (which writes a 16 GiB tier and runs for minutes).
     All,
 }
@@ -109,6 +114,7 @@ impl Part {
             Part::Recovery => "recovery",
             Part::Replay => "replay",
             Part::Scale => "scale",
+            Part::Layerwise => "layerwise",
             Part::All => "all",
         }
     }
@@ -150,6 +156,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
             Part::Recovery => recovery::run(&args),
             Part::Replay => replay::run(&args),
             Part::Scale => scale::run(&args),
+            Part::Layerwise => layerwise::run(&args),
             Part::All => unreachable_all(),
         };
         eprintln!(
