@@ -6,7 +6,9 @@
 //! call answered, every later one refused), readiness (told to the runtime once), the engines
 //! attached and what their disconnect means (with tasks in flight the group must restart), the
 //! engine protocol version checked at hello, the size of the engine's registered pool (what
-//! binds are checked against), and the drain before a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
+//! binds are checked against), readiness while the completion log does not answer this rank
+//! and the failure of an epoch whose completion stream is gone, and the drain before a
+//! shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
 //! outputs come from [`RankCore::poll_output`] in order, and [`RankCore::poll_timeout`] is the
 //! one deadline the driver arms. It never does IO, reads a clock or draws randomness, so the
 //! same inputs always give the same outputs.
@@ -23,7 +25,7 @@ use crate::follower::FollowerCore;
 use crate::leader::{CoreError, LeaderCore};
 use crate::output::{CallRef, ConnId, Event, Output, Peer, StoreCommand};
 use crate::shared::Shared;
-use crate::status::{CoreCounters, NotReady, RankStatus};
+use crate::status::{CoreCounters, LogHealth, NotReady, RankStatus};
 
 /// The role this rank plays in the epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -42,6 +44,9 @@ pub struct RankCore {
     /// Why this epoch can no longer make progress (a lost or silent rank, a refused frame, an
     /// engine gone with tasks in flight).
     failure: Option<String>,
+    /// Why this rank's own calls of the completion log fail ([`LogHealth::Unavailable`]):
+    /// not ready while set.
+    log_error: Option<String>,
     ready_sent: bool,
     /// Engine connections that said hello in this epoch and are still open.
     engines_attached: u32,
@@ -74,6 +79,7 @@ impl RankCore {
             sh,
             role,
             failure: None,
+            log_error: None,
             ready_sent: false,
             engines_attached: 0,
             engine_stale_rejected: 0,
@@ -366,6 +372,20 @@ impl RankCore {
         self.fail_waits(&err);
     }
 
+    /// How the completion log answered this rank's epoch loop: while it does not, the rank
+    /// is not ready (reason "completion log unavailable: ..."); a stream that is gone fails
+    /// the epoch (its history, which a recovery would read, is lost with it).
+    pub fn handle_log_health(&mut self, health: LogHealth, now_ms: u64) {
+        let _ = now_ms;
+        match health {
+            LogHealth::Up => self.log_error = None,
+            LogHealth::Unavailable(reason) => self.log_error = Some(reason),
+            LogHealth::StreamLost(reason) => {
+                self.fail(format!("the completion stream is lost: {reason}"));
+            }
+        }
+    }
+
     /// Status for `/status` and `/readyz`.
     pub fn status(&self) -> RankStatus {
         let mut s = match &self.role {
@@ -376,6 +396,15 @@ impl RankCore {
         if let Some(reason) = &self.failure {
             s.ready = false;
             s.reason = Some(format!("epoch {} failed: {reason}", self.sh.epoch()));
+        } else if let Some(e) = &self.log_error {
+            s.ready = false;
+            if !s
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("completion log unavailable"))
+            {
+                s.reason = Some(format!("completion log unavailable: {e}"));
+            }
         }
         s
     }
@@ -384,6 +413,8 @@ impl RankCore {
     pub fn counters(&self) -> CoreCounters {
         let not_ready = if self.failure.is_some() {
             Some(NotReady::EpochFailed)
+        } else if self.log_error.is_some() {
+            Some(NotReady::CompletionLog)
         } else {
             match &self.role {
                 Role::Leader(l) => l.not_ready(),
