@@ -17,8 +17,10 @@
 //! until it is taken (else a recovery would redeliver what the engine already applied). It
 //! tells the running core how the log answers ([`Effect::LogHealth`]): a failed heartbeat
 //! makes the rank not ready, whatever its role, until one is written again; a read that finds
-//! the completion stream gone ([`tandem_durable::DurableError::StreamLost`]) fails the epoch,
-//! so that the group moves to a new one. It never does IO, reads a clock or sleeps: every input carries the
+//! the completion stream gone ([`tandem_durable::DurableError::StreamLost`]) is told too (the
+//! leader's core fails the epoch, so that the group moves to a new one), and what the leader's
+//! core knew of the lost history ([`Event::HistoryLost`]) joins the next recovery. It never
+//! does IO, reads a clock or sleeps: every input carries the
 //! driver's `now_ms` (monotonic), every wait is [`EpochLoop::poll_timeout`]. One call is in
 //! flight at a time, as the awaits of a loop would be.
 //!
@@ -30,7 +32,7 @@ use tandem_durable::recovery::EntryCheck;
 use tandem_durable::{
     AckTracker, DurableError, FailureReport, LoggedStep, Recovery, StreamEntryId,
 };
-use tandem_proto::{Epoch, Rank, RankBlocks, Step};
+use tandem_proto::{Epoch, InFlightTask, Rank, RankBlocks, Step, TaskOutcome};
 
 use crate::cadence;
 use crate::config::EpochStart;
@@ -279,6 +281,9 @@ pub struct EpochLoop {
     /// Entries the engine acknowledged whose acknowledgement the log refused: made again
     /// every tick (and with the next one) until the log takes them.
     ack_retry: Vec<StreamEntryId>,
+    /// Leader: what the core knew of a completion stream that was lost
+    /// ([`Event::HistoryLost`]), merged into the next recovery.
+    lost_history: Option<(Vec<InFlightTask>, Vec<TaskOutcome>)>,
     check: EntryCheck,
 }
 
@@ -293,6 +298,7 @@ impl EpochLoop {
             wake_ms: None,
             tracker: AckTracker::new(),
             ack_retry: Vec::new(),
+            lost_history: None,
             check: EntryCheck::new(),
             config,
         };
@@ -411,6 +417,18 @@ impl EpochLoop {
                 };
                 r.failed.get_or_insert_with(|| report.clone());
                 r.reports.push_back(report);
+            }
+            Event::HistoryLost {
+                epoch,
+                in_flight,
+                unrevealed,
+            } if *epoch == r.epoch => {
+                tracing::warn!(
+                    in_flight = in_flight.len(),
+                    unrevealed = unrevealed.len(),
+                    "the completion stream was lost: the next epoch settles what this leader knew of it"
+                );
+                self.lost_history = Some((in_flight.clone(), unrevealed.clone()));
             }
             Event::EngineAcked { epoch, step } if *epoch == r.epoch && self.config.durable => {
                 // Read what was appended since the last tick, so that the acknowledgement
@@ -647,7 +665,15 @@ impl EpochLoop {
             .cloned()
             .unwrap_or_default();
         let start = if rank == Rank(0) {
-            EpochStart::leader(&recovery.redelivered, &recovery.in_flight, acknowledged)
+            // A stream lost under the last epoch: what this process's leader knew of it
+            // joins what the log still says (the reconciliation keeps one copy per task).
+            let (mut redelivered, mut in_flight) =
+                (recovery.redelivered.clone(), recovery.in_flight.clone());
+            if let Some((lost_in_flight, lost_unrevealed)) = self.lost_history.take() {
+                redelivered.extend(lost_unrevealed);
+                in_flight.extend(lost_in_flight);
+            }
+            EpochStart::leader(&redelivered, &in_flight, acknowledged)
         } else {
             EpochStart {
                 acknowledged,

@@ -373,16 +373,35 @@ impl RankCore {
     }
 
     /// How the completion log answered this rank's epoch loop: while it does not, the rank
-    /// is not ready (reason "completion log unavailable: ..."); a stream that is gone fails
-    /// the epoch (its history, which a recovery would read, is lost with it).
+    /// is not ready (reason "completion log unavailable: ..."). A stream that is gone makes a
+    /// follower not ready and fails the leader's epoch: the leader first emits
+    /// [`Event::HistoryLost`] with what it knows of the lost history (its tasks in flight and
+    /// unrevealed outcomes), then `Failed`.
     pub fn handle_log_health(&mut self, health: LogHealth, now_ms: u64) {
         let _ = now_ms;
         match health {
             LogHealth::Up => self.log_error = None,
             LogHealth::Unavailable(reason) => self.log_error = Some(reason),
-            LogHealth::StreamLost(reason) => {
-                self.fail(format!("the completion stream is lost: {reason}"));
-            }
+            // The leader ends the epoch, handing on what it knows of the lost history; a
+            // follower only says so (its leader's own read or append finds the loss within
+            // one interval, and a follower's report could move the group before the leader
+            // saved what it knows).
+            LogHealth::StreamLost(reason) => match &self.role {
+                Role::Leader(l) if self.failure.is_none() => {
+                    let (in_flight, unrevealed) = l.history();
+                    let epoch = self.sh.epoch();
+                    self.sh.emit(Event::HistoryLost {
+                        epoch,
+                        in_flight,
+                        unrevealed,
+                    });
+                    self.fail(format!("the completion stream is lost: {reason}"));
+                }
+                Role::Leader(_) => {}
+                Role::Follower(_) => {
+                    self.log_error = Some(format!("the completion stream is lost: {reason}"));
+                }
+            },
         }
     }
 

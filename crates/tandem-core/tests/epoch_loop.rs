@@ -563,7 +563,7 @@ async fn a_failed_heartbeat_makes_the_running_core_not_ready_until_one_is_writte
 /// The completion stream deleted under a running epoch: the rank's next read finds it gone
 /// and the core is told (it fails the epoch, so that the group moves to a new one); once.
 #[tokio::test(flavor = "current_thread")]
-async fn a_read_that_finds_the_stream_gone_fails_the_epoch_once() {
+async fn a_read_that_finds_the_stream_gone_tells_the_core_once() {
     let mut d = Driver::new(2, 1);
     let e1 = d.log.next_epoch().await.unwrap();
     let mut l = EpochLoop::new(config(1, true), 0);
@@ -578,4 +578,51 @@ async fn a_read_that_finds_the_stream_gone_fails_the_epoch_once() {
         })
         .collect();
     assert_eq!(lost.len(), 1, "{done:?}");
+}
+
+/// The stream lost under epoch 1: the leader's core handed on its tasks in flight and its
+/// unrevealed outcomes; the new epoch's recovery reads an empty stream, and frame 0 still
+/// aborts those tasks and redelivers those outcomes (else engines would wait for them for
+/// good: the replay counted them lost).
+#[tokio::test(flavor = "current_thread")]
+async fn a_lost_history_the_leader_handed_on_joins_the_next_reconciliation() {
+    let mut d = Driver::new(2, 0);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(0, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e1));
+    let in_flight = tandem_proto::InFlightTask {
+        task: TaskId { epoch: 1, seq: 5 },
+        kind: TaskKind::Store,
+        request: RequestId(5),
+    };
+    l.handle_event(
+        &Event::HistoryLost {
+            epoch: e1,
+            in_flight: vec![in_flight],
+            unrevealed: vec![ok(4)],
+        },
+        d.now_ms,
+    );
+    l.handle_event(
+        &Event::Failed {
+            epoch: e1,
+            reason: "the completion stream is lost".into(),
+        },
+        d.now_ms,
+    );
+    let e2 = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 100).await;
+    let (epoch, start) = started(&done).pop().expect("epoch 2 started");
+    assert_eq!(epoch, e2);
+    assert_eq!(start.aborted, vec![in_flight.aborted()]);
+    let rec = start.reconciliation.expect("a reconciliation");
+    assert_eq!(rec.redelivered, vec![ok(4)]);
+    assert_eq!(rec.aborted, vec![in_flight.aborted()]);
+    // Only once: a later epoch starts with what the log says alone.
+    let e3 = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 100).await;
+    let (epoch, start) = started(&done).pop().expect("epoch 3 started");
+    assert_eq!(epoch, e3);
+    assert!(start.aborted.is_empty());
 }

@@ -348,16 +348,33 @@ fn a_rank_whose_log_does_not_answer_is_not_ready_and_a_lost_stream_fails_the_epo
         assert!(core.status().ready, "rank {r} ready again");
         assert!(core.failure().is_none(), "an outage alone fails nothing");
     }
+    // A store in flight (started, no outcome yet) when the stream goes.
+    let started = g.store(1, &[7]);
+    let task = support::started(started);
     let now = g.now_ms;
-    g.nodes[1].core.handle_log_health(
-        LogHealth::StreamLost("the completion stream tandem:{g}:completions is gone".into()),
-        now,
-    );
+    let gone = "the completion stream tandem:{g}:completions is gone";
+    // A follower says so; the leader ends the epoch.
+    g.nodes[1]
+        .core
+        .handle_log_health(LogHealth::StreamLost(gone.into()), now);
     g.drive();
-    let failed = g.failed(1).expect("the epoch failed");
+    assert!(g.failed(1).is_none(), "a follower does not end the epoch");
+    let s = g.nodes[1].core.status();
+    assert!(!s.ready);
+    assert!(s.reason.unwrap_or_default().contains("is lost"));
+    g.nodes[0]
+        .core
+        .handle_log_health(LogHealth::StreamLost(gone.into()), now);
+    g.drive();
+    let failed = g.failed(0).expect("the leader's epoch failed");
     assert!(failed.contains("completion stream is lost"), "{failed}");
-    assert!(g.nodes[1]
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::Failed { reason, .. } if reason.contains("is lost"))));
+    let history = g.nodes[0].events.iter().find_map(|e| match e {
+        Event::HistoryLost { in_flight, .. } => Some(in_flight.clone()),
+        _ => None,
+    });
+    let in_flight = history.expect("the leader handed on what it knew");
+    assert!(
+        in_flight.iter().any(|t| t.task == task),
+        "the store in flight is handed on: {in_flight:?}"
+    );
 }
