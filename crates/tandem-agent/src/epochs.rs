@@ -102,6 +102,7 @@ impl EpochDriver {
             }
             Effect::LogHealth { epoch: _, health } => {
                 // Effects come in order: the current actor is the running epoch's.
+                tracing::info!(?health, "the completion log's answers to this rank changed");
                 if let Some(p) = &self.current {
                     p.do_send(crate::protocol::LogHealth(health));
                 }

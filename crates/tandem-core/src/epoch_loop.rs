@@ -432,8 +432,17 @@ impl EpochLoop {
             }
             Event::EngineAcked { epoch, step } if *epoch == r.epoch && self.config.durable => {
                 // Read what was appended since the last tick, so that the acknowledgement
-                // covers every entry the engine has now applied.
-                self.queue.push_back(Planned::ReadForAck(*step));
+                // covers every entry the engine has now applied. Acknowledgements are
+                // cumulative: one waiting read covers the newest (while the log hangs, one
+                // read per frame would queue up ahead of the heartbeats).
+                let waiting = self.queue.iter_mut().find_map(|p| match p {
+                    Planned::ReadForAck(s) => Some(s),
+                    _ => None,
+                });
+                match waiting {
+                    Some(s) => *s = (*s).max(*step),
+                    None => self.queue.push_back(Planned::ReadForAck(*step)),
+                }
             }
             _ => {}
         }
@@ -744,11 +753,19 @@ impl EpochLoop {
         };
         self.wake_ms = Some(now_ms.saturating_add(self.config.heartbeat_interval_ms));
         if self.queue.contains(&Planned::ReadNew) || self.in_flight == Some(Planned::ReadNew) {
-            // The last tick is still being carried out (the log is slow): skip this one.
+            // The last tick is still being carried out (the log is slow): skip this one, but
+            // for its heartbeat, which goes ahead of the waiting calls unless one waits.
+            let beating = self.queue.contains(&Planned::Heartbeat)
+                || self.in_flight == Some(Planned::Heartbeat);
+            if !beating {
+                self.queue.push_front(Planned::Heartbeat);
+            }
             return;
         }
         run.ticks += 1;
-        self.queue.push_back(Planned::Heartbeat);
+        // First: the heartbeat is what tells the supervisor this rank lives, and its result
+        // is this rank's readiness; waiting calls must not hold it up.
+        self.queue.push_front(Planned::Heartbeat);
         if run.join_pending {
             self.queue.push_back(Planned::Join);
         }

@@ -626,3 +626,72 @@ async fn a_lost_history_the_leader_handed_on_joins_the_next_reconciliation() {
     assert_eq!(epoch, e3);
     assert!(start.aborted.is_empty());
 }
+
+/// Found with Redis stopped 5 s during a replay (tests/redis_faults.rs): the follower's engine
+/// acknowledged a frame per step, each acknowledgement queued one more read of the log, each
+/// read waited its 1 s deadline, and the rank's heartbeat waited behind them all: the rank
+/// never said it was not ready, and its heartbeat went stale. One waiting read now covers
+/// every acknowledgement (they are cumulative), and the tick's heartbeat goes first.
+#[test]
+fn acknowledgements_while_the_log_hangs_queue_one_read_and_the_heartbeat_goes_first() {
+    let mut c = config(1, true);
+    c.follow = false;
+    let mut l = EpochLoop::new(c, 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Recovered(Ok(Box::default())), 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Blocks(None), 0);
+    let epoch = l.running().expect("running");
+    let timeout = || Err::<(), String>("redis timed out after 1000 ms".into());
+    let answer = |e: &Effect| -> Option<Outcome> {
+        Some(match e {
+            Effect::Heartbeat { .. } => Outcome::HeartbeatWritten(timeout()),
+            Effect::ReadNew { .. } => Outcome::Read(Err(DurableError::Timeout {
+                op: "read_new",
+                ms: 1000,
+            })),
+            Effect::Ack { .. } => Outcome::Acked(timeout().map(|_| 0)),
+            Effect::AckThrough { .. } => Outcome::AckedThrough(timeout().map(|_| 0)),
+            _ => return None,
+        })
+    };
+    // The first tick, carried out.
+    while let Some(e) = l.poll_effect() {
+        if let Some(o) = answer(&e) {
+            l.handle_outcome(o, 0);
+        }
+    }
+    // The engine acknowledges step 0; its read hangs (Redis stopped) while 50 more
+    // acknowledgements come.
+    let ack = |l: &mut EpochLoop, step| {
+        l.handle_event(
+            &Event::EngineAcked {
+                epoch,
+                step: Step(step),
+            },
+            10,
+        )
+    };
+    ack(&mut l, 0);
+    let hanging = l.poll_effect().expect("a read");
+    assert!(matches!(hanging, Effect::ReadNew { .. }), "{hanging:?}");
+    for step in 1..=50 {
+        ack(&mut l, step);
+    }
+    l.handle_timeout(100);
+    l.handle_outcome(answer(&hanging).expect("an answer"), 1_000);
+    let mut calls = Vec::new();
+    while let Some(e) = l.poll_effect() {
+        let Some(o) = answer(&e) else { continue };
+        calls.push(
+            format!("{e:?}")
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        );
+        l.handle_outcome(o, 1_000);
+    }
+    // The heartbeat first, then one read for the 50 acknowledgements and the tick's read.
+    assert_eq!(calls, vec!["Heartbeat", "ReadNew", "ReadNew"]);
+}
