@@ -26,25 +26,46 @@ use tandem_tests::redis::{RedisServer, Resp};
 use tandem_tests::replay_process::{ClusterView, ReplayCli};
 use tandem_tests::serial;
 
-/// Every non-200 `/readyz` seen while `until` holds, sampled every 100 ms: `who: reason`, and
-/// when each process was first seen not ready (ms after `since`).
+/// Every non-200 `/readyz` seen for a while, sampled every 100 ms: `who: reason`, and when
+/// each process was first and last seen not ready (ms after `since`).
 struct NotReady {
     reasons: BTreeSet<String>,
     first_ms: std::collections::BTreeMap<String, u128>,
+    last_ms: std::collections::BTreeMap<String, u128>,
+}
+
+impl NotReady {
+    /// `who=first-last` for each process seen not ready, in ms.
+    fn windows(&self) -> String {
+        let w: Vec<String> = self
+            .first_ms
+            .iter()
+            .map(|(who, first)| {
+                let last = self.last_ms.get(who).copied().unwrap_or(*first);
+                format!("{}={first}-{last}", who.replace(' ', ""))
+            })
+            .collect();
+        if w.is_empty() {
+            "none".into()
+        } else {
+            w.join("/")
+        }
+    }
 }
 
 fn watch_readiness(view: &ClusterView, since: Instant, for_: Duration) -> NotReady {
     let mut seen = NotReady {
         reasons: BTreeSet::new(),
         first_ms: Default::default(),
+        last_ms: Default::default(),
     };
     while since.elapsed() < for_ {
         for (who, answer) in view.readiness() {
             if let Some((code, body)) = answer {
                 if code != 200 {
-                    seen.first_ms
-                        .entry(who.clone())
-                        .or_insert(since.elapsed().as_millis());
+                    let at = since.elapsed().as_millis();
+                    seen.first_ms.entry(who.clone()).or_insert(at);
+                    seen.last_ms.insert(who.clone(), at);
                     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                     let r = v["reason"]
                         .as_str()
@@ -117,9 +138,9 @@ fn client_kill_of_every_client_during_a_replay() {
             .wait_ready(Duration::from_secs(60))
             .map(|_| at.elapsed().as_millis());
         detail.push(format!(
-            "{}_{killed}_clients:not_ready_{}:ready_after_{}ms",
+            "{}_{killed}_clients:not_ready_ms_{}:all_ready_by_{}ms",
             if round % 2 == 0 { "type" } else { "ids" },
-            seen.first_ms.len(),
+            seen.windows(),
             ready.map_or("?".into(), |m| m.to_string())
         ));
         reasons.extend(seen.reasons);
@@ -179,7 +200,7 @@ fn completion_stream_deleted_during_a_replay() {
         let deleted = redis.command(&["DEL", &key]);
         assert_eq!(deleted, Ok(Resp::Int(1)), "round {round}: DEL {key}");
         let at = Instant::now();
-        let seen = watch_readiness(&view, at, Duration::from_millis(1500));
+        let seen = watch_readiness(&view, at, Duration::from_millis(3000));
         let ready = view
             .wait_ready(Duration::from_secs(60))
             .map(|_| at.elapsed().as_millis());
@@ -192,10 +213,10 @@ fn completion_stream_deleted_during_a_replay() {
             })
             .unwrap_or(0);
         detail.push(format!(
-            "deleted_{len}_entries:epoch_{}_to_{}:not_ready_{}:ready_after_{}ms:groups_{groups}",
+            "deleted_{len}_entries:epoch_{}_to_{}:not_ready_ms_{}:all_ready_by_{}ms:groups_{groups}",
             epoch_before.map_or("?".into(), |e| e.to_string()),
             epoch_after.map_or("?".into(), |e| e.to_string()),
-            seen.first_ms.len(),
+            seen.windows(),
             ready.map_or("?".into(), |m| m.to_string())
         ));
         reasons.extend(seen.reasons);
@@ -310,12 +331,8 @@ fn redis_stopped_five_seconds_then_shut_down_five_seconds_during_a_replay() {
             "{how}: not ready again after Redis came back"
         );
         rows.push(format!(
-            "{how}:not_ready_after_ms_{}:ready_after_back_{}ms",
-            seen.first_ms
-                .iter()
-                .map(|(w, ms)| format!("{}={ms}", w.replace(' ', "")))
-                .collect::<Vec<_>>()
-                .join("/"),
+            "{how}:not_ready_ms_{}:all_ready_{}ms_after_back",
+            seen.windows(),
             ready.map_or("?".into(), |m| m.to_string())
         ));
         all.extend(seen.reasons);
