@@ -2,8 +2,8 @@
 //!
 //! Owns [`EpochDriver`]: the log's backends behind their traits, the store, the router and the
 //! current epoch's `ProtocolActor`. [`EpochDriver::carry`] makes one [`Effect`] (a call of the
-//! log raced against the shutdown, the start or stop of an epoch's protocol actor, a metric)
-//! and returns its [`Outcome`]; it decides nothing. A follower's join of its leader runs here
+//! log raced against the shutdown, the start or stop of an epoch's protocol actor, the log's
+//! health handed to that actor, a metric) and returns its [`Outcome`]; it decides nothing. A follower's join of its leader runs here
 //! too, as IO: connect, retry while `tandem_core::cadence::join_retry_ms` says waiting helps.
 
 use std::sync::Arc;
