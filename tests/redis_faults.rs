@@ -163,6 +163,10 @@ fn client_kill_of_every_client_during_a_replay() {
             ("detail", detail.join(";")),
             ("epochs", s["epochs"].to_string()),
             ("rank_failures_logged", restarts.len().to_string()),
+            (
+                "longest_step_ms",
+                (s["step_latency_us"]["max"].as_f64().unwrap_or(0.0) / 1000.0).to_string(),
+            ),
             ("summary", result.short()),
         ],
     );
@@ -267,6 +271,10 @@ fn completion_stream_deleted_during_a_replay() {
                         .collect()
                 }),
             ),
+            (
+                "longest_step_ms",
+                (s["step_latency_us"]["max"].as_f64().unwrap_or(0.0) / 1000.0).to_string(),
+            ),
             ("summary", result.short()),
         ],
     );
@@ -355,6 +363,10 @@ fn redis_stopped_five_seconds_then_shut_down_five_seconds_during_a_replay() {
             ),
             ("epochs", s["epochs"].to_string()),
             ("rank_failures_logged", failures.len().to_string()),
+            (
+                "longest_step_ms",
+                (s["step_latency_us"]["max"].as_f64().unwrap_or(0.0) / 1000.0).to_string(),
+            ),
             ("summary", result.short()),
         ],
     );
