@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full fault and bad-input suite of docs/RELIABILITY.md: the same tests CI runs
-# (tests/faults.rs, tests/bad_input.rs, tests/access.rs, tests/churn.rs, tests/window_stall.rs,
-# tests/layout_restart.rs, tests/actor_panic.rs, tests/burst.rs, tests/disk_faults.rs,
+# (tests/faults.rs, tests/redis_faults.rs, tests/bad_input.rs, tests/access.rs, tests/churn.rs,
+# tests/window_stall.rs, tests/layout_restart.rs, tests/actor_panic.rs, tests/burst.rs, tests/disk_faults.rs,
 # the fuzzers of tandem-proto and tandem-client), with more rounds, more requests and more fuzz cases, each test run on its own
 # and repeated, with its pass/fail, its wall time and every FIGURE line it printed collected in
 # one directory.
@@ -118,6 +118,12 @@ for t in sigstop_past_the_heartbeat_timeout_fences_the_woken_rank sigstop_agents
          engine_connections_cut_during_a_replay an_engine_that_dies_mid_store_moves_the_group_to_a_new_epoch \
          partition_one_rank_then_heal a_disk_tier_on_a_full_file_system redis_unreachable_for_ten_seconds_during_a_replay; do
   run "faults::$t" "$REPEAT" -p tandem-tests --test faults "$t"
+done
+
+# Redis misbehaving while the group blocks on it (tests/redis_faults.rs).
+for t in client_kill_of_every_client_during_a_replay completion_stream_deleted_during_a_replay \
+         redis_stopped_five_seconds_then_shut_down_five_seconds_during_a_replay; do
+  run "redis_faults::$t" "$REPEAT" -p tandem-tests --test redis_faults "$t"
 done
 
 # Churn and stalls.

@@ -770,6 +770,15 @@ fn redis_unreachable_for_ten_seconds_during_a_replay() {
         reasons.iter().any(|r| r.to_lowercase().contains("redis")),
         "no readiness reason names Redis: {reasons:?}"
     );
+    // Every process says why, the follower included (it said nothing before its own
+    // heartbeats set its readiness).
+    for who in ["supervisor", "rank 0", "rank 1"] {
+        assert!(
+            reasons.iter().any(|r| r.starts_with(&format!("{who}:"))
+                && (r.to_lowercase().contains("redis") || r.contains("completion log"))),
+            "{who} never said it is not ready because of Redis: {reasons:?}"
+        );
+    }
     assert!(
         ready.is_some(),
         "the group did not become ready again after Redis came back"

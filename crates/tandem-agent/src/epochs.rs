@@ -2,8 +2,8 @@
 //!
 //! Owns [`EpochDriver`]: the log's backends behind their traits, the store, the router and the
 //! current epoch's `ProtocolActor`. [`EpochDriver::carry`] makes one [`Effect`] (a call of the
-//! log raced against the shutdown, the start or stop of an epoch's protocol actor, a metric)
-//! and returns its [`Outcome`]; it decides nothing. A follower's join of its leader runs here
+//! log raced against the shutdown, the start or stop of an epoch's protocol actor, the log's
+//! health handed to that actor, a metric) and returns its [`Outcome`]; it decides nothing. A follower's join of its leader runs here
 //! too, as IO: connect, retry while `tandem_core::cadence::join_retry_ms` says waiting helps.
 
 use std::sync::Arc;
@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use actix::{Actor, Addr};
 use tandem_core::{cadence, CoreConfig, Effect, EpochStart, Event, Note, Outcome, RankCore};
-use tandem_durable::{CompletionStream, EpochStore, Heartbeat, LivenessStore, WallClock};
+use tandem_durable::{
+    CompletionStream, DurableError, EpochStore, Heartbeat, LivenessStore, WallClock,
+};
 use tandem_proto::Epoch;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -98,6 +100,14 @@ impl EpochDriver {
                 self.note(n);
                 Carried::Done
             }
+            Effect::LogHealth { epoch: _, health } => {
+                // Effects come in order: the current actor is the running epoch's.
+                tracing::info!(?health, "the completion log's answers to this rank changed");
+                if let Some(p) = &self.current {
+                    p.do_send(crate::protocol::LogHealth(health));
+                }
+                Carried::Done
+            }
             Effect::Fatal(reason) => Carried::Fatal(reason),
             Effect::ListBlocks => {
                 Carried::Answered(Outcome::Blocks(self.store.send(ListBlocks).await.ok()))
@@ -174,7 +184,7 @@ impl EpochDriver {
                 .await?,
             ),
             Effect::ReadNew { count } => Outcome::Read(
-                self.call(log("read_new"), |b| async move {
+                self.call_typed(log("read_new"), |b| async move {
                     b.stream.read_new(rank, count).await
                 })
                 .await?,
@@ -225,6 +235,32 @@ impl EpochDriver {
         };
         tokio::select! {
             r = f(b) => Ok(r.map_err(|e| e.to_string())),
+            _ = self.shutdown.cancelled() => Err(Carried::Stopped),
+        }
+    }
+
+    /// [`Self::call`], its error kept typed (no completion log: [`DurableError::Unavailable`]).
+    async fn call_typed<T, F, Fut>(
+        &self,
+        backends: Result<Backends, String>,
+        f: F,
+    ) -> Result<tandem_durable::Result<T>, Carried>
+    where
+        F: FnOnce(Backends) -> Fut,
+        Fut: std::future::Future<Output = tandem_durable::Result<T>>,
+    {
+        let b = match backends {
+            Ok(b) => b,
+            Err(reason) => {
+                return Ok(Err(DurableError::Unavailable {
+                    url: String::new(),
+                    op: "read_new",
+                    reason,
+                }))
+            }
+        };
+        tokio::select! {
+            r = f(b) => Ok(r),
             _ = self.shutdown.cancelled() => Err(Carried::Stopped),
         }
     }

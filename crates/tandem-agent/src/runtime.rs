@@ -170,7 +170,18 @@ pub async fn serve(
         span: None,
     };
     let outcome = 'run: loop {
-        while let Some(effect) = machine.poll_effect() {
+        loop {
+            // What arrived while the last call was carried goes in first: the core's events in
+            // order, then a wait that is over. Else, with a log that answers slowly, the next
+            // queued call would always come first and a heartbeat could wait behind calls for
+            // good (the select below picks at random among ready branches).
+            while let Ok(ev) = events_rx.try_recv() {
+                machine.handle_event(&ev, clock.now_ms());
+            }
+            machine.handle_timeout(clock.now_ms());
+            let Some(effect) = machine.poll_effect() else {
+                break;
+            };
             match driver.carry(effect).await {
                 Carried::Answered(outcome) => machine.handle_outcome(outcome, clock.now_ms()),
                 Carried::Done => {}

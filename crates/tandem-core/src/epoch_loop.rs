@@ -13,7 +13,14 @@
 //! group moves on), the epoch watch, reading the completion stream (each
 //! entry checked by `EntryCheck`) and, on the leader, trimming it; acknowledging the entries an
 //! engine's acknowledgement covers, and, once the engine acknowledged frame 0, everything the
-//! reconciliation settled. It never does IO, reads a clock or sleeps: every input carries the
+//! reconciliation settled; an acknowledgement the log refused is made again every interval
+//! until it is taken (else a recovery would redeliver what the engine already applied). It
+//! tells the running core how the log answers ([`Effect::LogHealth`]): a failed heartbeat
+//! makes the rank not ready, whatever its role, until one is written again; a read that finds
+//! the completion stream gone ([`tandem_durable::DurableError::StreamLost`]) is told too (the
+//! leader's core fails the epoch, so that the group moves to a new one), and what the leader's
+//! core knew of the lost history ([`Event::HistoryLost`]) joins the next recovery. It never
+//! does IO, reads a clock or sleeps: every input carries the
 //! driver's `now_ms` (monotonic), every wait is [`EpochLoop::poll_timeout`]. One call is in
 //! flight at a time, as the awaits of a loop would be.
 //!
@@ -22,12 +29,15 @@
 use std::collections::VecDeque;
 
 use tandem_durable::recovery::EntryCheck;
-use tandem_durable::{AckTracker, FailureReport, LoggedStep, Recovery, StreamEntryId};
-use tandem_proto::{Epoch, Rank, RankBlocks, Step};
+use tandem_durable::{
+    AckTracker, DurableError, FailureReport, LoggedStep, Recovery, StreamEntryId,
+};
+use tandem_proto::{Epoch, InFlightTask, Rank, RankBlocks, Step, TaskOutcome};
 
 use crate::cadence;
 use crate::config::EpochStart;
 use crate::output::Event;
+use crate::status::LogHealth;
 
 /// What the loop needs to know.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +136,14 @@ pub enum Effect {
     },
     /// *Answered* [`Outcome::StreamLen`]: the stream's length.
     StreamLen,
+    /// Hand the running core of `epoch` how the log answers
+    /// ([`crate::RankCore::handle_log_health`]); sent when it changes.
+    LogHealth {
+        /// The epoch whose core runs.
+        epoch: Epoch,
+        /// What the log did.
+        health: LogHealth,
+    },
     /// A figure for the metrics.
     Note(Note),
     /// The loop cannot go on; the agent stops with this reason.
@@ -166,8 +184,9 @@ pub enum Outcome {
     Blocks(Option<RankBlocks>),
     /// Of [`Effect::PutManifest`].
     ManifestPut(Result<(), String>),
-    /// Of [`Effect::ReadNew`].
-    Read(Result<Vec<LoggedStep>, String>),
+    /// Of [`Effect::ReadNew`]; typed, because a stream that is gone
+    /// ([`DurableError::StreamLost`]) ends the epoch.
+    Read(Result<Vec<LoggedStep>, DurableError>),
     /// Of [`Effect::Ack`] (entries acknowledged).
     Acked(Result<u64, String>),
     /// Of [`Effect::AckThrough`].
@@ -237,6 +256,12 @@ struct Running {
     failed: Option<FailureReport>,
     /// Acknowledge every entry up to here once the engine acknowledged frame 0.
     ack_through: Option<StreamEntryId>,
+    /// The log refused `ack_through` (the engine did acknowledge frame 0): again next tick.
+    ack_through_retry: bool,
+    /// The log's error last handed to the core ([`Effect::LogHealth`]); `None`: up.
+    log_error: Option<String>,
+    /// The core was told the completion stream is gone.
+    stream_lost: bool,
     ticks: u64,
 }
 
@@ -253,6 +278,12 @@ pub struct EpochLoop {
     /// When the loop next wants [`EpochLoop::handle_timeout`], ms.
     wake_ms: Option<u64>,
     tracker: AckTracker,
+    /// Entries the engine acknowledged whose acknowledgement the log refused: made again
+    /// every tick (and with the next one) until the log takes them.
+    ack_retry: Vec<StreamEntryId>,
+    /// Leader: what the core knew of a completion stream that was lost
+    /// ([`Event::HistoryLost`]), merged into the next recovery.
+    lost_history: Option<(Vec<InFlightTask>, Vec<TaskOutcome>)>,
     check: EntryCheck,
 }
 
@@ -266,6 +297,8 @@ impl EpochLoop {
             out: VecDeque::new(),
             wake_ms: None,
             tracker: AckTracker::new(),
+            ack_retry: Vec::new(),
+            lost_history: None,
             check: EntryCheck::new(),
             config,
         };
@@ -385,10 +418,31 @@ impl EpochLoop {
                 r.failed.get_or_insert_with(|| report.clone());
                 r.reports.push_back(report);
             }
+            Event::HistoryLost {
+                epoch,
+                in_flight,
+                unrevealed,
+            } if *epoch == r.epoch => {
+                tracing::warn!(
+                    in_flight = in_flight.len(),
+                    unrevealed = unrevealed.len(),
+                    "the completion stream was lost: the next epoch settles what this leader knew of it"
+                );
+                self.lost_history = Some((in_flight.clone(), unrevealed.clone()));
+            }
             Event::EngineAcked { epoch, step } if *epoch == r.epoch && self.config.durable => {
                 // Read what was appended since the last tick, so that the acknowledgement
-                // covers every entry the engine has now applied.
-                self.queue.push_back(Planned::ReadForAck(*step));
+                // covers every entry the engine has now applied. Acknowledgements are
+                // cumulative: one waiting read covers the newest (while the log hangs, one
+                // read per frame would queue up ahead of the heartbeats).
+                let waiting = self.queue.iter_mut().find_map(|p| match p {
+                    Planned::ReadForAck(s) => Some(s),
+                    _ => None,
+                });
+                match waiting {
+                    Some(s) => *s = (*s).max(*step),
+                    None => self.queue.push_back(Planned::ReadForAck(*step)),
+                }
             }
             _ => {}
         }
@@ -422,8 +476,20 @@ impl EpochLoop {
                 }
             }
             (Planned::Heartbeat, Outcome::HeartbeatWritten(r)) => {
-                if matches!(self.phase, Phase::Running(_)) {
+                if let Phase::Running(run) = &mut self.phase {
                     self.out.push_back(Effect::Note(Note::RedisUp(r.is_ok())));
+                    let error = r.err();
+                    if error != run.log_error {
+                        let health = match &error {
+                            None => LogHealth::Up,
+                            Some(e) => LogHealth::Unavailable(e.clone()),
+                        };
+                        run.log_error = error;
+                        self.out.push_back(Effect::LogHealth {
+                            epoch: run.epoch,
+                            health,
+                        });
+                    }
                 }
             }
             (Planned::Join, Outcome::Joined(r)) => {
@@ -444,7 +510,8 @@ impl EpochLoop {
             (Planned::ReadForAck(step), Outcome::Read(r)) => {
                 self.read(r);
                 if let Phase::Running(run) = &self.phase {
-                    let ids = self.tracker.on_engine_ack(run.epoch, step);
+                    let mut ids = self.tracker.on_engine_ack(run.epoch, step);
+                    ids.append(&mut self.ack_retry);
                     let mut next = Vec::new();
                     if !ids.is_empty() {
                         next.push(Planned::Ack(ids));
@@ -457,21 +524,28 @@ impl EpochLoop {
                     }
                 }
             }
-            (Planned::Ack(_), Outcome::Acked(r)) => {
+            (Planned::Ack(ids), Outcome::Acked(r)) => {
                 if let Err(e) = r {
-                    tracing::warn!(error = %e, "cannot acknowledge delivered completions");
+                    tracing::warn!(error = %e, entries = ids.len(), "cannot acknowledge delivered completions; again next interval");
+                    self.ack_retry.extend(ids);
+                    self.ack_retry.sort_unstable();
+                    self.ack_retry.dedup();
                 }
             }
-            (Planned::AckThrough(_), Outcome::AckedThrough(r)) => match r {
-                Ok(_) => {
-                    if let Phase::Running(run) = &mut self.phase {
-                        run.ack_through = None;
+            (Planned::AckThrough(_), Outcome::AckedThrough(r)) => {
+                if let Phase::Running(run) = &mut self.phase {
+                    match r {
+                        Ok(_) => {
+                            run.ack_through = None;
+                            run.ack_through_retry = false;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot acknowledge the reconciled completions; again next interval");
+                            run.ack_through_retry = true;
+                        }
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot acknowledge the reconciled completions")
-                }
-            },
+            }
             (Planned::Trim, Outcome::Trimmed(r)) => match r {
                 Ok(n) => self.out.push_back(Effect::Note(Note::Trimmed(n))),
                 Err(e) => tracing::debug!(error = %e, "cannot trim the completion stream"),
@@ -600,7 +674,15 @@ impl EpochLoop {
             .cloned()
             .unwrap_or_default();
         let start = if rank == Rank(0) {
-            EpochStart::leader(&recovery.redelivered, &recovery.in_flight, acknowledged)
+            // A stream lost under the last epoch: what this process's leader knew of it
+            // joins what the log still says (the reconciliation keeps one copy per task).
+            let (mut redelivered, mut in_flight) =
+                (recovery.redelivered.clone(), recovery.in_flight.clone());
+            if let Some((lost_in_flight, lost_unrevealed)) = self.lost_history.take() {
+                redelivered.extend(lost_unrevealed);
+                in_flight.extend(lost_in_flight);
+            }
+            EpochStart::leader(&redelivered, &in_flight, acknowledged)
         } else {
             EpochStart {
                 acknowledged,
@@ -652,6 +734,9 @@ impl EpochLoop {
             reports: VecDeque::new(),
             failed: None,
             ack_through,
+            ack_through_retry: false,
+            log_error: None,
+            stream_lost: false,
             ticks: 0,
         }));
         if self.config.durable {
@@ -668,11 +753,19 @@ impl EpochLoop {
         };
         self.wake_ms = Some(now_ms.saturating_add(self.config.heartbeat_interval_ms));
         if self.queue.contains(&Planned::ReadNew) || self.in_flight == Some(Planned::ReadNew) {
-            // The last tick is still being carried out (the log is slow): skip this one.
+            // The last tick is still being carried out (the log is slow): skip this one, but
+            // for its heartbeat, which goes ahead of the waiting calls unless one waits.
+            let beating = self.queue.contains(&Planned::Heartbeat)
+                || self.in_flight == Some(Planned::Heartbeat);
+            if !beating {
+                self.queue.push_front(Planned::Heartbeat);
+            }
             return;
         }
         run.ticks += 1;
-        self.queue.push_back(Planned::Heartbeat);
+        // First: the heartbeat is what tells the supervisor this rank lives, and its result
+        // is this rank's readiness; waiting calls must not hold it up.
+        self.queue.push_front(Planned::Heartbeat);
         if run.join_pending {
             self.queue.push_back(Planned::Join);
         }
@@ -687,6 +780,13 @@ impl EpochLoop {
         if follow {
             self.queue.push_back(Planned::ReadEpoch);
         }
+        if !self.ack_retry.is_empty() {
+            self.queue
+                .push_back(Planned::Ack(std::mem::take(&mut self.ack_retry)));
+        }
+        if let (Some(through), true) = (run.ack_through, run.ack_through_retry) {
+            self.queue.push_back(Planned::AckThrough(through));
+        }
         self.queue.push_back(Planned::ReadNew);
         // The leader bounds the stream: entries every rank acknowledged go, beyond
         // redis.stream_max_len (a trim scans the retained stream, so not every tick).
@@ -698,7 +798,7 @@ impl EpochLoop {
 
     /// Entries read: each checked against what the fenced append writes (a copy is counted and
     /// still acknowledged: it carries nothing), then tracked for acknowledgement.
-    fn read(&mut self, r: Result<Vec<LoggedStep>, String>) {
+    fn read(&mut self, r: Result<Vec<LoggedStep>, DurableError>) {
         match r {
             Ok(entries) => {
                 let mut rejected = 0;
@@ -713,6 +813,19 @@ impl EpochLoop {
                         .push_back(Effect::Note(Note::EntriesRejected(rejected)));
                 }
                 self.tracker.on_read(&entries);
+            }
+            Err(e @ DurableError::StreamLost { .. }) => {
+                if let Phase::Running(run) = &mut self.phase {
+                    if run.stream_lost {
+                        return;
+                    }
+                    run.stream_lost = true;
+                    tracing::error!(error = %e, "the completion stream is gone: this epoch cannot go on");
+                    self.out.push_back(Effect::LogHealth {
+                        epoch: run.epoch,
+                        health: LogHealth::StreamLost(e.to_string()),
+                    });
+                }
             }
             Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
         }

@@ -36,6 +36,7 @@
 //! | [`RankCore::handle_layers_copied`] | this rank's store (a layerwise load) | `Reply` (`wait_layer`) |
 //! | [`RankCore::handle_appended`] | the completion stream (leader) | `Reply(Frame)`, `Send(Frame)`, `Store` |
 //! | [`RankCore::handle_manifests`] | the liveness store (leader) | `FetchManifests` again, `Event(Ready/Failed)` |
+//! | [`RankCore::handle_log_health`] | the epoch loop's heartbeats and reads ([`LogHealth`]) | readiness; `Event(Failed)` for a lost stream |
 //! | [`RankCore::handle_timeout`] | the driver's one timer | `Reply` (deadlines), `Send(Heartbeat)`, `FetchManifests`, `Event(Failed)` |
 //! | [`RankCore::handle_drain`] / [`RankCore::handle_stop`] | a shutdown, a new epoch | `Reply` |
 //!
@@ -152,4 +153,4 @@ pub use output::{Append, CallRef, ConnId, Event, Output, Peer, StoreCommand};
 pub use rank::{RankCore, Role};
 pub use rebuild::Rebuild;
 pub use shared::{follower_refusal, leader_refusal};
-pub use status::{CoreCounters, NotReady, RankStatus, RoleCounters, TaskCounts};
+pub use status::{CoreCounters, LogHealth, NotReady, RankStatus, RoleCounters, TaskCounts};

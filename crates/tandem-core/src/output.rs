@@ -10,7 +10,8 @@ use std::fmt;
 
 use tandem_proto::engine::EngineReply;
 use tandem_proto::{
-    Epoch, LayerwiseLoad, Message, StartedTask, Step, TaskOutcome, TaskStart, TierOp,
+    Epoch, InFlightTask, LayerwiseLoad, Message, StartedTask, Step, TaskOutcome, TaskStart,
+    TierOp,
 };
 
 /// One engine call the driver carries, unique within one core's life (the driver numbers
@@ -122,6 +123,20 @@ pub enum Event {
         epoch: Epoch,
         /// What happened.
         reason: String,
+    },
+    /// Leader: the completion stream was lost under `epoch` (`LogHealth::StreamLost`), so
+    /// the next epoch's recovery cannot read what it held. What this core knows of it instead,
+    /// for the next epoch's reconciliation on this same process (the epoch loop merges it
+    /// with the recovery). Emitted once, just before `Failed`.
+    HistoryLost {
+        /// The epoch.
+        epoch: Epoch,
+        /// Tasks without a durable outcome (`tandem_proto::Leader::in_flight`): aborted in the
+        /// next epoch's frame 0.
+        in_flight: Vec<InFlightTask>,
+        /// Outcomes made durable and not revealed yet (and a reconciliation's aborts not
+        /// durable yet): redelivered in the next epoch's frame 0.
+        unrevealed: Vec<TaskOutcome>,
     },
     /// This rank's engine applied every frame of `epoch` up to `step`.
     EngineAcked {

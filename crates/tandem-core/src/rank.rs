@@ -7,8 +7,10 @@
 //! attached and what their disconnect means (with tasks in flight the group must restart), the
 //! engine protocol version checked at hello, the size of the engine's registered pool (what
 //! binds are checked against), the layerwise loads of this rank (`crate::layers`: the
-//! leader's plans from the frames, `wait_layer`, the per-layer deadline), and the drain before
-//! a shutdown. Inputs are `handle_*` calls carrying the driver's `now_ms`;
+//! leader's plans from the frames, `wait_layer`, the per-layer deadline), readiness while the
+//! completion log does not answer this rank and the failure of an epoch whose completion
+//! stream is gone, and the drain before a shutdown. Inputs are `handle_*` calls carrying the
+//! driver's `now_ms`;
 //! outputs come from [`RankCore::poll_output`] in order, and [`RankCore::poll_timeout`] is the
 //! one deadline the driver arms. It never does IO, reads a clock or draws randomness, so the
 //! same inputs always give the same outputs.
@@ -25,7 +27,7 @@ use crate::follower::FollowerCore;
 use crate::leader::{CoreError, LeaderCore};
 use crate::output::{CallRef, ConnId, Event, Output, Peer, StoreCommand};
 use crate::shared::Shared;
-use crate::status::{CoreCounters, NotReady, RankStatus};
+use crate::status::{CoreCounters, LogHealth, NotReady, RankStatus};
 
 /// The role this rank plays in the epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +46,9 @@ pub struct RankCore {
     /// Why this epoch can no longer make progress (a lost or silent rank, a refused frame, an
     /// engine gone with tasks in flight).
     failure: Option<String>,
+    /// Why this rank's own calls of the completion log fail ([`LogHealth::Unavailable`]):
+    /// not ready while set.
+    log_error: Option<String>,
     ready_sent: bool,
     /// Engine connections that said hello in this epoch and are still open.
     engines_attached: u32,
@@ -76,6 +81,7 @@ impl RankCore {
             sh,
             role,
             failure: None,
+            log_error: None,
             ready_sent: false,
             engines_attached: 0,
             engine_stale_rejected: 0,
@@ -430,6 +436,39 @@ impl RankCore {
         self.fail_waits(&err);
     }
 
+    /// How the completion log answered this rank's epoch loop: while it does not, the rank
+    /// is not ready (reason "completion log unavailable: ..."). A stream that is gone makes a
+    /// follower not ready and fails the leader's epoch: the leader first emits
+    /// [`Event::HistoryLost`] with what it knows of the lost history (its tasks in flight and
+    /// unrevealed outcomes), then `Failed`.
+    pub fn handle_log_health(&mut self, health: LogHealth, now_ms: u64) {
+        let _ = now_ms;
+        match health {
+            LogHealth::Up => self.log_error = None,
+            LogHealth::Unavailable(reason) => self.log_error = Some(reason),
+            // The leader ends the epoch, handing on what it knows of the lost history; a
+            // follower only says so (its leader's own read or append finds the loss within
+            // one interval, and a follower's report could move the group before the leader
+            // saved what it knows).
+            LogHealth::StreamLost(reason) => match &self.role {
+                Role::Leader(l) if self.failure.is_none() => {
+                    let (in_flight, unrevealed) = l.history();
+                    let epoch = self.sh.epoch();
+                    self.sh.emit(Event::HistoryLost {
+                        epoch,
+                        in_flight,
+                        unrevealed,
+                    });
+                    self.fail(format!("the completion stream is lost: {reason}"));
+                }
+                Role::Leader(_) => {}
+                Role::Follower(_) => {
+                    self.log_error = Some(format!("the completion stream is lost: {reason}"));
+                }
+            },
+        }
+    }
+
     /// Status for `/status` and `/readyz`.
     pub fn status(&self) -> RankStatus {
         let mut s = match &self.role {
@@ -440,6 +479,15 @@ impl RankCore {
         if let Some(reason) = &self.failure {
             s.ready = false;
             s.reason = Some(format!("epoch {} failed: {reason}", self.sh.epoch()));
+        } else if let Some(e) = &self.log_error {
+            s.ready = false;
+            if !s
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("completion log unavailable"))
+            {
+                s.reason = Some(format!("completion log unavailable: {e}"));
+            }
         }
         s
     }
@@ -448,6 +496,8 @@ impl RankCore {
     pub fn counters(&self) -> CoreCounters {
         let not_ready = if self.failure.is_some() {
             Some(NotReady::EpochFailed)
+        } else if self.log_error.is_some() {
+            Some(NotReady::CompletionLog)
         } else {
             match &self.role {
                 Role::Leader(l) => l.not_ready(),

@@ -43,6 +43,20 @@ pub struct RankStatus {
     pub index_blocks: u64,
 }
 
+/// How the completion log answered this rank's own calls, as its epoch loop saw them
+/// (`RankCore::handle_log_health`): a rank whose heartbeats do not reach the log is not ready,
+/// whichever its role.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LogHealth {
+    /// The last heartbeat was written.
+    Up,
+    /// The last heartbeat failed, with the log's reason.
+    Unavailable(String),
+    /// The completion stream is gone (`tandem_durable::DurableError::StreamLost`, the
+    /// log's reason): what a later recovery would read is lost, so the epoch cannot go on.
+    StreamLost(String),
+}
+
 /// Why a rank is not ready (the metric label `reason` of `tandem_not_ready`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NotReady {
@@ -50,7 +64,8 @@ pub enum NotReady {
     Joining,
     /// The leader rebuilds the group index from every rank's manifest.
     RebuildingIndex,
-    /// The leader's appends to the completion stream fail.
+    /// The completion log does not answer this rank: the leader's appends fail, or this
+    /// rank's own heartbeats do ([`LogHealth::Unavailable`]).
     CompletionLog,
     /// The epoch failed; the rank waits for the supervisor's next epoch.
     EpochFailed,

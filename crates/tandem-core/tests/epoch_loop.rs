@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 
-use tandem_core::{cadence, Effect, EpochLoop, EpochStart, Event, LoopConfig, Note, Outcome};
+use tandem_core::{
+    cadence, Effect, EpochLoop, EpochStart, Event, LogHealth, LoopConfig, Note, Outcome,
+};
 use tandem_durable::{
-    CompletionStream, EpochStore, Heartbeat, LivenessStore, ManualClock, MemoryLog, Recovery,
-    StartedTask, WallClock,
+    CompletionStream, DurableError, EpochStore, Heartbeat, LivenessStore, ManualClock, MemoryLog,
+    Recovery, StartedTask, WallClock,
 };
 use tandem_proto::{
     BlockHash, Epoch, OutcomeResult, PageId, Rank, RankBlocks, RequestId, Step, TaskId, TaskKind,
@@ -34,6 +36,10 @@ struct Driver {
     rank: Rank,
     blocks: RankBlocks,
     now_ms: u64,
+    /// The log refuses heartbeats, reads and acknowledgements (Redis stopped).
+    down: bool,
+    /// Reads find the completion stream gone.
+    lost: bool,
 }
 
 impl Driver {
@@ -48,6 +54,8 @@ impl Driver {
                 blocks: vec![(BlockHash(7), Tier::Host)],
             },
             now_ms: 0,
+            down: false,
+            lost: false,
         }
     }
 
@@ -57,7 +65,22 @@ impl Driver {
         while let Some(effect) = l.poll_effect() {
             let s = |r: tandem_durable::Result<()>| r.map_err(|e| e.to_string());
             let rank = self.rank;
+            let down = || "redis ack timed out after 1000 ms".to_string();
             let outcome = match effect {
+                Effect::Heartbeat { .. } if self.down => Outcome::HeartbeatWritten(Err(down())),
+                Effect::Ack { .. } if self.down => Outcome::Acked(Err(down())),
+                Effect::AckThrough { .. } if self.down => Outcome::AckedThrough(Err(down())),
+                Effect::ReadNew { .. } if self.down => Outcome::Read(Err(DurableError::Timeout {
+                    op: "read_new",
+                    ms: 1000,
+                })),
+                Effect::ReadNew { .. } if self.lost => {
+                    Outcome::Read(Err(DurableError::StreamLost {
+                        op: "read_new",
+                        key: "tandem:{g}:completions".into(),
+                        reason: "NOGROUP No such key".into(),
+                    }))
+                }
                 Effect::ReadEpoch => {
                     Outcome::EpochRead(self.log.current_epoch().await.map_err(|e| e.to_string()))
                 }
@@ -92,12 +115,7 @@ impl Driver {
                     .log
                     .put_manifest(epoch, rank, &bytes, ttl_ms)
                     .await)),
-                Effect::ReadNew { count } => Outcome::Read(
-                    self.log
-                        .read_new(rank, count)
-                        .await
-                        .map_err(|e| e.to_string()),
-                ),
+                Effect::ReadNew { count } => Outcome::Read(self.log.read_new(rank, count).await),
                 Effect::Ack { ids } => {
                     Outcome::Acked(self.log.ack(rank, &ids).await.map_err(|e| e.to_string()))
                 }
@@ -462,4 +480,218 @@ fn only_the_leader_trims_the_stream_every_fifty_ticks() {
         let want: Vec<u64> = if rank == 0 { vec![50, 100] } else { vec![] };
         assert_eq!(trims, want, "rank {rank}");
     }
+}
+
+/// Found in docs/RELIABILITY.md's Redis rows: an acknowledgement the log refused (Redis down)
+/// was dropped, so the entries stayed pending for this rank and the next recovery redelivered
+/// what its engine had already applied. It is made again every interval until it is taken.
+#[tokio::test(flavor = "current_thread")]
+async fn an_acknowledgement_the_log_refused_is_made_again_until_it_is_taken() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e1));
+    d.log
+        .append_step(e1, Step(0), &[store_start(0)], &[ok(0)])
+        .await
+        .unwrap();
+    d.advance(&mut l, 100).await;
+    assert_eq!(
+        d.log.pending(Rank(1)).await.unwrap().len(),
+        1,
+        "read, not acknowledged"
+    );
+    d.down = true;
+    l.handle_event(
+        &Event::EngineAcked {
+            epoch: e1,
+            step: Step(0),
+        },
+        d.now_ms,
+    );
+    d.advance(&mut l, 300).await;
+    assert_eq!(
+        d.log.pending(Rank(1)).await.unwrap().len(),
+        1,
+        "the log refused it"
+    );
+    d.down = false;
+    d.advance(&mut l, 100).await;
+    assert!(
+        d.log.pending(Rank(1)).await.unwrap().is_empty(),
+        "the refused acknowledgement was made again once the log answered"
+    );
+    let cursors = d.log.cursors().await.unwrap();
+    assert!(cursors[1].pending.is_empty());
+}
+
+/// Redis stopped, then back: the running core is told once that the log does not answer
+/// (its rank is not ready, whatever its role), and once that it answers again.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_heartbeat_makes_the_running_core_not_ready_until_one_is_written() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    let done = d.advance(&mut l, 0).await;
+    let health = |done: &[Effect]| -> Vec<LogHealth> {
+        done.iter()
+            .filter_map(|e| match e {
+                Effect::LogHealth { epoch, health } if *epoch == e1 => Some(health.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(
+        health(&done).is_empty(),
+        "up from the start: nothing to say"
+    );
+    d.down = true;
+    let done = d.advance(&mut l, 500).await;
+    assert_eq!(
+        health(&done),
+        vec![LogHealth::Unavailable(
+            "redis ack timed out after 1000 ms".into()
+        )],
+        "said once, not every interval"
+    );
+    d.down = false;
+    let done = d.advance(&mut l, 100).await;
+    assert_eq!(health(&done), vec![LogHealth::Up]);
+}
+
+/// The completion stream deleted under a running epoch: the rank's next read finds it gone
+/// and the core is told (it fails the epoch, so that the group moves to a new one); once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_read_that_finds_the_stream_gone_tells_the_core_once() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    d.advance(&mut l, 0).await;
+    d.lost = true;
+    let done = d.advance(&mut l, 500).await;
+    let lost: Vec<&Effect> = done
+        .iter()
+        .filter(|e| {
+            matches!(e, Effect::LogHealth { epoch, health: LogHealth::StreamLost(r) }
+                if *epoch == e1 && r.contains("is gone"))
+        })
+        .collect();
+    assert_eq!(lost.len(), 1, "{done:?}");
+}
+
+/// The stream lost under epoch 1: the leader's core handed on its tasks in flight and its
+/// unrevealed outcomes; the new epoch's recovery reads an empty stream, and frame 0 still
+/// aborts those tasks and redelivers those outcomes (else engines would wait for them for
+/// good: the replay counted them lost).
+#[tokio::test(flavor = "current_thread")]
+async fn a_lost_history_the_leader_handed_on_joins_the_next_reconciliation() {
+    let mut d = Driver::new(2, 0);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(0, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e1));
+    let in_flight = tandem_proto::InFlightTask {
+        task: TaskId { epoch: 1, seq: 5 },
+        kind: TaskKind::Store,
+        request: RequestId(5),
+    };
+    l.handle_event(
+        &Event::HistoryLost {
+            epoch: e1,
+            in_flight: vec![in_flight],
+            unrevealed: vec![ok(4)],
+        },
+        d.now_ms,
+    );
+    l.handle_event(
+        &Event::Failed {
+            epoch: e1,
+            reason: "the completion stream is lost".into(),
+        },
+        d.now_ms,
+    );
+    let e2 = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 100).await;
+    let (epoch, start) = started(&done).pop().expect("epoch 2 started");
+    assert_eq!(epoch, e2);
+    assert_eq!(start.aborted, vec![in_flight.aborted()]);
+    let rec = start.reconciliation.expect("a reconciliation");
+    assert_eq!(rec.redelivered, vec![ok(4)]);
+    assert_eq!(rec.aborted, vec![in_flight.aborted()]);
+    // Only once: a later epoch starts with what the log says alone.
+    let e3 = d.log.next_epoch().await.unwrap();
+    let done = d.advance(&mut l, 100).await;
+    let (epoch, start) = started(&done).pop().expect("epoch 3 started");
+    assert_eq!(epoch, e3);
+    assert!(start.aborted.is_empty());
+}
+
+/// Found with Redis stopped 5 s during a replay (tests/redis_faults.rs): the follower's engine
+/// acknowledged a frame per step, each acknowledgement queued one more read of the log, each
+/// read waited its 1 s deadline, and the rank's heartbeat waited behind them all: the rank
+/// never said it was not ready, and its heartbeat went stale. One waiting read now covers
+/// every acknowledgement (they are cumulative), and the tick's heartbeat goes first.
+#[test]
+fn acknowledgements_while_the_log_hangs_queue_one_read_and_the_heartbeat_goes_first() {
+    let mut c = config(1, true);
+    c.follow = false;
+    let mut l = EpochLoop::new(c, 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Recovered(Ok(Box::default())), 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Blocks(None), 0);
+    let epoch = l.running().expect("running");
+    let timeout = || Err::<(), String>("redis timed out after 1000 ms".into());
+    let answer = |e: &Effect| -> Option<Outcome> {
+        Some(match e {
+            Effect::Heartbeat { .. } => Outcome::HeartbeatWritten(timeout()),
+            Effect::ReadNew { .. } => Outcome::Read(Err(DurableError::Timeout {
+                op: "read_new",
+                ms: 1000,
+            })),
+            Effect::Ack { .. } => Outcome::Acked(timeout().map(|_| 0)),
+            Effect::AckThrough { .. } => Outcome::AckedThrough(timeout().map(|_| 0)),
+            _ => return None,
+        })
+    };
+    // The first tick, carried out.
+    while let Some(e) = l.poll_effect() {
+        if let Some(o) = answer(&e) {
+            l.handle_outcome(o, 0);
+        }
+    }
+    // The engine acknowledges step 0; its read hangs (Redis stopped) while 50 more
+    // acknowledgements come.
+    let ack = |l: &mut EpochLoop, step| {
+        l.handle_event(
+            &Event::EngineAcked {
+                epoch,
+                step: Step(step),
+            },
+            10,
+        )
+    };
+    ack(&mut l, 0);
+    let hanging = l.poll_effect().expect("a read");
+    assert!(matches!(hanging, Effect::ReadNew { .. }), "{hanging:?}");
+    for step in 1..=50 {
+        ack(&mut l, step);
+    }
+    l.handle_timeout(100);
+    l.handle_outcome(answer(&hanging).expect("an answer"), 1_000);
+    let mut calls = Vec::new();
+    while let Some(e) = l.poll_effect() {
+        let Some(o) = answer(&e) else { continue };
+        calls.push(
+            format!("{e:?}")
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        );
+        l.handle_outcome(o, 1_000);
+    }
+    // The heartbeat first, then one read for the 50 acknowledgements and the tick's read.
+    assert_eq!(calls, vec!["Heartbeat", "ReadNew", "ReadNew"]);
 }

@@ -7,7 +7,9 @@ mod support;
 use std::collections::BTreeSet;
 
 use support::{error, started, Group, Spec};
-use tandem_core::{EpochStart, Event, Output, Peer, RoleCounters, StoreCommand};
+use tandem_core::{
+    EpochStart, Event, LogHealth, NotReady, Output, Peer, RoleCounters, StoreCommand,
+};
 use tandem_proto::engine::{AgentError, EngineReply};
 use tandem_proto::{
     BlockHash, Epoch, Frame, Message, OutcomeResult, RequestId, Step, TaskId, TaskKind, TaskOutcome,
@@ -319,4 +321,60 @@ fn an_ack_of_a_step_not_received_is_not_ready_and_sends_nothing() {
         .events
         .iter()
         .any(|e| matches!(e, Event::EngineAcked { step: Step(4), .. })));
+}
+
+/// Redis stopped: the follower's own heartbeats fail while the leader keeps sealing frames.
+/// Before, only the leader's appends made a rank not ready, so a follower said ready with the
+/// log unreachable (docs/RELIABILITY.md, "Redis unreachable 10 s"). Every rank now follows
+/// its epoch loop's view of the log, and a stream that is gone fails the epoch.
+#[test]
+fn a_rank_whose_log_does_not_answer_is_not_ready_and_a_lost_stream_fails_the_epoch() {
+    let mut g = Group::start(Spec::new(2));
+    let why = "redis heartbeat timed out after 1000 ms";
+    for r in 0..2u32 {
+        assert!(g.ready(r), "rank {r} ready before");
+        let now = g.now_ms;
+        let core = &mut g.nodes[r as usize].core;
+        core.handle_log_health(LogHealth::Unavailable(why.into()), now);
+        let s = core.status();
+        assert!(!s.ready, "rank {r}");
+        assert_eq!(
+            s.reason.as_deref(),
+            Some(format!("completion log unavailable: {why}").as_str()),
+            "rank {r}"
+        );
+        assert_eq!(core.counters().not_ready, Some(NotReady::CompletionLog));
+        core.handle_log_health(LogHealth::Up, now);
+        assert!(core.status().ready, "rank {r} ready again");
+        assert!(core.failure().is_none(), "an outage alone fails nothing");
+    }
+    // A store in flight (started, no outcome yet) when the stream goes.
+    let started = g.store(1, &[7]);
+    let task = support::started(started);
+    let now = g.now_ms;
+    let gone = "the completion stream tandem:{g}:completions is gone";
+    // A follower says so; the leader ends the epoch.
+    g.nodes[1]
+        .core
+        .handle_log_health(LogHealth::StreamLost(gone.into()), now);
+    g.drive();
+    assert!(g.failed(1).is_none(), "a follower does not end the epoch");
+    let s = g.nodes[1].core.status();
+    assert!(!s.ready);
+    assert!(s.reason.unwrap_or_default().contains("is lost"));
+    g.nodes[0]
+        .core
+        .handle_log_health(LogHealth::StreamLost(gone.into()), now);
+    g.drive();
+    let failed = g.failed(0).expect("the leader's epoch failed");
+    assert!(failed.contains("completion stream is lost"), "{failed}");
+    let history = g.nodes[0].events.iter().find_map(|e| match e {
+        Event::HistoryLost { in_flight, .. } => Some(in_flight.clone()),
+        _ => None,
+    });
+    let in_flight = history.expect("the leader handed on what it knew");
+    assert!(
+        in_flight.iter().any(|t| t.task == task),
+        "the store in flight is handed on: {in_flight:?}"
+    );
 }

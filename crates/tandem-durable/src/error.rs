@@ -58,6 +58,23 @@ pub enum DurableError {
         /// The group's epoch in Redis (0 when the counter was never incremented).
         current: Epoch,
     },
+    /// The completion stream, or a rank's consumer group on it, is gone from Redis (deleted
+    /// by hand, `FLUSHDB`, a restart without persistence): what it held for a later
+    /// recovery (starts of tasks in flight, outcomes some rank has not acknowledged) is lost
+    /// with it, and an append must not silently create a new, empty stream that a fenced
+    /// leader could write to. Nothing was appended. The epoch cannot go on: the group moves
+    /// to a new one, whose barrier creates the stream and the consumer groups again.
+    #[error(
+        "the completion stream {key} is gone (deleted or lost by redis) during {op}: {reason}"
+    )]
+    StreamLost {
+        /// The operation that found it missing.
+        op: &'static str,
+        /// The stream's key.
+        key: String,
+        /// What Redis answered.
+        reason: String,
+    },
     /// A join named an epoch the group has moved past: its membership set may already be
     /// deleted, and a late join must not re-create it. Nothing was written.
     #[error("join of epoch {epoch} refused: the group is at epoch {current}")]

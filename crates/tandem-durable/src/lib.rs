@@ -76,6 +76,12 @@
 //!    [`Recovery::last_entry_id`].
 //! 4. Every so many steps the leader calls [`CompletionStream::trim`].
 //!
+//! A stream that disappears under a running group (`DEL`, `FLUSHDB`, a Redis restarted
+//! without persistence) is never created again silently by an append (`XADD ... NOMKSTREAM`)
+//! or by a process connecting: every call that finds it or a consumer group missing fails
+//! with [`DurableError::StreamLost`], and the next epoch's barrier script creates the stream
+//! and every missing consumer group again (docs/DESIGN.md, "A completion stream that is gone").
+//!
 //! For durability across a Redis restart, run redis-server with `appendonly yes`
 //! (`appendfsync everysec` survives a process kill; `always` also survives power loss).
 //!

@@ -60,7 +60,11 @@ impl RankCursor {
 ///    a trim: the fence of rule 2 holds on an emptied stream.
 /// 6. **Ranks.** A rank outside `0..world_size` is refused with
 ///    [`crate::DurableError::RankOutOfRange`].
-/// 7. **Bounded.** Every call ends within its deadline ([`crate::DurableError::Timeout`],
+/// 7. **Lost.** On a backend that can lose the stream under the group (Redis: `DEL`,
+///    `FLUSHDB`), a call that finds it or a rank's consumer group missing fails with
+///    [`crate::DurableError::StreamLost`] and never creates it again; the next
+///    [`crate::EpochStore::next_epoch`] does.
+/// 8. **Bounded.** Every call ends within its deadline ([`crate::DurableError::Timeout`],
 ///    [`crate::DurableError::Unavailable`]); none blocks waiting for entries.
 ///
 /// Object safe (`Arc<dyn CompletionStream>`); the futures are `Send`, so tokio tasks and
@@ -83,7 +87,9 @@ pub trait CompletionStream: Send + Sync + fmt::Debug {
     /// [`crate::DurableError::Timeout`] (the entry may or may not have been appended:
     /// appending the same outcomes again is safe, recovery keeps the first per task id);
     /// [`crate::DurableError::NotReplicated`] (a backend waiting for replicas: fewer took
-    /// it in time; the entry was taken back, best effort, and must not be revealed).
+    /// it in time; the entry was taken back, best effort, and must not be revealed);
+    /// [`crate::DurableError::StreamLost`] (the stream is gone from the backend: nothing was
+    /// appended, and the stream is not created again here).
     async fn append_step(
         &self,
         epoch: Epoch,

@@ -151,7 +151,8 @@ pub enum NotReadyReason {
     Joining,
     /// The leader rebuilds the group index from every rank's manifest (`rebuilding_index`).
     RebuildingIndex,
-    /// The leader's appends to the Redis completion stream fail (`completion_log`).
+    /// The Redis completion log does not answer this rank: the leader's appends fail, or the
+    /// rank's own heartbeats (any rank), or its completion stream is gone (`completion_log`).
     CompletionLog,
     /// The epoch failed; the rank waits for the supervisor's next epoch (`epoch_failed`).
     EpochFailed,

@@ -374,6 +374,13 @@ impl World {
                 self.crash(r, &reason);
                 return;
             }
+            Effect::LogHealth { health, .. } => {
+                // The pump carries out what the core does with it.
+                if let Some(c) = self.agent_mut(r, inc).and_then(|a| a.core.as_mut()) {
+                    c.handle_log_health(health, now);
+                }
+                return;
+            }
             Effect::ListBlocks => Outcome::Blocks(Some(self.stores[r as usize].manifest(r))),
             Effect::ReadEpoch => Outcome::EpochRead(text(ready(log.current_epoch()))),
             Effect::ReadMembers { epoch } => Outcome::Members(text(ready(log.members(epoch)))),
@@ -393,7 +400,7 @@ impl World {
                 bytes,
                 ttl_ms,
             } => Outcome::ManifestPut(text(ready(log.put_manifest(epoch, rank, &bytes, ttl_ms)))),
-            Effect::ReadNew { count } => Outcome::Read(text(ready(log.read_new(rank, count)))),
+            Effect::ReadNew { count } => Outcome::Read(ready(log.read_new(rank, count))),
             Effect::Ack { ids } => Outcome::Acked(text(ready(log.ack(rank, &ids)))),
             Effect::AckThrough { through } => {
                 Outcome::AckedThrough(text(ready(log.ack_through(rank, through))))

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::{
     AdmitPeer, AgentStatus, Drain, EngineCall, EngineDisconnected, FromLeader, FromPeer, GetStatus,
-    LeaderLinked, LeaderLost, PeerLost, ProtocolActor, StopEpoch,
+    LeaderLinked, LeaderLost, LogHealth, PeerLost, ProtocolActor, StopEpoch,
 };
 use crate::store_actor::{LayersCopied, ShardDone};
 
@@ -146,6 +146,14 @@ impl Handler<Drain> for ProtocolActor {
                 _ => {}
             }
         })
+    }
+}
+
+impl Handler<LogHealth> for ProtocolActor {
+    type Result = ();
+    /// How the log answers this rank: readiness, or the end of the epoch for a lost stream.
+    fn handle(&mut self, msg: LogHealth, ctx: &mut Context<Self>) {
+        self.input(ctx, |core, now| core.handle_log_health(msg.0, now));
     }
 }
 

@@ -101,6 +101,11 @@ pub struct LeaderLost {
 #[rtype(result = "AgentStatus")]
 pub struct GetStatus;
 
+/// How the completion log answers this rank's epoch loop (`tandem_core::Effect::LogHealth`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LogHealth(pub tandem_core::LogHealth);
+
 /// Stop this epoch's protocol (a restart or a shutdown): pending engine waits are answered
 /// `NotReady` and the actor stops.
 #[derive(Message)]

@@ -204,10 +204,20 @@ impl ProtocolActor {
                 .append_step(a.epoch, a.step, &a.started, &a.finished)
                 .await;
             metrics.observe_redis_append_latency(t.elapsed());
-            r.map(drop).map_err(|e| e.to_string())
+            r.map(drop)
         };
         ctx.spawn(fut.into_actor(self).map(|result, actor, ctx| {
-            actor.input(ctx, |core, now| core.handle_appended(result, now))
+            let lost = match &result {
+                Err(e @ tandem_durable::DurableError::StreamLost { .. }) => Some(e.to_string()),
+                _ => None,
+            };
+            let result = result.map_err(|e| e.to_string());
+            actor.input(ctx, |core, now| {
+                core.handle_appended(result, now);
+                if let Some(reason) = lost {
+                    core.handle_log_health(tandem_core::LogHealth::StreamLost(reason), now);
+                }
+            })
         }));
     }
 

@@ -666,6 +666,15 @@ impl LeaderCore {
         }
     }
 
+    /// What a recovery of this epoch would read from the completion stream, as this core
+    /// knows it: tasks without a durable outcome, and outcomes not revealed yet (durable, or
+    /// the reconciliation's aborts waiting for their append). For a stream that was lost.
+    pub(crate) fn history(&self) -> (Vec<tandem_proto::InFlightTask>, Vec<TaskOutcome>) {
+        let mut unrevealed = self.aborted_pending.clone();
+        unrevealed.extend_from_slice(self.leader.durable_unrevealed());
+        (self.leader.in_flight(), unrevealed)
+    }
+
     /// Status for `/status` and `/readyz`.
     pub(crate) fn status(&self, config: &CoreConfig) -> RankStatus {
         let joined: Vec<u32> = self.leader.joined().iter().map(|r| r.0).collect();

@@ -22,7 +22,10 @@ use tandem_proto::{Epoch, Rank};
 /// kept), it is moved past the stream's last epoch first, so epochs never repeat.
 /// ARGV[2] is the group's key prefix `tandem:{g}:` and ARGV[3] its world size: the previous
 /// epoch's `members:{e-1}` and `manifest:{e-1}:{r}` are deleted (keys of the same hash slot,
-/// named inside the script because the epoch is decided there).
+/// named inside the script because the epoch is decided there). Every rank's consumer group
+/// `rank-{r}` that is missing is created at `0` (an existing one is left alone): a stream
+/// that was deleted and is created again by this barrier has its groups again, and a rank
+/// whose group was lost is handed every retained entry, so the recovery redelivers them to it.
 pub(crate) const NEXT_EPOCH_SCRIPT: &str = r"
 local e = redis.call('INCR', KEYS[2])
 local r = redis.pcall('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
@@ -35,6 +38,11 @@ if type(r) == 'table' and r.err then
   e = tonumber(string.match(last, '^(%d+)-')) + 1
   redis.call('SET', KEYS[2], e)
   redis.call('XADD', KEYS[1], e .. '-0', 'v', ARGV[1], 'barrier', e)
+end
+if ARGV[3] then
+  for r = 0, tonumber(ARGV[3]) - 1 do
+    redis.pcall('XGROUP', 'CREATE', KEYS[1], 'rank-' .. r, '0')
+  end
 end
 if ARGV[2] and e > 1 then
   local old = e - 1

@@ -146,21 +146,43 @@ impl RedisLog {
         self.conn.masked_url()
     }
 
-    /// Creates the stream and every rank's consumer group if missing (XGROUP CREATE ... 0
-    /// MKSTREAM; BUSYGROUP ignored).
+    /// Creates every rank's consumer group if missing (XGROUP CREATE ... 0; BUSYGROUP
+    /// ignored), and the stream with them (MKSTREAM) only for a group that has no epoch yet.
+    /// A stream that is missing once the group has epochs was lost (see
+    /// [`DurableError::StreamLost`]): it is left missing, so that the running epoch's next
+    /// append or read reports the loss instead of writing to an empty stream without its
+    /// barrier; the next epoch's barrier creates it and the groups again.
     ///
     /// # Errors
     /// [`DurableError::Unavailable`], [`DurableError::Timeout`], [`DurableError::Rejected`].
     pub async fn ensure_groups(&self) -> Result<()> {
+        let mut make_stream = false;
         for r in 0..self.world_size {
             let mut cmd = redis::cmd("XGROUP");
             cmd.arg("CREATE")
                 .arg(&self.keys.completions)
                 .arg(consumer_group(Rank(r)))
-                .arg("0")
-                .arg("MKSTREAM");
+                .arg("0");
+            if make_stream {
+                cmd.arg("MKSTREAM");
+            }
             match self.conn.query::<()>("ensure_groups", &cmd).await {
                 Err(DurableError::Rejected { reason, .. }) if reason.contains("BUSYGROUP") => {}
+                Err(DurableError::Rejected { reason, .. })
+                    if !make_stream && stream::missing_stream_reply(&reason) =>
+                {
+                    use crate::epochs::EpochStore;
+                    if self.current_epoch().await? != tandem_proto::Epoch(0) {
+                        return Ok(());
+                    }
+                    make_stream = true;
+                    cmd.arg("MKSTREAM");
+                    match self.conn.query::<()>("ensure_groups", &cmd).await {
+                        Err(DurableError::Rejected { reason, .. })
+                            if reason.contains("BUSYGROUP") => {}
+                        other => other?,
+                    }
+                }
                 other => other?,
             }
         }

@@ -14,6 +14,15 @@
 //! succeeded is already in the stream that the new epoch's recovery reads. The fence costs
 //! nothing on the hot path: the append is a plain XADD, no script.
 //!
+//! # A stream that is gone
+//!
+//! The append is `XADD ... NOMKSTREAM`: on a stream deleted behind the group's back (`DEL`,
+//! `FLUSHDB`, a restart without persistence) it appends nothing and fails with
+//! [`DurableError::StreamLost`], instead of creating a new stream without the barrier (which
+//! would let a fenced leader append again) and without the consumer groups. Reads, pending
+//! lists and group positions that Redis answers with `NOGROUP` or "no such key" fail the same
+//! way. The epoch's barrier script creates the stream and every missing consumer group again.
+//!
 //! Reads never use XREADGROUP's BLOCK: the connection is multiplexed, and a blocking read
 //! would hold up every other call on it. Agents poll.
 
@@ -45,8 +54,9 @@ impl CompletionStream for RedisLog {
         self.world_size
     }
 
-    /// One XADD with id `{epoch}-*` in one round trip; a refused one costs one more round
-    /// trip to read the current epoch for the error.
+    /// One XADD with id `{epoch}-*` (NOMKSTREAM: a stream that is gone is not created again
+    /// here) in one round trip; a refused one costs one more round trip to read the current
+    /// epoch for the error.
     async fn append_step(
         &self,
         epoch: Epoch,
@@ -65,24 +75,30 @@ impl CompletionStream for RedisLog {
         })?;
         let mut cmd = redis::cmd("XADD");
         cmd.arg(&self.keys.completions)
+            .arg("NOMKSTREAM")
             .arg(format!("{}-*", epoch.0))
             .arg(FIELD_VERSION)
             .arg(RECORD_VERSION)
             .arg(FIELD_RECORD)
             .arg(bytes);
         let appended = if self.wait.replicas == 0 {
-            self.conn.query::<String>("append_step", &cmd).await
+            self.conn.query::<Option<String>>("append_step", &cmd).await
         } else {
             let stream = self.keys.completions.clone();
-            self.replicated("append_step", cmd, move |id: &String| {
+            self.replicated("append_step", cmd, move |id: &Option<String>| {
                 let mut undo = redis::cmd("XDEL");
-                undo.arg(&stream).arg(id);
+                undo.arg(&stream).arg(id.as_ref()?);
                 Some(undo)
             })
             .await
         };
         match appended {
-            Ok(id) => StreamEntryId::parse(&id),
+            Ok(Some(id)) => StreamEntryId::parse(&id),
+            Ok(None) => Err(DurableError::StreamLost {
+                op: "append_step",
+                key: self.keys.completions.clone(),
+                reason: "XADD NOMKSTREAM found no stream".into(),
+            }),
             Err(DurableError::Rejected { reason, .. }) if reason.contains(STALE_ID_REPLY) => {
                 Err(self.stale(epoch).await)
             }
@@ -103,8 +119,11 @@ impl CompletionStream for RedisLog {
             .arg("STREAMS")
             .arg(&self.keys.completions)
             .arg(">");
-        let reply: Option<redis::streams::StreamReadReply> =
-            self.conn.query("read_new", &cmd).await?;
+        let reply: Option<redis::streams::StreamReadReply> = self
+            .conn
+            .query("read_new", &cmd)
+            .await
+            .map_err(|e| self.lost(e))?;
         let mut steps = Vec::new();
         let mut barriers = Vec::new();
         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
@@ -161,7 +180,10 @@ impl CompletionStream for RedisLog {
                 .arg(&self.keys.completions)
                 .arg(&group)
                 .arg(through.to_string());
-            self.conn.query::<()>("ack_through", &cmd).await?;
+            self.conn
+                .query::<()>("ack_through", &cmd)
+                .await
+                .map_err(|e| self.lost(e))?;
         }
         Ok(acked)
     }
@@ -229,6 +251,21 @@ impl CompletionStream for RedisLog {
 }
 
 impl RedisLog {
+    /// `e`, or [`DurableError::StreamLost`] when Redis answered that the stream or a
+    /// consumer group on it does not exist.
+    fn lost(&self, e: DurableError) -> DurableError {
+        match e {
+            DurableError::Rejected { op, reason } if missing_stream_reply(&reason) => {
+                DurableError::StreamLost {
+                    op,
+                    key: self.keys.completions.clone(),
+                    reason,
+                }
+            }
+            e => e,
+        }
+    }
+
     /// The error for an append of `epoch` that the fence refused.
     async fn stale(&self, epoch: Epoch) -> DurableError {
         match self.current_epoch().await {
@@ -256,7 +293,8 @@ impl RedisLog {
     async fn group_info(&self, op: &'static str) -> Result<Vec<GroupInfo>> {
         let mut cmd = redis::cmd("XINFO");
         cmd.arg("GROUPS").arg(&self.keys.completions);
-        let info: StreamInfoGroupsReply = self.conn.query(op, &cmd).await?;
+        let info: StreamInfoGroupsReply =
+            self.conn.query(op, &cmd).await.map_err(|e| self.lost(e))?;
         info.groups
             .into_iter()
             .filter_map(|g| {
@@ -291,7 +329,8 @@ impl RedisLog {
             let lowest_pending = if pending > 0 {
                 let mut cmd = redis::cmd("XPENDING");
                 cmd.arg(&self.keys.completions).arg(&name);
-                match self.conn.query::<StreamPendingReply>("trim", &cmd).await? {
+                let reply = self.conn.query::<StreamPendingReply>("trim", &cmd).await;
+                match reply.map_err(|e| self.lost(e))? {
                     StreamPendingReply::Data(d) => Some(StreamEntryId::parse(&d.start_id)?),
                     StreamPendingReply::Empty => None,
                 }
@@ -334,7 +373,8 @@ impl RedisLog {
                 .arg(&start)
                 .arg("+")
                 .arg(self.page);
-            let reply: StreamPendingCountReply = self.conn.query(op, &cmd).await?;
+            let reply: StreamPendingCountReply =
+                self.conn.query(op, &cmd).await.map_err(|e| self.lost(e))?;
             let n = reply.ids.len();
             for p in reply.ids {
                 out.push(StreamEntryId::parse(&p.id)?);
@@ -354,6 +394,15 @@ struct GroupInfo {
     rank: u32,
     last_delivered: StreamEntryId,
     pending: usize,
+}
+
+/// Whether an error reply says the stream, or a consumer group on it, does not exist:
+/// `NOGROUP` (XREADGROUP, XPENDING, XACK of a missing group or key), `ERR no such key`
+/// (XINFO), "requires the key to exist" (XGROUP SETID).
+pub(crate) fn missing_stream_reply(reason: &str) -> bool {
+    reason.contains("NOGROUP")
+        || reason.to_ascii_lowercase().contains("no such key")
+        || reason.contains("requires the key to exist")
 }
 
 /// The rank a consumer group named `rank-{r}` belongs to.
@@ -380,6 +429,18 @@ fn decode_entry(entry: &StreamId) -> Result<StreamEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_of_a_missing_stream_are_told_apart() {
+        assert!(missing_stream_reply(
+            "NOGROUP: No such key 'k' or consumer group 'rank-0' in XREADGROUP with GROUP option"
+        ));
+        assert!(missing_stream_reply("ERR: no such key"));
+        assert!(missing_stream_reply(
+            "ERR: The XGROUP subcommand requires the key to exist."
+        ));
+        assert!(!missing_stream_reply("WRONGTYPE Operation against a key"));
+    }
 
     #[test]
     fn group_names_map_to_ranks() {
