@@ -66,8 +66,10 @@ pub async fn serve(
     let store_fatal = fatal_tx.clone();
     let pool = crate::store_actor::PoolSize::default();
     let store_pool = pool.clone();
+    let copy_workers = crate::copy_workers::CopyWorkers::new(settings.config.store.copy_workers);
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
         StoreActor::new(store, shard_bytes, store_metrics, store_fatal, store_pool)
+            .with_copy_workers(copy_workers)
     });
     let router = Router::default();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();

@@ -151,6 +151,10 @@ pub struct StoreConfig {
     pub host_dir: String,
     /// Directory of the disk tier's preallocated file. `{group}` and `{rank}` are substituted.
     pub disk_dir: String,
+    /// Threads that copy a task's shards side by side on each rank (the agent's store thread
+    /// included); 0 picks one per CPU core, at most 4. Batches under 1 MiB are copied by one
+    /// thread whatever this says. A rank's own setting (not in the configuration fingerprint).
+    pub copy_workers: u32,
 }
 
 impl Default for StoreConfig {
@@ -160,6 +164,7 @@ impl Default for StoreConfig {
             disk_capacity_blocks: 4_096,
             host_dir: "/dev/shm/tandem/{group}/rank{rank}".into(),
             disk_dir: "/var/tmp/tandem/{group}/rank{rank}".into(),
+            copy_workers: 0,
         }
     }
 }

@@ -60,6 +60,16 @@ impl HostTier {
         self.slab.path()
     }
 
+    /// The whole slab (slot `s` at `s × slot_bytes`), for batched copies (`crate::batch`).
+    pub(crate) fn slab(&self) -> &[u8] {
+        self.slab.bytes()
+    }
+
+    /// The whole slab, writable, for batched copies (`crate::batch`).
+    pub(crate) fn slab_mut(&mut self) -> &mut [u8] {
+        self.slab.bytes_mut()
+    }
+
     fn range(&self, slot: SlotId) -> std::ops::Range<usize> {
         let start = slot as usize * self.slot_bytes;
         start..start + self.slot_bytes
