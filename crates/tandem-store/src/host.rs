@@ -45,6 +45,9 @@ impl HostTier {
                 capacity,
             })?;
         let (slab, origin) = ShmFile::open_or_create(path, size).map_err(|e| shm_error(path, e))?;
+        // The slab's pages are reserved already; mapping them now keeps a first-touch fault
+        // per 4 KiB page off every first store into a slot.
+        slab.populate();
         Ok((
             HostTier {
                 slab,
