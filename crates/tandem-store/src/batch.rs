@@ -330,7 +330,6 @@ mod tests {
             job.checksum,
             Some(crate::checksum::checksum(BlockHash(7), &src))
         );
-        drop(job);
         assert_eq!(dst, src);
     }
 }

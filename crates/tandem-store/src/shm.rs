@@ -305,7 +305,11 @@ mod tests {
             assert_eq!(b.bytes()[5000], 7);
             assert!(b.bytes()[..5000].iter().all(|&x| x == 0));
             a.bytes_mut()[9000] = 9;
-            assert_eq!(b.bytes()[9000], 9, "still one shared mapping after populate");
+            assert_eq!(
+                b.bytes()[9000],
+                9,
+                "still one shared mapping after populate"
+            );
         }
     }
 

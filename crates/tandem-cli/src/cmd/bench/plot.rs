@@ -10,6 +10,9 @@ use plotters::prelude::*;
 
 use super::frame::{FrameReport, FrameRow};
 
+/// One line of the data-path plot: legend, thick (store) or thin (load), its points.
+type Line = (String, bool, Vec<(f64, f64)>);
+
 /// One line of the plot: legend, colour, thick (p50) or thin (p99), and the figure it draws.
 type Series = (&'static str, RGBColor, bool, fn(&FrameRow) -> f64);
 
@@ -174,7 +177,7 @@ pub(super) fn datapath_svg(
             RGBColor(220, 130, 0),
             RGBColor(0, 150, 160),
         ];
-        let mut lines: Vec<(String, bool, Vec<(f64, f64)>)> = Vec::new();
+        let mut lines: Vec<Line> = Vec::new();
         let mut keys: Vec<(u32, u32)> = rows().map(|(k, row)| (k, row.ranks)).collect();
         keys.sort_unstable();
         keys.dedup();
