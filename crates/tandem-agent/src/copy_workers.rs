@@ -84,6 +84,60 @@ fn drain<'q, 'j: 'q>(queue: &Mutex<std::slice::IterMut<'q, CopyJob<'j>>>) {
 mod tests {
     use super::*;
 
+    /// A batch above [`PARALLEL_MIN_BYTES`] through four workers stores and loads every byte.
+    #[test]
+    fn four_workers_round_trip_a_batch() {
+        use tandem_store::buffer::{EngineBuffers, PageId, RegionSpec};
+        use tandem_store::shm::ShmFile;
+        use tandem_store::store::{Store, StoreConfig};
+        use tandem_store::{BlockHash, Tier};
+        const SHARD: usize = 256 * 1024;
+        const BLOCKS: usize = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let region = dir.path().join("engine");
+        let mut engine = ShmFile::create(&region, (2 * BLOCKS * SHARD) as u64).unwrap();
+        for (i, b) in engine.bytes_mut().iter_mut().enumerate() {
+            *b = (i % 251) as u8 ^ (i / SHARD) as u8;
+        }
+        let mut bufs = EngineBuffers::new();
+        bufs.register(RegionSpec {
+            name: "e".into(),
+            size_bytes: (2 * BLOCKS * SHARD) as u64,
+            page_size_bytes: SHARD as u64,
+        })
+        .unwrap();
+        bufs.map("e", &region).unwrap();
+        let (mut store, _) = Store::open(StoreConfig {
+            rank: tandem_proto::ids::Rank(0),
+            shard_bytes: SHARD,
+            host_capacity_blocks: BLOCKS as u64,
+            disk_capacity_blocks: 0,
+            host_dir: dir.path().join("host"),
+            disk_dir: dir.path().join("disk"),
+            disk_io: Default::default(),
+            layout: Default::default(),
+        })
+        .unwrap();
+        let workers = CopyWorkers::new(4);
+        assert!(BLOCKS * SHARD >= PARALLEL_MIN_BYTES);
+        let items: Vec<_> = (0..BLOCKS as u32)
+            .map(|i| (BlockHash(u128::from(i) + 1), Tier::Host, PageId(i)))
+            .collect();
+        for r in store.store_pages_batch(&items, &bufs, "e", &workers) {
+            r.unwrap();
+        }
+        let loads: Vec<_> = (0..BLOCKS as u32)
+            .map(|i| (BlockHash(u128::from(i) + 1), PageId(i + BLOCKS as u32)))
+            .collect();
+        for r in store.load_pages_batch(&loads, &mut bufs, "e", &workers) {
+            r.unwrap();
+        }
+        drop(bufs);
+        let bytes = engine.bytes_mut();
+        let (stored, loaded) = bytes.split_at(BLOCKS * SHARD);
+        assert!(stored == loaded, "every loaded page holds its stored block");
+    }
+
     #[test]
     fn worker_counts() {
         assert_eq!(CopyWorkers::new(3).count(), 3);

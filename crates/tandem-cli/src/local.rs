@@ -72,11 +72,6 @@ pub(crate) struct LocalTuning {
     pub host_dir: Option<PathBuf>,
     /// Extra `key = value` lines of `[store]`.
     pub store_lines: String,
-    /// Wait for every agent's `/readyz` instead of the supervisor's. A group of one rank needs
-    /// it: its supervisor never sees rank 0 join the first epoch (the rank's core is ready
-    /// before the agent's epoch loop runs and the join is never recorded), although the rank
-    /// serves its engine.
-    pub ready_on_agents: bool,
 }
 
 /// A running local cluster.
@@ -223,11 +218,7 @@ impl LocalCluster {
             .spawn()
             .context("cannot start the supervisor")?;
         cluster.supervisor = Some(child);
-        if tuning.ready_on_agents {
-            cluster.wait_agents_ready(cadence::READY_TIMEOUT)?;
-        } else {
-            cluster.wait_ready(cadence::READY_TIMEOUT)?;
-        }
+        cluster.wait_ready(cadence::READY_TIMEOUT)?;
         Ok(cluster)
     }
 
@@ -352,35 +343,6 @@ http_addr = "{sup}"
             if start.elapsed() > timeout {
                 bail!(
                     "the group was not ready within {timeout:?} (last answer {answer:?}):\n{}",
-                    self.log_tail(40)
-                );
-            }
-            std::thread::sleep(cadence::POLL);
-        }
-    }
-
-    /// Wait until every agent's `/readyz` answers 200.
-    ///
-    /// # Errors
-    /// As [`Self::wait_ready`].
-    pub(crate) fn wait_agents_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
-        let start = Instant::now();
-        loop {
-            let answers: Vec<_> = (0..self.world_size)
-                .map(|r| http_get(&format!("http://{}/readyz", self.agent_http(r))))
-                .collect();
-            if answers.iter().all(|a| matches!(a, Some((200, _)))) {
-                return Ok(());
-            }
-            if self.shutdown.is_cancelled() {
-                return Err(Cancelled.into());
-            }
-            if let Some(status) = self.supervisor_exit() {
-                bail!("the supervisor exited ({status}):\n{}", self.log_tail(40));
-            }
-            if start.elapsed() > timeout {
-                bail!(
-                    "the agents were not ready within {timeout:?} (last answers {answers:?}):\n{}",
                     self.log_tail(40)
                 );
             }

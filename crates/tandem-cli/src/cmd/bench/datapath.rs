@@ -300,8 +300,6 @@ fn one_cluster(
         } else {
             String::new()
         },
-        // See `LocalTuning::ready_on_agents`: a group of one rank is ready by its agent only.
-        ready_on_agents: n == 1,
     };
     let mut cluster = LocalCluster::start_tuned(&spec, &tuning, CancellationToken::new())?;
     let sockets: Vec<PathBuf> = (0..n).map(|r| cluster.socket(r)).collect();
