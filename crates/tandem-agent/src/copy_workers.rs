@@ -119,7 +119,7 @@ mod tests {
         })
         .unwrap();
         let workers = CopyWorkers::new(4);
-        assert!(BLOCKS * SHARD >= PARALLEL_MIN_BYTES);
+        const { assert!(BLOCKS * SHARD >= PARALLEL_MIN_BYTES) };
         let items: Vec<_> = (0..BLOCKS as u32)
             .map(|i| (BlockHash(u128::from(i) + 1), Tier::Host, PageId(i)))
             .collect();
