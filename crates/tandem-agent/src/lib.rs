@@ -11,6 +11,8 @@
 //!   outputs carried out, one timer).
 //! - [`store_actor`]: the `StoreActor` (tiers, engine page buffers, shard copies; carries out
 //!   the core's store commands and reports each shard to whoever asked).
+//! - [`copy_workers`]: the threads that run a task's shard copies side by side
+//!   (`store.copy_workers`).
 //! - [`peer`]: the TCP transport between leader and followers, with the handshake's IO.
 //! - [`engine`]: the Unix-socket endpoint the local engine talks to.
 //! - [`http`]: `/healthz`, `/readyz`, `/status`.
@@ -35,6 +37,7 @@
 //! stay at the edges.
 
 pub mod clock;
+pub mod copy_workers;
 pub mod device;
 pub mod disk_io;
 pub mod engine;

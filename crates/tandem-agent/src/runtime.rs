@@ -73,6 +73,7 @@ pub async fn serve(
     let pool = crate::store_actor::PoolSize::default();
     let store_pool = pool.clone();
     let disk_deadline_ms = settings.config.store.disk_op_deadline_ms;
+    let copy_workers = crate::copy_workers::CopyWorkers::new(settings.config.store.copy_workers);
     let store_addr = StoreActor::start_in_arbiter(&store_arbiter.handle(), move |_| {
         StoreActor::new(
             store,
@@ -82,6 +83,7 @@ pub async fn serve(
             store_pool,
             disk_deadline_ms,
         )
+        .with_copy_workers(copy_workers)
     });
     let router = Router::default();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();

@@ -5,7 +5,8 @@
 //! registered, stores and loads fail: device copies are not wired yet). It carries out the commands of the rank's core
 //! (`tandem_core::StoreCommand`): it applies the leader's tier operations in frame order, copies
 //! shards between engine pages and tiers for the tasks it is given, and reports each task's
-//! shard result to whoever asked (the `ProtocolActor` of that epoch). It never decides placement, eviction or whether a task
+//! shard result to whoever asked (the `ProtocolActor` of that epoch); a task's copies run side
+//! by side on the copy workers ([`crate::copy_workers`]). It never decides placement, eviction or whether a task
 //! finished: those are the leader's, and it only carries them out. It runs on its own arbiter
 //! (thread) so that copies never delay the protocol. Every write it makes is fenced by this
 //! process's incarnation and the current epoch (`tandem_store::fence`): once another process
@@ -30,6 +31,7 @@ use tandem_store::fence::Fence;
 use tandem_store::store::{Store, StoreError};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::copy_workers::CopyWorkers;
 use crate::device::EngineDevice;
 use crate::AgentRunError;
 
@@ -210,6 +212,8 @@ pub struct StoreActor {
     pool: PoolSize,
     /// The engine's device region, when it registered one (`RegisterDevice`).
     device: EngineDevice,
+    /// Threads that run a task's shard copies side by side (`store.copy_workers`).
+    copy_workers: CopyWorkers,
 }
 
 impl StoreActor {
@@ -243,6 +247,7 @@ impl StoreActor {
             fenced: false,
             pool,
             device: EngineDevice::new(),
+            copy_workers: CopyWorkers::new(1),
         }
     }
 
@@ -282,6 +287,12 @@ impl StoreActor {
                 }
             })
             .ok();
+    }
+
+    /// Run each task's shard copies on `workers` (see [`crate::copy_workers`]).
+    pub fn with_copy_workers(mut self, workers: CopyWorkers) -> Self {
+        self.copy_workers = workers;
+        self
     }
 
     /// A write was refused by the fence: stop writing and stop the agent. True when `e` is
@@ -338,11 +349,15 @@ impl StoreActor {
         if !self.registered() {
             return Err("no engine buffer registered on this rank".into());
         }
-        for ((hash, page), tier) in t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers) {
-            match self
-                .store
-                .store_pages(*hash, *tier, &self.buffers, ENGINE_REGION, &[*page])
-            {
+        let items: Vec<_> = (t.block_hashes.iter().zip(&t.page_ids).zip(&t.tiers))
+            .map(|((h, p), tier)| (*h, *tier, *p))
+            .collect();
+        let results =
+            self.store
+                .store_pages_batch(&items, &self.buffers, ENGINE_REGION, &self.copy_workers);
+        let mut failed = None;
+        for ((hash, _, page), result) in items.iter().zip(results) {
+            match result {
                 Ok(loc) => {
                     self.manifest_changed = true;
                     self.wrote_disk |= loc.tier == tandem_proto::Tier::Disk;
@@ -353,11 +368,11 @@ impl StoreActor {
                 Err(StoreError::AlreadyStored { .. }) => {}
                 Err(e) => {
                     self.fenced(&e);
-                    return Err(format!("block {hash} from page {page}: {e}"));
+                    failed.get_or_insert(format!("block {hash} from page {page}: {e}"));
                 }
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     fn copy_load(&mut self, t: &TaskStart) -> Result<(), String> {
@@ -375,11 +390,18 @@ impl StoreActor {
         if !self.registered() {
             return Err("no engine buffer registered on this rank".into());
         }
-        for (hash, page) in t.block_hashes.iter().zip(&t.page_ids) {
-            match self
-                .store
-                .load_pages(*hash, &mut self.buffers, ENGINE_REGION, &[*page])
-            {
+        let items: Vec<_> = (t.block_hashes.iter().zip(&t.page_ids))
+            .map(|(h, p)| (*h, *p))
+            .collect();
+        let results = self.store.load_pages_batch(
+            &items,
+            &mut self.buffers,
+            ENGINE_REGION,
+            &self.copy_workers,
+        );
+        let mut failed = None;
+        for ((hash, page), result) in items.iter().zip(results) {
+            match result {
                 Ok(loc) => {
                     self.stats.bytes_loaded += self.shard_bytes;
                     self.moved(loc.tier, tandem_metrics::Direction::Load);
@@ -391,11 +413,11 @@ impl StoreActor {
                         self.metrics.checksum_failures().inc();
                     }
                     self.fenced(&e);
-                    return Err(format!("block {hash} into page {page}: {e}"));
+                    failed.get_or_insert(format!("block {hash} into page {page}: {e}"));
                 }
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     fn moved(&self, tier: tandem_proto::Tier, direction: tandem_metrics::Direction) {

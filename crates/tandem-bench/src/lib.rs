@@ -9,6 +9,9 @@
 //! # Layout
 //! - [`tiers`]: [`run_tier_bench`], host and disk tiers against memcpy and plain positional
 //!   I/O (buffered and O_DIRECT) for shard sizes of 64 KiB, 1 MiB and 8 MiB.
+//! - [`datapath`]: [`datapath::drive_case`], a block from engine pages to every rank's tier and
+//!   back through real agents, timed to the frame that reports it, with its memcpy, pwrite/pread
+//!   and control floors (`tandem bench datapath`).
 //! - [`append`]: [`bench_append`], `append_step` against a PING round trip, one plain XADD of
 //!   the same bytes, and pipelined plain XADDs.
 //! - [`scale`]: what a large tier, a large index and many groups on one Redis cost
@@ -18,6 +21,7 @@
 //! `cargo run --release -p tandem-bench --example tier_bench -- --quick`.
 
 pub mod append;
+pub mod datapath;
 pub mod scale;
 pub mod tiers;
 

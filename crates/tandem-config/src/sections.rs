@@ -156,6 +156,10 @@ pub struct StoreConfig {
     /// work at once until that transfer ends (a frozen disk never hangs the rank). 1 to
     /// 3 600 000.
     pub disk_op_deadline_ms: u64,
+    /// Threads that copy a task's shards side by side on each rank (the agent's store thread
+    /// included); 0 picks one per CPU core, at most 4. Batches under 1 MiB are copied by one
+    /// thread whatever this says. A rank's own setting (not in the configuration fingerprint).
+    pub copy_workers: u32,
 }
 
 impl Default for StoreConfig {
@@ -166,6 +170,7 @@ impl Default for StoreConfig {
             host_dir: "/dev/shm/tandem/{group}/rank{rank}".into(),
             disk_dir: "/var/tmp/tandem/{group}/rank{rank}".into(),
             disk_op_deadline_ms: 5_000,
+            copy_workers: 0,
         }
     }
 }

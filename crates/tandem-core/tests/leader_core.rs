@@ -758,3 +758,16 @@ fn a_core_is_a_value_copies_driven_alike_stay_equal() {
     };
     assert_eq!(hash(&a), hash(&b));
 }
+
+#[test]
+fn a_durable_group_of_one_rank_rebuilds_its_index_without_a_follower_join() {
+    // No follower ever joins a group of one rank: the rebuild, which a join starts in a larger
+    // group, starts from the leader's own timer, and the rank becomes ready.
+    let mut g = durable_group(1);
+    assert!(!g.ready(0), "not before its index is rebuilt");
+    g.advance(1);
+    assert!(g.ready(0), "ready once its own manifest is read");
+    let task = started(g.store(1, &[1]));
+    let outcome = until_outcome(&mut g, task);
+    assert_eq!(outcome.task, task);
+}

@@ -187,6 +187,8 @@ impl EngineBuffers {
                 name: name.to_string(),
                 source,
             })?;
+        // Copies to and from engine pages never wait on a first-touch fault.
+        file.populate();
         region.map = Some(file);
         Ok(())
     }
@@ -205,6 +207,7 @@ impl EngineBuffers {
                 name: name.to_string(),
                 source,
             })?;
+        file.populate();
         region.map = Some(file);
         Ok(())
     }

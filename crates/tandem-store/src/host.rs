@@ -45,6 +45,9 @@ impl HostTier {
                 capacity,
             })?;
         let (slab, origin) = ShmFile::open_or_create(path, size).map_err(|e| shm_error(path, e))?;
+        // The slab's pages are reserved already; mapping them now keeps a first-touch fault
+        // per 4 KiB page off every first store into a slot.
+        slab.populate();
         Ok((
             HostTier {
                 slab,
@@ -58,6 +61,16 @@ impl HostTier {
     /// The slab file.
     pub fn path(&self) -> &Path {
         self.slab.path()
+    }
+
+    /// The whole slab (slot `s` at `s × slot_bytes`), for batched copies (`crate::batch`).
+    pub(crate) fn slab(&self) -> &[u8] {
+        self.slab.bytes()
+    }
+
+    /// The whole slab, writable, for batched copies (`crate::batch`).
+    pub(crate) fn slab_mut(&mut self) -> &mut [u8] {
+        self.slab.bytes_mut()
     }
 
     fn range(&self, slot: SlotId) -> std::ops::Range<usize> {

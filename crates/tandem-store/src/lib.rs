@@ -34,6 +34,8 @@
 //! - [`store`]: the per-rank [`store::Store`]: tiers + slots + checksums + manifest.
 //! - `recover`: [`store::Store::open`], which takes over the manifest's entries on (re)start
 //!   without reading shards (each read verifies), and [`store::Store::scrub`].
+//! - [`batch`]: a task's shard copies prepared at once and run by the caller's
+//!   [`batch::CopyRunner`] (several copy workers), checks and records as the single calls.
 //! - [`block`]: [`BlockHash`] (from the protocol core) and [`Location`].
 //!
 //! # Invariants
@@ -42,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod block;
 pub mod buffer;
 pub mod checksum;

@@ -525,7 +525,7 @@ impl Store {
     }
 
     /// Compares; on mismatch drops the shard and reports it.
-    fn verify(
+    pub(crate) fn verify(
         &mut self,
         hash: BlockHash,
         loc: Location,
@@ -544,7 +544,7 @@ impl Store {
         })
     }
 
-    fn record(&mut self, hash: BlockHash, loc: Location) -> Location {
+    pub(crate) fn record(&mut self, hash: BlockHash, loc: Location) -> Location {
         self.manifest.entries.insert(hash, loc);
         self.dirty = true;
         loc
@@ -559,7 +559,7 @@ impl Store {
         }
     }
 
-    fn take_slot(&mut self, tier: Tier) -> Result<SlotId, StoreError> {
+    pub(crate) fn take_slot(&mut self, tier: Tier) -> Result<SlotId, StoreError> {
         let (free, capacity) = match tier {
             Tier::Host if self.host.is_some() => {
                 (&mut self.free_host, self.config.host_capacity_blocks)
@@ -575,7 +575,7 @@ impl Store {
         })
     }
 
-    fn give_slot(&mut self, tier: Tier, slot: SlotId) {
+    pub(crate) fn give_slot(&mut self, tier: Tier, slot: SlotId) {
         match tier {
             Tier::Host => self.free_host.push(slot),
             Tier::Disk => self.free_disk.push(slot),

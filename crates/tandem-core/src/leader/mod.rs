@@ -546,6 +546,8 @@ impl LeaderCore {
         let waits = self.end_waits.iter().map(|w| w.deadline_ms);
         let rebuild = match self.rebuild {
             Rebuild::Retry { at_ms, .. } => Some(at_ms),
+            // A group of one rank has no follower whose join starts the rebuild: at once.
+            Rebuild::Waiting if self.leader.all_joined() => Some(0),
             _ => None,
         };
         let liveness = self
@@ -587,6 +589,7 @@ impl LeaderCore {
             self.shard_done(task, Err(reason));
         }
         self.watch_window(now_ms);
+        self.maybe_rebuild(sh, now_ms);
         if let Rebuild::Retry { at_ms, until_ms } = self.rebuild {
             if now_ms >= at_ms {
                 self.rebuild = Rebuild::Fetching { until_ms };

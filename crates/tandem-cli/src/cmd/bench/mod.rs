@@ -5,6 +5,8 @@
 //!
 //! # Layout
 //! - [`frame`]: leader seals → last follower holds the frame, real agents per rank count.
+//! - [`datapath`]: engine pages → every rank's tier → the finish frame and back, against
+//!   memcpy, pwrite/pread and one engine round trip (wraps `tandem_bench::datapath`).
 //! - [`engines`]: the engine threads that drive empty steps through a local cluster (used by
 //!   `frame` and by `replay` for its empty-step baseline).
 //! - [`fanout`]: the TCP fan-out ping-pong baseline and its echo peer processes.
@@ -17,12 +19,14 @@
 //! - [`scale`]: a full disk tier's restart, the group index at 10^7 blocks, Redis commands
 //!   per step and groups per `redis-server`.
 //! - [`stats`]: percentiles and ratios.
-//! - [`plot`]: the SVG of frame latency against rank count.
+//! - [`plot`]: the SVGs of frame latency against rank count and of data-path GB/s against
+//!   shard size.
 //! - [`report`]: table helpers, pass/fail marks and the JSON object.
 //!
 //! Owns measurement and printing only: every cluster comes from [`crate::local::LocalCluster`],
 //! every protocol call goes through `tandem_client`. It must never be called from a test.
 
+mod datapath;
 mod engines;
 mod fanout;
 mod frame;
@@ -53,10 +57,19 @@ pub(crate) struct BenchArgs {
     /// Also write the JSON object (as `--json` prints it) to FILE, tables still on stdout.
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
-    /// Also draw frame latency against rank count (baseline beside it) as an SVG to FILE.
+    /// Also draw frame latency against rank count (baseline beside it), or with `datapath`
+    /// GB/s against shard size, as an SVG to FILE.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Rank counts of `frame` (default 2,4,8,16).
+    /// Copy workers per rank of `datapath` (`store.copy_workers`); several values run the
+    /// whole sweep once per value (default: the agent's default).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub copy_workers: Vec<u32>,
+    /// The leader's pause between two `end_step` calls in `datapath`, µs (default 0: back to
+    /// back).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub step_gap_us: u64,
+    /// Rank counts of `frame` (default 2,4,8,16) and of `datapath` (default 1,2,4).
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub ranks: Vec<u32>,
     /// Directory for the disk-tier files of `tiers` (default: the system temp dir).
@@ -96,11 +109,15 @@ pub(crate) enum Part {
     Recovery,
     /// Blocks per second over the conversation trace.
     Replay,
+    /// Engine pages → every rank's tier → the finish frame and back, against memcpy,
+    /// pwrite/pread and one engine round trip.
+    Datapath,
     /// A full 16 GiB tier's restart, the index at 10^7 blocks, groups per Redis.
     Scale,
     /// A 64-block prefix at 32 layers: first and last layer against a whole-task load.
     Layerwise,
-    /// Every part but `scale` (which writes a 16 GiB tier and runs for minutes).
+    /// Every part but `scale` (which writes a 16 GiB tier and runs for minutes) and
+    /// `datapath` (minutes, its own `--plot`).
     All,
 }
 
@@ -113,6 +130,7 @@ impl Part {
             Part::Tiers => "tiers",
             Part::Recovery => "recovery",
             Part::Replay => "replay",
+            Part::Datapath => "datapath",
             Part::Scale => "scale",
             Part::Layerwise => "layerwise",
             Part::All => "all",
@@ -155,6 +173,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
             Part::Tiers => tiers::run(&args),
             Part::Recovery => recovery::run(&args),
             Part::Replay => replay::run(&args),
+            Part::Datapath => datapath::run(&args),
             Part::Scale => scale::run(&args),
             Part::Layerwise => layerwise::run(&args),
             Part::All => unreachable_all(),

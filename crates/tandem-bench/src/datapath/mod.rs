@@ -1,0 +1,57 @@
+//! The data-path benchmark behind `tandem bench datapath`: a block from engine pages to every
+//! rank's tier and back, timed from the engine's `store` / `load` call to the frame that
+//! reports the task finished, through real agents (the caller starts the group and passes the
+//! engine sockets).
+//!
+//! Owns the engine side of one case ([`drive_case`]: page pools, one engine thread per
+//! follower, the leader's calls, verification of every loaded byte) and the baselines measured
+//! beside it ([`copy_floor`], [`disk_floor`]). It never starts agents and never asserts a time;
+//! it must never be called from a test except through the `tandem bench datapath --quick`
+//! smoke test, which checks only that every case produced figures.
+//!
+//! # Layout
+//! - `engines`: [`drive_case`], the leader's store then load of the working set, lookups and
+//!   the control floor, the followers' frame readers, the content checks.
+//! - `baseline`: [`copy_floor`] (memcpy between shared-memory buffers of the same shape) and
+//!   [`disk_floor`] (pwrite / pread of the same bytes, shard by shard, in the same directory).
+//! - `figures`: [`Latency`], [`PhaseFigures`], [`CaseFigures`].
+
+mod baseline;
+mod engines;
+mod figures;
+
+pub use baseline::{copy_floor, disk_floor, Floor};
+pub use engines::{drive_case, DriveOptions};
+pub use figures::{CaseFigures, Latency, PhaseFigures};
+
+/// Why a case could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum DatapathError {
+    /// A baseline file, a pool file or a thread could not be used.
+    #[error("datapath: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// An engine page pool could not be created or mapped.
+    #[error("datapath: {0}")]
+    Pool(#[from] tandem_client::PagePoolError),
+    /// A call of one rank's engine failed.
+    #[error("datapath: rank {rank}: {source}")]
+    Session {
+        /// The rank.
+        rank: u32,
+        /// The session's error.
+        source: tandem_client::SessionError,
+    },
+    /// A task did not finish `Ok`, a lookup did not match, or loaded bytes were wrong.
+    #[error("datapath: {0}")]
+    Check(String),
+}
+
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DatapathError {
+    let what = what.into();
+    move |source| DatapathError::Io { what, source }
+}

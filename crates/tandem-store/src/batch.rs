@@ -1,0 +1,335 @@
+//! Batched copies between engine pages and the host tier: every shard copy of a task (or of a
+//! step's tasks) prepared at once and handed to a [`CopyRunner`], so that the copies do not
+//! wait behind each other when the caller runs them on several threads.
+//!
+//! Owns [`CopyJob`], [`CopyRunner`], [`InlineRunner`] and [`Store::store_pages_batch`] /
+//! [`Store::load_pages_batch`]. The checks, slot choice, checksums and manifest records are
+//! exactly those of [`Store::store_pages`] and [`Store::load_pages`], made in item order before
+//! any copy (validation) and after every copy (records); only the copies themselves (engine
+//! page ↔ host slot, checksum in the same pass) are the runner's. Items of the disk tier go one
+//! at a time through the single-shard calls (their I/O is the kernel's). It never spawns a
+//! thread (the runner is the caller's) and never decides placement.
+
+use std::collections::HashSet;
+
+use crate::block::{BlockHash, Location, SlotId};
+use crate::buffer::{EngineBuffers, PageId};
+use crate::checksum::{copy_parts, Checksum, ShardHasher};
+use crate::store::{Store, StoreError};
+use crate::tier::Tier;
+
+/// One shard copy of a batch: `src` into `dst`, the shard's checksum computed in the same pass.
+/// Every field borrows either the engine's pages or a host slot, disjoint from every other
+/// job's, so jobs may run on any threads in any order.
+#[derive(Debug)]
+pub struct CopyJob<'a> {
+    dst: &'a mut [u8],
+    src: &'a [u8],
+    seed: BlockHash,
+    checksum: Option<Checksum>,
+}
+
+impl CopyJob<'_> {
+    /// Bytes this job copies.
+    pub fn bytes(&self) -> usize {
+        self.src.len()
+    }
+
+    /// Copy and checksum (a second call does it again, with the same result).
+    pub fn run(&mut self) {
+        let mut hasher = ShardHasher::new(self.seed);
+        copy_parts(&mut [&mut *self.dst], &[self.src], &mut hasher);
+        self.checksum = Some(hasher.finish());
+    }
+}
+
+/// Who runs a batch's copies: [`CopyRunner::run_all`] must call [`CopyJob::run`] on every job
+/// once (on any threads) and return when all are done. A job left unrun fails its item (as a
+/// tier error), it never counts as copied.
+pub trait CopyRunner {
+    /// Run every job of `jobs`.
+    fn run_all(&self, jobs: &mut [CopyJob<'_>]);
+}
+
+/// Runs the jobs one after the other on the calling thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InlineRunner;
+
+impl CopyRunner for InlineRunner {
+    fn run_all(&self, jobs: &mut [CopyJob<'_>]) {
+        jobs.iter_mut().for_each(CopyJob::run);
+    }
+}
+
+/// A job the runner left unrun: its item fails with this.
+fn not_run(tier: Tier) -> StoreError {
+    StoreError::Tier(crate::tier::TierError::Io {
+        tier,
+        op: "copy",
+        path: "(batch)".into(),
+        source: std::io::Error::other("the copy runner did not run this shard's copy"),
+    })
+}
+
+/// Disjoint views of `slots` (distinct) of a slab of `slot_bytes` slots, in the order asked;
+/// `None` when a slot repeats or lies outside.
+fn slot_views<'a>(
+    slab: &'a mut [u8],
+    slot_bytes: usize,
+    slots: &[SlotId],
+) -> Option<Vec<&'a mut [u8]>> {
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_unstable_by_key(|&i| slots[i]);
+    let mut views: Vec<Option<&'a mut [u8]>> = (0..slots.len()).map(|_| None).collect();
+    let mut chunks = slab.chunks_exact_mut(slot_bytes);
+    let mut next: u64 = 0;
+    for i in order {
+        let want = slots[i];
+        if want < next {
+            return None;
+        }
+        views[i] = Some(chunks.nth((want - next) as usize)?);
+        next = want + 1;
+    }
+    views.into_iter().collect()
+}
+
+impl Store {
+    /// Stores `items` (block, tier, engine page holding the whole shard) from region `region`,
+    /// one result per item in order, each what [`Store::store_pages`] would return for it; the
+    /// host-tier copies run together on `runner`.
+    ///
+    /// Validation (fence, page, duplicate block, free slot) is made for every item before any
+    /// copy; the records after every copy, once the fence still holds (else every copied item
+    /// is [`StoreError::Fenced`] and its slot is free again).
+    pub fn store_pages_batch(
+        &mut self,
+        items: &[(BlockHash, Tier, PageId)],
+        buffers: &EngineBuffers,
+        region: &str,
+        runner: &dyn CopyRunner,
+    ) -> Vec<Result<Location, StoreError>> {
+        let shard = self.config.shard_bytes;
+        let mut out: Vec<Option<Result<Location, StoreError>>> =
+            items.iter().map(|_| None).collect();
+        let mut planned: Vec<(usize, SlotId)> = Vec::with_capacity(items.len());
+        let mut seen = HashSet::with_capacity(items.len());
+        if self.fence.check().is_ok() && self.host.is_some() {
+            for (i, &(hash, tier, page)) in items.iter().enumerate() {
+                if tier != Tier::Host {
+                    continue;
+                }
+                if let Some(loc) = self.location(hash) {
+                    out[i] = Some(Err(StoreError::AlreadyStored {
+                        hash,
+                        tier: loc.tier,
+                    }));
+                    continue;
+                }
+                if !seen.insert(hash) {
+                    out[i] = Some(Err(StoreError::AlreadyStored { hash, tier }));
+                    continue;
+                }
+                if let Err(e) = buffers.pages(region, &[page], shard as u64) {
+                    out[i] = Some(Err(e.into()));
+                    continue;
+                }
+                match self.take_slot(tier) {
+                    Ok(slot) => planned.push((i, slot)),
+                    Err(e) => out[i] = Some(Err(e)),
+                }
+            }
+        }
+        let checksums = self.run_store_jobs(items, &planned, buffers, region, runner);
+        let fenced = self.fence.check().is_err();
+        for (&(i, slot), sum) in planned.iter().zip(checksums) {
+            let hash = items[i].0;
+            out[i] = Some(match sum {
+                Some(checksum) if !fenced => Ok(self.record(
+                    hash,
+                    Location {
+                        tier: Tier::Host,
+                        slot,
+                        checksum,
+                    },
+                )),
+                Some(_) => {
+                    self.give_slot(Tier::Host, slot);
+                    Err(self
+                        .fence
+                        .check()
+                        .err()
+                        .map_or_else(|| not_run(Tier::Host), StoreError::from))
+                }
+                None => {
+                    self.give_slot(Tier::Host, slot);
+                    Err(not_run(Tier::Host))
+                }
+            });
+        }
+        // Everything not planned goes through the single-shard call (its errors, its tier).
+        items
+            .iter()
+            .zip(out)
+            .map(|(&(hash, tier, page), r)| match r {
+                Some(r) => r,
+                None => self.store_pages(hash, tier, buffers, region, &[page]),
+            })
+            .collect()
+    }
+
+    /// The copies of planned store items; `None` for a job not run.
+    fn run_store_jobs(
+        &mut self,
+        items: &[(BlockHash, Tier, PageId)],
+        planned: &[(usize, SlotId)],
+        buffers: &EngineBuffers,
+        region: &str,
+        runner: &dyn CopyRunner,
+    ) -> Vec<Option<Checksum>> {
+        if planned.is_empty() {
+            return Vec::new();
+        }
+        let shard = self.config.shard_bytes;
+        let Some(host) = self.host.as_mut() else {
+            return vec![None; planned.len()];
+        };
+        let slots: Vec<SlotId> = planned.iter().map(|&(_, s)| s).collect();
+        let Some(views) = slot_views(host.slab_mut(), shard, &slots) else {
+            return vec![None; planned.len()];
+        };
+        let mut jobs = Vec::with_capacity(planned.len());
+        for (&(i, _), dst) in planned.iter().zip(views) {
+            let (hash, _, page) = items[i];
+            // Checked in validation; a region changed since cannot happen (`buffers` is borrowed).
+            let Ok(src) = buffers.pages(region, &[page], shard as u64) else {
+                return vec![None; planned.len()];
+            };
+            jobs.push(CopyJob {
+                dst,
+                src: src[0],
+                seed: hash,
+                checksum: None,
+            });
+        }
+        runner.run_all(&mut jobs);
+        jobs.into_iter().map(|j| j.checksum).collect()
+    }
+
+    /// Loads `items` (block, engine page that receives the whole shard) into region `region`,
+    /// one result per item in order, each what [`Store::load_pages`] would return for it
+    /// (checksum verified; a mismatch drops the shard); the host-tier copies run together on
+    /// `runner`. A batch that names one page twice, or a fence that no longer holds, runs item
+    /// by item.
+    pub fn load_pages_batch(
+        &mut self,
+        items: &[(BlockHash, PageId)],
+        buffers: &mut EngineBuffers,
+        region: &str,
+        runner: &dyn CopyRunner,
+    ) -> Vec<Result<Location, StoreError>> {
+        let mut out: Vec<Option<Result<Location, StoreError>>> =
+            items.iter().map(|_| None).collect();
+        let planned: Vec<(usize, Location)> = if self.fence.check().is_ok() {
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &(hash, _))| {
+                    self.location(hash)
+                        .filter(|l| l.tier == Tier::Host)
+                        .map(|l| (i, l))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if let Some(sums) = self.run_load_jobs(items, &planned, buffers, region, runner) {
+            for (&(i, loc), sum) in planned.iter().zip(sums) {
+                let hash = items[i].0;
+                out[i] = Some(match sum {
+                    Some(actual) => self.verify(hash, loc, actual).map(|()| loc),
+                    None => Err(not_run(Tier::Host)),
+                });
+            }
+        }
+        items
+            .iter()
+            .zip(out)
+            .map(|(&(hash, page), r)| match r {
+                Some(r) => r,
+                None => self.load_pages(hash, buffers, region, &[page]),
+            })
+            .collect()
+    }
+
+    /// The copies of planned load items: per item its checksum (`None`: not run); `None`
+    /// when the batch cannot be made (a page named twice or out of range: item by item then).
+    fn run_load_jobs(
+        &mut self,
+        items: &[(BlockHash, PageId)],
+        planned: &[(usize, Location)],
+        buffers: &mut EngineBuffers,
+        region: &str,
+        runner: &dyn CopyRunner,
+    ) -> Option<Vec<Option<Checksum>>> {
+        if planned.is_empty() {
+            return None;
+        }
+        let shard = self.config.shard_bytes;
+        let pages: Vec<PageId> = planned.iter().map(|&(i, _)| items[i].1).collect();
+        let dsts = buffers
+            .pages_mut(region, &pages, (shard * pages.len()) as u64)
+            .ok()?;
+        let slab = self.host.as_ref()?.slab();
+        let mut jobs = Vec::with_capacity(planned.len());
+        for (&(i, loc), dst) in planned.iter().zip(dsts) {
+            let start = (loc.slot as usize).checked_mul(shard)?;
+            let src = slab.get(start..start.checked_add(shard)?)?;
+            jobs.push(CopyJob {
+                dst,
+                src,
+                seed: items[i].0,
+                checksum: None,
+            });
+        }
+        runner.run_all(&mut jobs);
+        Some(jobs.into_iter().map(|j| j.checksum).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_views_are_disjoint_and_in_order() {
+        let mut slab: Vec<u8> = (0..40u8).collect();
+        let views = slot_views(&mut slab, 10, &[3, 0, 2]).unwrap();
+        assert_eq!(
+            views.iter().map(|v| v[0]).collect::<Vec<_>>(),
+            vec![30, 0, 20]
+        );
+        assert!(slot_views(&mut slab, 10, &[1, 1]).is_none());
+        assert!(slot_views(&mut slab, 10, &[4]).is_none());
+        assert!(slot_views(&mut slab, 10, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_job_copies_and_checksums() {
+        let src: Vec<u8> = (0..100u8).collect();
+        let mut dst = vec![0u8; 100];
+        let mut job = CopyJob {
+            dst: &mut dst,
+            src: &src,
+            seed: BlockHash(7),
+            checksum: None,
+        };
+        assert_eq!(job.bytes(), 100);
+        job.run();
+        assert_eq!(
+            job.checksum,
+            Some(crate::checksum::checksum(BlockHash(7), &src))
+        );
+        assert_eq!(dst, src);
+    }
+}

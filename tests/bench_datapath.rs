@@ -1,0 +1,76 @@
+//! `tandem bench datapath --quick` as a real process: the JSON parses, every case of the quick
+//! sweep is there with figures from real agents, and every loaded byte was verified. No time
+//! is asserted (speed is what the benchmark prints, against its baselines).
+
+use std::collections::BTreeSet;
+
+use tandem_tests::tandem;
+
+/// The quick sweep: ranks × shard bytes × blocks per task × tier.
+fn expected() -> BTreeSet<(u64, u64, u64, String)> {
+    let mut cases = BTreeSet::new();
+    for ranks in [1, 2] {
+        for (shard, multi) in [(64u64 << 10, 64u64), (1 << 20, 16), (8 << 20, 2)] {
+            for blocks in [1, multi] {
+                for tier in ["host", "disk"] {
+                    cases.insert((ranks, shard, blocks, tier.to_string()));
+                }
+            }
+        }
+    }
+    cases
+}
+
+#[test]
+fn quick_datapath_has_every_case_with_verified_bytes() {
+    let plot = tempfile::Builder::new().suffix(".svg").tempfile().unwrap();
+    let out = tandem()
+        .args(["bench", "datapath", "--quick", "--json", "--plot"])
+        .arg(plot.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)));
+    let d = &v["datapath"];
+    assert_eq!(d["not_measured"], serde_json::json!([]), "{stderr}");
+    let rows = d["rows"].as_array().expect("rows");
+    let mut seen = BTreeSet::new();
+    for r in rows {
+        let key = (
+            r["ranks"].as_u64().unwrap(),
+            r["shard_bytes"].as_u64().unwrap(),
+            r["blocks_per_task"].as_u64().unwrap(),
+            r["tier"].as_str().unwrap().to_string(),
+        );
+        let f = &r["figures"];
+        let w = r["working_set_blocks"].as_u64().unwrap();
+        assert_eq!(f["verified_blocks"].as_u64(), Some(w * key.0), "{key:?}");
+        for phase in ["store", "load"] {
+            assert_eq!(
+                f[phase]["tasks"].as_u64(),
+                Some(w / key.2),
+                "{key:?} {phase}"
+            );
+            assert!(
+                f[phase]["gbps_per_rank"].as_f64().unwrap() > 0.0,
+                "{key:?} {phase}"
+            );
+            assert!(
+                f[phase]["task_us"]["p50"].as_f64().unwrap() > 0.0,
+                "{key:?} {phase}"
+            );
+        }
+        for floor in ["store_gbps", "load_gbps"] {
+            assert!(r["floor"][floor].as_f64().unwrap() > 0.0, "{key:?} {floor}");
+        }
+        for l in ["control_us", "lookup_1_us", "lookup_128_us"] {
+            assert!(f[l]["n"].as_u64().unwrap() > 0, "{key:?} {l}");
+        }
+        assert!(seen.insert(key.clone()), "{key:?} twice");
+    }
+    assert_eq!(seen, expected());
+    let svg = std::fs::read_to_string(plot.path()).unwrap();
+    assert!(svg.contains("<svg"), "the plot is not an SVG");
+}
