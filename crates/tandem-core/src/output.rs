@@ -10,8 +10,7 @@ use std::fmt;
 
 use tandem_proto::engine::EngineReply;
 use tandem_proto::{
-    Epoch, InFlightTask, LayerwiseLoad, Message, StartedTask, Step, TaskOutcome, TaskStart,
-    TierOp,
+    Epoch, InFlightTask, LayerwiseLoad, Message, StartedTask, Step, TaskOutcome, TaskStart, TierOp,
 };
 
 /// One engine call the driver carries, unique within one core's life (the driver numbers
