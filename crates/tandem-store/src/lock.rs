@@ -7,7 +7,9 @@
 //! until the [`TierLock`] is dropped (the agent holds it for the process's life). A lock file
 //! is never unlinked: a process that unlinked it would let a second one lock a new file of the
 //! same name while the first still holds the old. The kernel releases the lock when its holder
-//! dies, however it dies, so no stale lock survives a crash. A lock held elsewhere is a typed
+//! dies, however it dies, so no stale lock survives a crash (only after the dead process's
+//! memory is torn down: a holder that is exiting is waited for, up to 5 s, so that a rank
+//! restarted right after a SIGKILL starts). A lock held by a live process is a typed
 //! error naming the file and the holder's pid (each holder writes `pid N` at the start of its
 //! lock files); nothing has been created, opened or changed besides the lock files and
 //! directories. Acquiring starts a new incarnation of the rank's [`Fence`].
@@ -114,8 +116,52 @@ impl TierLock {
     }
 }
 
-/// Open (creating) and lock one lock file without blocking.
+/// How long [`lock_one`] waits for a holder that is exiting to let go: the kernel releases a
+/// killed process's `flock` only once it has torn down its memory (a populated host slab
+/// takes a while on a loaded machine), and a supervisor restarts a rank right after its kill.
+const EXITING_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Open (creating) and lock one lock file. A lock held by a live process is refused at once;
+/// one whose holder is exiting (gone, a zombie, or in its exit) is tried again every 10 ms for
+/// up to [`EXITING_HOLDER_WAIT`].
 fn lock_one(path: &Path) -> Result<File, LockError> {
+    let started = std::time::Instant::now();
+    loop {
+        match try_lock_one(path) {
+            Err(LockError::Held { pid: Some(pid), .. })
+                if holder_exiting(pid) && started.elapsed() < EXITING_HOLDER_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether process `pid` is gone or exiting: no `/proc/PID`, state zombie or dead, or the
+/// kernel's `PF_EXITING` flag (0x4) in `/proc/PID/stat`'s ninth field, set from the moment a
+/// process starts to exit (a SIGKILLed one tearing down its memory still holds its locks).
+fn holder_exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The command name (field 2) is in parentheses and may hold spaces: read after its end.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); flags is field 9.
+    let state = fields.first().copied().unwrap_or("");
+    let flags = fields
+        .get(6)
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
+/// Open (creating) and lock one lock file without blocking.
+fn try_lock_one(path: &Path) -> Result<File, LockError> {
     let io = |op: &'static str, p: &Path| {
         let p = p.to_path_buf();
         move |source| LockError::Io {
@@ -178,6 +224,31 @@ mod tests {
             disk_io: Default::default(),
             layout: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_live_holder_is_not_exiting_and_a_gone_one_is() {
+        assert!(!holder_exiting(std::process::id()));
+        // Pids above the kernel's pid_max (at most 2^22) never exist.
+        assert!(holder_exiting(u32::MAX - 1));
+    }
+
+    #[test]
+    fn a_zombie_holder_is_exiting() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        // Not yet reaped: a zombie once it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !holder_exiting(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {pid} never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().expect("reap");
     }
 
     #[test]
