@@ -671,9 +671,12 @@ mod tests {
 mod range_tests {
     use super::*;
 
+    /// The transfers seen (op, byte offset in the file, bytes), and whether to fail the next.
+    type Log = (Vec<(DiskOp, u64, usize)>, bool);
+
     /// Records where each transfer went, then carries it out (or fails it, when told).
     #[derive(Debug, Default, Clone)]
-    struct Recording(std::sync::Arc<std::sync::Mutex<(Vec<(DiskOp, u64, usize)>, bool)>>);
+    struct Recording(std::sync::Arc<std::sync::Mutex<Log>>);
 
     impl DiskIo for Recording {
         fn run(&mut self, mut t: DiskTransfer) -> Submitted {
