@@ -3,7 +3,9 @@
 //! layer by layer and checks each layer's bytes as soon as it is signalled; and a rank whose
 //! tier stalls before a layer (the test-only hook `TANDEM_FAULT_LAYER_STALL`, in the
 //! `tandem-fault-hooks` binary) makes the task fail the same way on every rank by the
-//! deadline, with typed `wait_layer` errors and nothing hanging.
+//! deadline, with typed `wait_layer` errors and nothing hanging. The same load from the disk
+//! tier (ranged reads of each shard's slot) arrives layer by layer too, and a disk read error
+//! on one rank's layer (`TANDEM_FAULT_DISK`) fails the task the same way.
 //!
 //! Ranks are numbered `stage × tp_size + tp_rank`: ranks 2 and 3 hold model layers 16..31, so
 //! their layer 1 is model layer 17.
@@ -27,21 +29,22 @@ const BLOCKS: u32 = 8;
 const LAYERS: u32 = 16;
 const WORLD: u32 = 4;
 
-/// PP 2 × TP 2, 32 model layers; rank 3 runs `fault` with `env` when given.
-fn start(fault: Option<(&std::path::Path, &str)>) -> Group {
+/// PP 2 × TP 2, 32 model layers, every shard in the host tier (or, with `disk`, in the disk
+/// tier: no host tier); rank 3 runs the fault binary with `VAR=value` when given.
+fn start(disk: bool, fault: Option<(&std::path::Path, &str, &str)>) -> Group {
     let mut spec = GroupSpec::new(2, 2);
-    (spec.host_capacity_blocks, spec.disk_capacity_blocks) = (64, 0);
+    (spec.host_capacity_blocks, spec.disk_capacity_blocks) = if disk { (0, 64) } else { (64, 0) };
     let mut g = Group::configure(&spec);
     g.use_small_shards();
     g.edit_config("num_layers = 8", "num_layers = 32");
     for rank in 0..WORLD {
         let child = match fault {
-            Some((bin, stall)) if rank == 3 => {
+            Some((bin, var, value)) if rank == 3 => {
                 let log = std::fs::File::create(g.log_path(rank)).expect("log");
                 std::process::Command::new(bin)
                     .args(["agent", "--rank", "3", "--config"])
                     .arg(&g.config)
-                    .env("TANDEM_FAULT_LAYER_STALL", stall)
+                    .env(var, value)
                     .stdout(Stdio::null())
                     .stderr(log)
                     .spawn()
@@ -241,11 +244,8 @@ fn run(g: &Group, layer_timeout: Duration) -> (Seen, TaskOutcome) {
     (seen, outcome)
 }
 
-#[test]
-fn every_rank_gets_each_layer_as_it_is_signalled_on_pp2_tp2() {
-    let _serial = serial();
-    let g = start(None);
-    let (seen, outcome) = run(&g, DEADLINE);
+/// Every layer of every rank arrived with its bytes, and the outcome is `Ok` everywhere.
+fn every_layer_arrived(seen: &Seen, outcome: &TaskOutcome) {
     assert_eq!(outcome.result, OutcomeResult::Ok, "{outcome:?}");
     assert!(
         seen.bad.is_empty(),
@@ -264,13 +264,73 @@ fn every_rank_gets_each_layer_as_it_is_signalled_on_pp2_tp2() {
         seen.verified
     );
     for rank in 0..WORLD {
-        assert_eq!(seen.outcomes.get(&rank), Some(&outcome), "rank {rank}");
+        assert_eq!(seen.outcomes.get(&rank), Some(outcome), "rank {rank}");
         assert_eq!(
             seen.after.get(&rank),
             Some(&Ok(LAYERS)),
             "rank {rank}: after Ok every layer is ready"
         );
     }
+}
+
+#[test]
+fn every_rank_gets_each_layer_as_it_is_signalled_on_pp2_tp2() {
+    let _serial = serial();
+    let g = start(false, None);
+    let (seen, outcome) = run(&g, DEADLINE);
+    every_layer_arrived(&seen, &outcome);
+}
+
+#[test]
+fn every_rank_gets_each_layer_from_the_disk_tier() {
+    let _serial = serial();
+    let g = start(true, None);
+    let (seen, outcome) = run(&g, DEADLINE);
+    every_layer_arrived(&seen, &outcome);
+}
+
+#[test]
+fn a_read_error_on_a_disk_layer_fails_the_task_on_every_rank() {
+    let _serial = serial();
+    let Some(bin) = tandem_fault_bin() else {
+        println!(
+            "SKIPPED a failing disk layer read: no target/debug/tandem-fault-hooks \
+             (cargo build -p tandem-cli --bin tandem --features fault-hooks, then copy it there)"
+        );
+        return;
+    };
+    // Rank 3's disk reads fail after the first 8: one read per block and layer, so layer 0
+    // of its 8 blocks arrives and layer 1 fails.
+    let g = start(true, Some((&bin, "TANDEM_FAULT_DISK", "read-error:8")));
+    let (seen, outcome) = run(&g, DEADLINE);
+    let reason = match &outcome.result {
+        OutcomeResult::Failed { reason } => reason.clone(),
+        other => panic!("expected Failed, got {other:?}; rank 3 log:\n{}", g.log(3)),
+    };
+    assert!(reason.contains("layer 1: disk tier: read"), "{reason}");
+    assert!(
+        seen.bad.is_empty(),
+        "layers with other bytes: {:?}",
+        seen.bad
+    );
+    for rank in 0..WORLD {
+        assert_eq!(seen.outcomes.get(&rank), Some(&outcome), "rank {rank}");
+    }
+    let verified3: Vec<u32> = seen
+        .verified
+        .iter()
+        .filter(|(r, _)| *r == 3)
+        .map(|(_, l)| *l)
+        .collect();
+    assert_eq!(verified3, vec![0], "{:?}", seen.verified);
+    let errs3: Vec<_> = seen.errors.iter().filter(|(r, ..)| *r == 3).collect();
+    assert!(
+        matches!(
+            errs3.as_slice(),
+            [(_, 1, LayerError::Failed { layer: 1, .. })]
+        ),
+        "rank 3's wait_layer errors: {errs3:?}"
+    );
 }
 
 #[test]
@@ -284,7 +344,7 @@ fn a_rank_stalled_on_model_layer_17_fails_the_task_on_every_rank_by_the_deadline
         return;
     };
     // Rank 3's layer 1 (model layer 17) stalls for 3 s; each layer may take 300 ms.
-    let g = start(Some((&bin, "1:3000")));
+    let g = start(false, Some((&bin, "TANDEM_FAULT_LAYER_STALL", "1:3000")));
     let (seen, outcome) = run(&g, Duration::from_millis(300));
     let reason = match &outcome.result {
         OutcomeResult::Failed { reason } => reason.clone(),

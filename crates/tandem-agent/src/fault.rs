@@ -45,7 +45,8 @@ pub fn parse(value: &str) -> Result<(Actor, u64), String> {
 /// The environment variable that arms a disk fault (see [`DiskFault`] for its forms).
 pub const DISK_VAR: &str = "TANDEM_FAULT_DISK";
 
-/// A disk fault, counted in pages (one transfer of the disk tier is one slot, one engine page).
+/// A disk fault, counted in pages (one transfer of the disk tier is one slot, one engine page;
+/// in a layerwise load a read transfer is one layer of one slot, and counts as one page).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DiskFault {
     /// `write-error:N`: every write after the first N fails with EIO.

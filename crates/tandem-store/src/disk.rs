@@ -6,9 +6,12 @@
 //! operation stages the shard in one page-aligned buffer the tier owns: a write copies the
 //! parts into it (checksumming in the same pass) and hands the buffer to the [`DiskIo`], which
 //! writes it at the slot's offset; a read has the [`DiskIo`] fill the buffer, then copies it
-//! out (checksumming in the same pass). Buffered mode (the default) goes through the page
-//! cache with `pwrite`/`pread` (`std::os::unix::fs::FileExt`); direct mode opens the file with
-//! O_DIRECT. docs/BENCHMARKS.md has the measurement that made buffered the default.
+//! out (checksumming in the same pass). A range read (`TierSlots::read_range`, one layer of a
+//! layerwise load) has the [`DiskIo`] fill the start of the same buffer with only the part of
+//! the slot covering the range (widened to 4 KiB boundaries in direct mode), then copies the
+//! range out unverified (the layerwise load verifies the whole shard as its layers arrive).
+//! Buffered mode (the default) goes through the page cache with `pwrite`/`pread`
+//! (`std::os::unix::fs::FileExt`); direct mode opens the file with O_DIRECT. docs/BENCHMARKS.md has the measurement that made buffered the default.
 //!
 //! Why the staging buffer: the transfer owns every byte it touches, so a [`DiskIo`] may run it
 //! on another thread and give up waiting at a deadline (the agent's `DeadlineIo` does) without
@@ -82,8 +85,9 @@ impl std::fmt::Display for DiskOp {
     }
 }
 
-/// One slot's transfer, handed to a [`DiskIo`]: it owns the staging buffer and a handle on the
-/// tier file, so it can be carried out on any thread, and finish late, safely.
+/// One slot's transfer (the whole slot, or the range of it a layerwise read wants), handed to
+/// a [`DiskIo`]: it owns the staging buffer and a handle on the tier file, so it can be carried
+/// out on any thread, and finish late, safely.
 #[derive(Debug)]
 pub struct DiskTransfer {
     op: DiskOp,
@@ -105,7 +109,8 @@ impl DiskTransfer {
         self.slot
     }
 
-    /// Bytes moved, padded to 4 KiB in direct mode.
+    /// Bytes moved, padded to 4 KiB in direct mode (a range read: the range, widened to 4 KiB
+    /// boundaries in direct mode).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -326,13 +331,15 @@ impl DiskTier {
         })
     }
 
-    /// Hands `len` bytes of `buf` to the I/O for `op` on `slot`; the buffer back when it ended
-    /// well. On an I/O error the buffer is kept for the next operation; when overdue, the
-    /// I/O keeps it.
+    /// Hands the first `len` bytes of `buf` to the I/O for `op` on bytes `at .. at + len` of
+    /// `slot`; the buffer back when it ended well. On an I/O error the buffer is kept for the
+    /// next operation; when overdue, the I/O keeps it. In direct mode `at` and `len` must be
+    /// multiples of 4 KiB (callers align them).
     fn transfer(
         &mut self,
         op: DiskOp,
         slot: SlotId,
+        at: u64,
         buf: MmapMut,
         len: usize,
     ) -> Result<MmapMut, TierError> {
@@ -340,7 +347,7 @@ impl DiskTier {
             op,
             slot,
             file: self.file.clone(),
-            offset: slot * self.stride,
+            offset: slot * self.stride + at,
             buf,
             len,
         };
@@ -372,6 +379,20 @@ impl DiskTier {
             IoMode::Direct => ((total as u64).div_ceil(ALIGN) * ALIGN) as usize,
         }
     }
+
+    /// The bytes of a slot a read of `offset .. offset + len` (bytes of the slot) moves:
+    /// exactly that range in buffered mode; in direct mode widened to 4 KiB boundaries (never
+    /// past the slot's stride, itself a multiple of 4 KiB). Returns (start, length).
+    fn range_span(&self, offset: usize, len: usize) -> (u64, usize) {
+        match self.mode {
+            IoMode::Buffered => (offset as u64, len),
+            IoMode::Direct => {
+                let start = offset as u64 / ALIGN * ALIGN;
+                let end = ((offset + len) as u64).div_ceil(ALIGN) * ALIGN;
+                (start, (end - start) as usize)
+            }
+        }
+    }
 }
 
 impl TierSlots for DiskTier {
@@ -400,7 +421,7 @@ impl TierSlots for DiskTier {
         copy_parts(&mut [&mut staging[..total]], src, &mut hasher);
         let len = self.transfer_len(total);
         staging[total..len].fill(0);
-        self.staging = Some(self.transfer(DiskOp::Write, slot, staging, len)?);
+        self.staging = Some(self.transfer(DiskOp::Write, slot, 0, staging, len)?);
         Ok(hasher.finish())
     }
 
@@ -414,11 +435,35 @@ impl TierSlots for DiskTier {
         check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
         let staging = self.take_staging(DiskOp::Read, slot)?;
         let len = self.transfer_len(total);
-        let staging = self.transfer(DiskOp::Read, slot, staging, len)?;
+        let staging = self.transfer(DiskOp::Read, slot, 0, staging, len)?;
         let mut hasher = ShardHasher::new(seed);
         copy_parts(dst, &[&staging[..total]], &mut hasher);
         self.staging = Some(staging);
         Ok(hasher.finish())
+    }
+
+    /// Reads only the part of the slot that covers the range (widened to 4 KiB boundaries in
+    /// direct mode) into the staging buffer, through the same [`DiskIo`] transfer as a whole
+    /// read (so deadlines, stalls and fault hooks apply alike), then copies the range out.
+    fn read_range(&mut self, slot: SlotId, offset: usize, dst: &mut [u8]) -> Result<(), TierError> {
+        check_slot(
+            Tier::Disk,
+            slot,
+            self.capacity,
+            self.slot_bytes,
+            self.slot_bytes,
+        )?;
+        crate::tier::check_range(Tier::Disk, offset, dst.len(), self.slot_bytes)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let staging = self.take_staging(DiskOp::Read, slot)?;
+        let (start, len) = self.range_span(offset, dst.len());
+        let staging = self.transfer(DiskOp::Read, slot, start, staging, len)?;
+        let skip = offset - start as usize;
+        dst.copy_from_slice(&staging[skip..skip + dst.len()]);
+        self.staging = Some(staging);
+        Ok(())
     }
 }
 
@@ -586,6 +631,13 @@ mod tests {
             "disk tier: read of slot 2 not started: an earlier write of slot 1 missed its deadline of 25 ms and is still in flight"
         );
 
+        let e = disk.read_range(2, 4097, &mut out[..10]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "disk tier: read of slot 2 not started: an earlier write of slot 1 missed its deadline of 25 ms and is still in flight",
+            "a range read waits for the overdue transfer like a whole read"
+        );
+
         // The late write ends: the tier takes work again, and its bytes are there.
         script.0.lock().unwrap().released = true;
         let sum = disk
@@ -593,5 +645,180 @@ mod tests {
             .unwrap();
         assert_eq!(sum, checksum(BlockHash(1), &data));
         assert_eq!(out, data);
+
+        // A range read past its deadline is the typed deadline error, and stalls the tier
+        // until it ends, like a whole read.
+        script.0.lock().unwrap().hold_next = true;
+        let e = disk.read_range(1, 4097, &mut out[..10]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TierError::DiskDeadline {
+                    op: "read",
+                    slot: 1,
+                    deadline_ms: 25
+                }
+            ),
+            "{e}"
+        );
+        let mut part = [0u8; 10];
+        disk.read_range(1, 4097, &mut part).unwrap();
+        assert_eq!(part, data[4097..4107]);
+    }
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    /// The transfers seen (op, byte offset in the file, bytes), and whether to fail the next.
+    type Log = (Vec<(DiskOp, u64, usize)>, bool);
+
+    /// Records where each transfer went, then carries it out (or fails it, when told).
+    #[derive(Debug, Default, Clone)]
+    struct Recording(std::sync::Arc<std::sync::Mutex<Log>>);
+
+    impl DiskIo for Recording {
+        fn run(&mut self, mut t: DiskTransfer) -> Submitted {
+            let mut s = self.0.lock().unwrap();
+            s.0.push((t.op(), t.offset, t.len()));
+            if std::mem::take(&mut s.1) {
+                return Submitted::Done(t, Err(std::io::Error::from_raw_os_error(libc::EIO)));
+            }
+            let r = t.perform();
+            Submitted::Done(t, r)
+        }
+
+        fn reclaim(&mut self) -> Option<DiskTransfer> {
+            None
+        }
+    }
+
+    const SLOT: usize = 3 * 4096 + 100; // not a multiple of the alignment on purpose
+
+    /// A tier of 4 slots with distinct bytes in slots 1, 2 and 3; `None` where the mode is
+    /// unsupported.
+    fn filled(mode: IoMode, dir: &Path) -> Option<(DiskTier, Vec<u8>, Recording)> {
+        let path = dir.join(DISK_SLAB_FILE);
+        let (mut disk, _) = match DiskTier::open(&path, SLOT, 4, mode) {
+            Err(TierError::DirectUnsupported { .. }) => return None,
+            other => other.unwrap(),
+        };
+        for s in 1..4u64 {
+            let data: Vec<u8> = (0..SLOT).map(|i| (i * 7 + s as usize * 31) as u8).collect();
+            disk.write_slot(s, &[&data], BlockHash(s as u128)).unwrap();
+        }
+        let mut whole = vec![0u8; SLOT];
+        disk.read_slot(2, &mut [&mut whole[..]], BlockHash(2))
+            .unwrap();
+        let rec = Recording::default();
+        disk.set_io(Box::new(rec.clone()));
+        Some((disk, whole, rec))
+    }
+
+    fn ranges_equal_slices(mode: IoMode, dir: &Path) -> Option<()> {
+        let (mut disk, whole, rec) = filled(mode, dir)?;
+        let stride = DiskTier::slot_offset(SLOT, 1);
+        let ranges = [
+            (0, 1),
+            (1, 4095),
+            (4095, 2),
+            (4096, 4096),
+            (5000, 7000),
+            (SLOT - 1, 1),
+            (SLOT - 100, 100),
+            (12000, SLOT - 12000),
+            (0, SLOT),
+            (777, 0),
+        ];
+        for (offset, len) in ranges {
+            rec.0.lock().unwrap().0.clear();
+            let mut out = vec![0xeeu8; len];
+            disk.read_range(2, offset, &mut out).unwrap();
+            assert_eq!(out, &whole[offset..offset + len], "{mode:?} {offset}+{len}");
+            let moves = rec.0.lock().unwrap().0.clone();
+            if len == 0 {
+                assert!(moves.is_empty(), "an empty range moves nothing");
+                continue;
+            }
+            // One read, covering the range and no more than its alignment needs.
+            assert_eq!(moves.len(), 1, "{moves:?}");
+            let (op, at, n) = moves[0];
+            assert_eq!(op, DiskOp::Read);
+            let (start, end) = (
+                2 * stride + offset as u64,
+                2 * stride + (offset + len) as u64,
+            );
+            assert!(
+                at <= start && at + n as u64 >= end,
+                "{mode:?} {offset}+{len}: {moves:?}"
+            );
+            match mode {
+                IoMode::Buffered => assert_eq!((at, n), (start, len)),
+                IoMode::Direct => {
+                    assert_eq!(at % ALIGN, 0);
+                    assert_eq!(n as u64 % ALIGN, 0);
+                    assert!(start - at < ALIGN && at + n as u64 - end < ALIGN);
+                }
+            }
+        }
+        Some(())
+    }
+
+    #[test]
+    fn buffered_range_reads_read_only_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(ranges_equal_slices(IoMode::Buffered, dir.path()).is_some());
+    }
+
+    #[test]
+    fn direct_range_reads_read_only_the_aligned_range_where_supported() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        if ranges_equal_slices(IoMode::Direct, dir.path()).is_none() {
+            eprintln!("O_DIRECT unsupported on {}", dir.path().display());
+        }
+    }
+
+    #[test]
+    fn a_range_read_fault_is_the_typed_error_and_the_tier_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, whole, rec) = filled(IoMode::Buffered, dir.path()).unwrap();
+        rec.0.lock().unwrap().1 = true;
+        let mut out = vec![0u8; 300];
+        let e = disk.read_range(2, 4000, &mut out).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TierError::Io {
+                    tier: Tier::Disk,
+                    op: "read",
+                    ..
+                }
+            ),
+            "a failed range read is the tier's I/O error: {e}"
+        );
+        // The staging buffer came back: the next read works.
+        disk.read_range(2, 4000, &mut out).unwrap();
+        assert_eq!(out, &whole[4000..4300]);
+    }
+
+    #[test]
+    fn a_range_outside_the_slot_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut disk, _, rec) = filled(IoMode::Buffered, dir.path()).unwrap();
+        let mut out = vec![0u8; 2];
+        assert!(matches!(
+            disk.read_range(2, SLOT - 1, &mut out),
+            Err(TierError::WrongLength { .. })
+        ));
+        assert!(matches!(
+            disk.read_range(4, 0, &mut out),
+            Err(TierError::SlotOutOfRange { .. })
+        ));
+        assert!(matches!(
+            disk.read_range(0, usize::MAX, &mut out),
+            Err(TierError::WrongLength { .. })
+        ));
+        assert!(rec.0.lock().unwrap().0.is_empty(), "nothing was read");
     }
 }

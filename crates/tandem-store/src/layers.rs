@@ -191,13 +191,14 @@ mod tests {
     use crate::buffer::RegionSpec;
     use crate::store::StoreConfig;
 
-    /// A store of 4 host slots of 64 bytes (4 layers of 16) and an engine region of 4 pages.
+    /// A store of 4 host slots and 4 disk slots of 64 bytes (4 layers of 16) and an engine
+    /// region of 4 pages.
     fn setup(dir: &std::path::Path) -> (Store, EngineBuffers) {
         let cfg = StoreConfig {
             rank: tandem_proto::Rank(1),
             shard_bytes: 64,
             host_capacity_blocks: 4,
-            disk_capacity_blocks: 0,
+            disk_capacity_blocks: 4,
             host_dir: dir.join("host"),
             disk_dir: dir.join("disk"),
             disk_io: Default::default(),
@@ -300,5 +301,79 @@ mod tests {
             .load_layers(load(&[0, 1, 2]), &mut buffers, |_| Ok(()), |_| {})
             .unwrap_err();
         assert!(matches!(err, LayerCopyError::Uneven { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_load_from_the_disk_tier_reads_layer_ranges_and_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, mut buffers) = setup(dir.path());
+        let data: Vec<Vec<u8>> = (0..2u8)
+            .map(|b| (0..64u8).map(|i| i.wrapping_mul(13) ^ (b + 1)).collect())
+            .collect();
+        for (b, d) in data.iter().enumerate() {
+            store
+                .store_shard(BlockHash(b as u128 + 1), tandem_proto::Tier::Disk, d)
+                .unwrap();
+        }
+        let hashes = [BlockHash(1), BlockHash(2)];
+        for h in hashes {
+            assert_eq!(store.location(h).unwrap().tier, tandem_proto::Tier::Disk);
+        }
+        let pages = [PageId(1), PageId(2)];
+        for order in [&[0, 1, 2, 3][..], &[2, 0, 3, 1][..]] {
+            let load = LayerLoad {
+                hashes: &hashes,
+                pages: &pages,
+                region: "engine",
+                order,
+            };
+            let mut seen = Vec::new();
+            store
+                .load_layers(load, &mut buffers, |_| Ok(()), |n| seen.push(n))
+                .unwrap();
+            assert_eq!(seen, vec![1, 2, 3, 4]);
+            for (page, want) in pages.iter().zip(&data) {
+                let got = buffers.pages("engine", &[*page], 64).unwrap();
+                assert_eq!(got[0], &want[..], "{order:?}");
+            }
+        }
+        // One byte of layer 2 of the second shard flipped on disk: the last layer is never
+        // signalled, the shard is dropped.
+        let slab = dir.path().join("disk").join(crate::disk::DISK_SLAB_FILE);
+        let slot = store.location(BlockHash(2)).unwrap().slot;
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new().write(true).open(&slab).unwrap();
+            let at = crate::disk::DiskTier::slot_offset(64, slot) + 2 * 16 + 5;
+            f.write_all_at(&[data[1][2 * 16 + 5] ^ 1], at).unwrap();
+        }
+        let load = LayerLoad {
+            hashes: &hashes,
+            pages: &pages,
+            region: "engine",
+            order: &[0, 1, 2, 3],
+        };
+        let mut seen = Vec::new();
+        let err = store
+            .load_layers(load, &mut buffers, |_| Ok(()), |n| seen.push(n))
+            .unwrap_err();
+        assert_eq!(seen, vec![1, 2, 3]);
+        assert!(
+            matches!(
+                err,
+                LayerCopyError::Store {
+                    layer: 3,
+                    source: StoreError::ChecksumMismatch {
+                        hash: BlockHash(2),
+                        ..
+                    }
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            store.location(BlockHash(2)).is_none(),
+            "the shard is dropped"
+        );
     }
 }

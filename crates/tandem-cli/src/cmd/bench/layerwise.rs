@@ -1,6 +1,7 @@
 //! `tandem bench layerwise`: a 64-block prefix of a 32-layer model loaded from the host tier,
 //! whole and layerwise, in the same run on a two-rank local cluster (TP 2; each rank holds all
-//! 32 layers of its heads) (docs/LAYERWISE.md).
+//! 32 layers of its heads) (docs/LAYERWISE.md); then the same from the disk tier (a cluster
+//! without a host tier, buffered I/O: a layer is a ranged read of each shard's slot).
 //!
 //! Each trial loads the same 64 blocks twice into the engine's pages: once as a whole-task
 //! load (`load`, then `end_step` until a frame reveals the outcome `Ok`: when an engine may
@@ -39,9 +40,11 @@ const TARGET_RATIO: f64 = 1.0 / 8.0;
 /// Longest wait of one call.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// The whole part.
+/// One tier's trials.
 #[derive(Clone, Debug, Serialize)]
 pub(super) struct LayerwiseReport {
+    /// The tier the prefix is loaded from: `host` or `disk`.
+    pub tier: &'static str,
     /// Blocks loaded per trial.
     pub blocks: u32,
     /// Layers per block shard.
@@ -60,18 +63,32 @@ pub(super) struct LayerwiseReport {
     pub last_ratio: f64,
 }
 
-/// Run the trials.
+/// Run the trials, from the host tier then from the disk tier.
 ///
 /// # Errors
-/// When the cluster does not start, or a load fails or does not finish in time.
+/// When a cluster does not start, or a load fails or does not finish in time.
 pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
+    let reports = vec![measure(args, "host")?, measure(args, "disk")?];
+    Ok(PartOutput {
+        table: table(&reports),
+        json: serde_json::to_value(&reports)?,
+    })
+}
+
+/// The trials of one tier (`host` or `disk`) on a fresh cluster whose only tier it is.
+fn measure(args: &BenchArgs, tier: &'static str) -> anyhow::Result<LayerwiseReport> {
     let trials: u64 = if args.quick { 3 } else { 10 };
+    let (host, disk) = if tier == "disk" {
+        (0, u64::from(BLOCKS))
+    } else {
+        (u64::from(BLOCKS), 0)
+    };
     let spec = LocalSpec {
         max_restarts: tandem_config::SupervisorConfig::default().max_restarts,
         pp: 1,
         tp: RANKS,
-        host_capacity_blocks: u64::from(BLOCKS),
-        disk_capacity_blocks: 0,
+        host_capacity_blocks: host,
+        disk_capacity_blocks: disk,
         tokens_per_block: TOKENS_PER_BLOCK,
         model_toml: format!(
             "num_layers = {LAYERS}\nnum_kv_heads = 8\nhead_dim = 128\ndtype_bytes = 2"
@@ -141,7 +158,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
         last.push(ms(t0.elapsed()));
         until_ok(&mut c, &mut step, task)?;
         eprintln!(
-            "  layerwise: trial {}: whole {:.1} ms, first layer {:.1} ms, last layer {:.1} ms",
+            "  layerwise ({tier}): trial {}: whole {:.1} ms, first layer {:.1} ms, last layer {:.1} ms",
             trial + 1,
             whole[whole.len() - 1],
             first[first.len() - 1],
@@ -151,6 +168,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     let (whole_ms, first_layer_ms, last_layer_ms) =
         (Summary::of(&whole), Summary::of(&first), Summary::of(&last));
     let report = LayerwiseReport {
+        tier,
         blocks: BLOCKS,
         layers: LAYERS,
         shard_bytes: shard,
@@ -165,10 +183,7 @@ pub(super) fn run(args: &BenchArgs) -> anyhow::Result<PartOutput> {
     follower
         .join()
         .map_err(|_| anyhow::anyhow!("the follower engine thread panicked"))??;
-    Ok(PartOutput {
-        table: table(&report),
-        json: serde_json::to_value(&report)?,
-    })
+    Ok(report)
 }
 
 /// The follower's engine: read and acknowledge every frame (which releases its copies) until
@@ -210,8 +225,9 @@ fn until_ok(c: &mut EngineClient, step: &mut u64, task: TaskId) -> anyhow::Resul
     bail!("task {task} had no outcome within {DEADLINE:?}")
 }
 
-fn table(r: &LayerwiseReport) -> String {
+fn table(reports: &[LayerwiseReport]) -> String {
     let mut t = Table::new(&[
+        "tier",
         "blocks",
         "layers",
         "shard KiB",
@@ -221,24 +237,26 @@ fn table(r: &LayerwiseReport) -> String {
         "first / whole",
         "last / whole",
     ]);
-    t.row(vec![
-        r.blocks.to_string(),
-        r.layers.to_string(),
-        (r.shard_bytes / 1024).to_string(),
-        format!("{:.2}", r.whole_ms.p50),
-        format!("{:.2}", r.first_layer_ms.p50),
-        format!("{:.2}", r.last_layer_ms.p50),
-        format!(
-            "{:.3} {}",
-            r.first_ratio,
-            mark(r.first_ratio <= TARGET_RATIO)
-        ),
-        format!("{:.3}", r.last_ratio),
-    ]);
+    for r in reports {
+        t.row(vec![
+            r.tier.to_string(),
+            r.blocks.to_string(),
+            r.layers.to_string(),
+            (r.shard_bytes / 1024).to_string(),
+            format!("{:.2}", r.whole_ms.p50),
+            format!("{:.2}", r.first_layer_ms.p50),
+            format!("{:.2}", r.last_layer_ms.p50),
+            format!(
+                "{:.3} {}",
+                r.first_ratio,
+                mark(r.first_ratio <= TARGET_RATIO)
+            ),
+            format!("{:.3}", r.last_ratio),
+        ]);
+    }
+    let (blocks, trials) = reports.first().map_or((0, 0), |r| (r.blocks, r.whole_ms.n));
     format!(
-        "layerwise: a {}-block prefix from the host tier on 2 ranks (TP 2), whole-task load (request → outcome Ok) against a layerwise load (request → first and last layer ready), {} trials\n{}goal: first layer ≤ 1/8 of the whole-task time\n",
-        r.blocks,
-        r.whole_ms.n,
+        "layerwise: a {blocks}-block prefix from the host tier, then the disk tier (buffered), on 2 ranks (TP 2), whole-task load (request → outcome Ok) against a layerwise load (request → first and last layer ready), {trials} trials each\n{}goal: first layer ≤ 1/8 of the whole-task time\n",
         t.render()
     )
 }

@@ -13,7 +13,7 @@
 //! - [`redis`]: the write-ahead append cost (wraps `tandem_bench::bench_append`).
 //! - [`tiers`]: the store engine's tier table (wraps `tandem_bench::run_tier_bench`).
 //! - [`layerwise`]: a 64-block prefix at 32 layers, whole-task load against first and last
-//!   layer of a layerwise load.
+//!   layer of a layerwise load, from the host tier and from the disk tier.
 //! - [`recovery`]: SIGKILL one agent → group ready in a new epoch.
 //! - [`replay`]: the conversation trace through a 4-rank local cluster.
 //! - [`scale`]: a full disk tier's restart, the group index at 10^7 blocks, Redis commands
