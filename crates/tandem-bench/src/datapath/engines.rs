@@ -165,6 +165,21 @@ fn follow(
             Err(e) => return Err(fail(e)),
         }
     }
+    // The leader has stopped sealing: read and acknowledge what it sealed last before the
+    // session closes, or this rank's agent sees its engine leave with a task whose finish
+    // frame it never read (a failed epoch for the next case on the same cluster). Done once
+    // no frame came for 250 ms, or after 5 s.
+    let (mut progress, until) = (Instant::now(), Instant::now() + Duration::from_secs(5));
+    while Instant::now() < until && progress.elapsed() < Duration::from_millis(250) {
+        match s.next_frame(Duration::from_millis(50)) {
+            Ok(_) => {
+                s.ack().map_err(fail)?;
+                progress = Instant::now();
+            }
+            Err(SessionError::Agent(AgentError::LeaderBehind { .. })) => {}
+            Err(e) => return Err(fail(e)),
+        }
+    }
     Ok(())
 }
 
