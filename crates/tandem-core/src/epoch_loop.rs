@@ -492,7 +492,10 @@ impl EpochLoop {
     pub fn handle_outcome(&mut self, outcome: Outcome, now_ms: u64) {
         if let Outcome::HeartbeatWritten(r) = outcome {
             if !std::mem::take(&mut self.beating) {
-                tracing::warn!(?r, "a heartbeat's outcome with no heartbeat in flight: ignored");
+                tracing::warn!(
+                    ?r,
+                    "a heartbeat's outcome with no heartbeat in flight: ignored"
+                );
                 return;
             }
             self.heartbeat_written(r);

@@ -718,7 +718,10 @@ fn a_heartbeat_goes_beside_a_call_the_log_has_not_answered() {
     assert!(matches!(read, Some(Effect::ReadNew { .. })), "{read:?}");
     assert_eq!(l.poll_effect(), None, "one call of each path in flight");
     l.handle_outcome(Outcome::HeartbeatWritten(Ok(())), 5);
-    assert!(matches!(l.poll_effect(), Some(Effect::Note(Note::RedisUp(true)))));
+    assert!(matches!(
+        l.poll_effect(),
+        Some(Effect::Note(Note::RedisUp(true)))
+    ));
     // The read hangs (Redis answers it late) for five intervals: a heartbeat every interval.
     let mut beats = 0;
     for now in [100, 200, 300, 400, 500] {
@@ -734,7 +737,10 @@ fn a_heartbeat_goes_beside_a_call_the_log_has_not_answered() {
             }
         }
     }
-    assert_eq!(beats, 5, "one heartbeat per interval while the read is unanswered");
+    assert_eq!(
+        beats, 5,
+        "one heartbeat per interval while the read is unanswered"
+    );
     // A heartbeat that hangs in its turn does not hold up the read's successors.
     l.handle_timeout(600);
     assert!(matches!(l.poll_effect(), Some(Effect::Heartbeat { .. })));
