@@ -6,8 +6,9 @@
 //! health handed to that actor, a metric) and returns its [`Outcome`]; it decides nothing.
 //! An answered call can also be made by a [`Caller`], which owns what it needs, so that the
 //! runtime carries the heartbeat and one other call side by side (the epoch loop's two call
-//! paths); it never holds a heartbeat back behind another call. A follower's join of its leader runs here
-//! too, as IO: connect, retry while `tandem_core::cadence::join_retry_ms` says waiting helps.
+//! paths); it never holds a heartbeat back behind another call. A follower's join of its
+//! leader runs here too, as IO: connect, retry while `tandem_core::cadence::join_retry_ms` says
+//! waiting helps.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,9 +6,8 @@
 //! the agent's side of the supervisor's protocol (heartbeats, failure reports, membership,
 //! delivery tracking, the epoch watch, recovery, manifests). The driver makes each call the
 //! machine asks for ([`crate::epochs`]; the heartbeat beside one other call, never behind it)
-//! and feeds back its result, the core's events and the
-//! machine's timer; when the machine moves the epoch, the current `ProtocolActor` stops and a
-//! fresh one starts with a new core. Without Redis (`redis.url = ""`, no cluster, no
+//! and feeds back its result, the core's events and the machine's timer; when the machine
+//! moves the epoch, the current `ProtocolActor` stops and a fresh one starts with a new core. Without Redis (`redis.url = ""`, no cluster, no
 //! sentinels) the agent runs one epoch, and completions are not durable.
 //!
 //! It stops when the [`CancellationToken`] it is given is cancelled (the binary cancels it on
