@@ -3,8 +3,12 @@
 //! Owns [`EpochDriver`]: the log's backends behind their traits, the store, the router and the
 //! current epoch's `ProtocolActor`. [`EpochDriver::carry`] makes one [`Effect`] (a call of the
 //! log raced against the shutdown, the start or stop of an epoch's protocol actor, the log's
-//! health handed to that actor, a metric) and returns its [`Outcome`]; it decides nothing. A follower's join of its leader runs here
-//! too, as IO: connect, retry while `tandem_core::cadence::join_retry_ms` says waiting helps.
+//! health handed to that actor, a metric) and returns its [`Outcome`]; it decides nothing.
+//! An answered call can also be made by a [`Caller`], which owns what it needs, so that the
+//! runtime carries the heartbeat and one other call side by side (the epoch loop's two call
+//! paths); it never holds a heartbeat back behind another call. A follower's join of its
+//! leader runs here too, as IO: connect, retry while `tandem_core::cadence::join_retry_ms` says
+//! waiting helps.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,6 +89,18 @@ pub struct EpochDriver {
 }
 
 impl EpochDriver {
+    /// What makes the answered calls, owned (see [`Caller`]).
+    pub fn caller(&self) -> Caller {
+        Caller {
+            rank: self.settings.rank,
+            wall: self.wall.clone(),
+            incarnation: self.incarnation,
+            backends: self.backends.clone(),
+            store: self.store.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+
     /// Make `effect`.
     pub async fn carry(&mut self, effect: Effect) -> Carried {
         match effect {
@@ -109,19 +125,50 @@ impl EpochDriver {
                 Carried::Done
             }
             Effect::Fatal(reason) => Carried::Fatal(reason),
-            Effect::ListBlocks => {
-                Carried::Answered(Outcome::Blocks(self.store.send(ListBlocks).await.ok()))
-            }
-            logged => match self.logged(logged).await {
-                Ok(outcome) => Carried::Answered(outcome),
-                Err(carried) => carried,
-            },
+            answered => self.caller().carry(answered).await,
+        }
+    }
+
+    fn note(&self, n: Note) {
+        let m = &self.metrics;
+        match n {
+            Note::RedisUp(up) => m.set_redis_up(up),
+            Note::EntriesRejected(k) => m.stream_entries_rejected().add(k),
+            Note::Trimmed(k) => m.stream_trimmed().add(k),
+            Note::StreamLength(k) => m.set_stream_length(k),
+            Note::Restarted => m.restarts().inc(),
+        }
+    }
+}
+
+/// Makes one answered call ([`Effect::answered`]) with what it owns: a clone of the backends,
+/// the store's address, the shutdown. Several may run at once; each is raced against the
+/// shutdown ([`Carried::Stopped`]).
+#[derive(Clone)]
+pub struct Caller {
+    rank: tandem_proto::Rank,
+    wall: Arc<dyn WallClock>,
+    incarnation: u64,
+    backends: Option<Backends>,
+    store: Addr<StoreActor>,
+    shutdown: CancellationToken,
+}
+
+impl Caller {
+    /// Make `effect`, an answered one; any other is [`Carried::Fatal`] (a driver's mistake).
+    pub async fn carry(self, effect: Effect) -> Carried {
+        if effect == Effect::ListBlocks {
+            return Carried::Answered(Outcome::Blocks(self.store.send(ListBlocks).await.ok()));
+        }
+        match self.logged(effect).await {
+            Ok(outcome) => Carried::Answered(outcome),
+            Err(carried) => carried,
         }
     }
 
     /// Make a call of the log.
     async fn logged(&self, effect: Effect) -> Result<Outcome, Carried> {
-        let rank = self.settings.rank;
+        let rank = self.rank;
         let b = self.backends.clone();
         let log = |op: &'static str| {
             b.clone()
@@ -264,18 +311,9 @@ impl EpochDriver {
             _ = self.shutdown.cancelled() => Err(Carried::Stopped),
         }
     }
+}
 
-    fn note(&self, n: Note) {
-        let m = &self.metrics;
-        match n {
-            Note::RedisUp(up) => m.set_redis_up(up),
-            Note::EntriesRejected(k) => m.stream_entries_rejected().add(k),
-            Note::Trimmed(k) => m.stream_trimmed().add(k),
-            Note::StreamLength(k) => m.set_stream_length(k),
-            Note::Restarted => m.restarts().inc(),
-        }
-    }
-
+impl EpochDriver {
     /// Start the protocol actor of `epoch` with a new core.
     fn start(&mut self, epoch: Epoch, start: EpochStart) -> Carried {
         self.span = None;

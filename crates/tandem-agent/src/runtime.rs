@@ -5,20 +5,22 @@
 //! in production), and the driver of `tandem_core::EpochLoop`, the state machine that decides
 //! the agent's side of the supervisor's protocol (heartbeats, failure reports, membership,
 //! delivery tracking, the epoch watch, recovery, manifests). The driver makes each call the
-//! machine asks for ([`crate::epochs`]) and feeds back its result, the core's events and the
-//! machine's timer; when the machine moves the epoch, the current `ProtocolActor` stops and a
-//! fresh one starts with a new core. Without Redis (`redis.url = ""`, no cluster, no
+//! machine asks for ([`crate::epochs`]; the heartbeat beside one other call, never behind it)
+//! and feeds back its result, the core's events and the machine's timer; when the machine
+//! moves the epoch, the current `ProtocolActor` stops and a fresh one starts with a new core. Without Redis (`redis.url = ""`, no cluster, no
 //! sentinels) the agent runs one epoch, and completions are not durable.
 //!
 //! It stops when the [`CancellationToken`] it is given is cancelled (the binary cancels it on
 //! SIGTERM or SIGINT; this library catches no signal), also while it waits for Redis or for
 //! any call of the log. Retry and cadence figures are named in `tandem_core::cadence`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, Arbiter};
-use tandem_core::{cadence, EpochLoop, LoopConfig};
+use tandem_core::{cadence, Effect, EpochLoop, LoopConfig};
 use tandem_durable::{DurableConfig, RedisLog, SystemClock};
 use tandem_store::store::Store;
 use tokio::sync::mpsc;
@@ -171,12 +173,17 @@ pub async fn serve(
         current: None,
         span: None,
     };
+    // The machine's two call paths, carried side by side: the heartbeat, and one other
+    // answered call. Neither waits for the other (a heartbeat behind a read that waits out its
+    // 1 s deadline would be late for the supervisor's 500 ms timeout).
+    let mut call: Option<InFlight> = None;
+    let mut beat: Option<InFlight> = None;
     let outcome = 'run: loop {
         loop {
-            // What arrived while the last call was carried goes in first: the core's events in
-            // order, then a wait that is over. Else, with a log that answers slowly, the next
-            // queued call would always come first and a heartbeat could wait behind calls for
-            // good (the select below picks at random among ready branches).
+            // What arrived while the last effect was carried goes in first: the core's events
+            // in order, then a wait that is over. Else, with a log that answers slowly, the
+            // next queued call would always come first (the select below picks at random
+            // among ready branches).
             while let Ok(ev) = events_rx.try_recv() {
                 machine.handle_event(&ev, clock.now_ms());
             }
@@ -184,14 +191,19 @@ pub async fn serve(
             let Some(effect) = machine.poll_effect() else {
                 break;
             };
-            match driver.carry(effect).await {
-                Carried::Answered(outcome) => machine.handle_outcome(outcome, clock.now_ms()),
-                Carried::Done => {}
-                Carried::Stopped => {
-                    tracing::info!("shutdown requested: stopping");
-                    break 'run Ok(());
+            let carried = match effect {
+                e @ Effect::Heartbeat { .. } => {
+                    beat = Some(Box::pin(driver.caller().carry(e)));
+                    continue;
                 }
-                Carried::Fatal(reason) => break 'run Err(AgentRunError::Epochs(reason)),
+                e if e.answered() => {
+                    call = Some(Box::pin(driver.caller().carry(e)));
+                    continue;
+                }
+                e => driver.carry(e).await,
+            };
+            if let Some(end) = settle(&mut machine, carried, clock.now_ms()) {
+                break 'run end;
             }
         }
         let wait = machine
@@ -203,10 +215,51 @@ pub async fn serve(
             _ = shutdown.cancelled() => { tracing::info!("shutdown requested: stopping"); break Ok(()); }
             Some(e) = fatal_rx.recv() => break Err(e),
             Some(ev) = events_rx.recv() => machine.handle_event(&ev, clock.now_ms()),
+            carried = answer(&mut call) => {
+                call = None;
+                if let Some(end) = settle(&mut machine, carried, clock.now_ms()) {
+                    break end;
+                }
+            }
+            carried = answer(&mut beat) => {
+                beat = None;
+                if let Some(end) = settle(&mut machine, carried, clock.now_ms()) {
+                    break end;
+                }
+            }
             _ = tokio::time::sleep(wait) => machine.handle_timeout(clock.now_ms()),
         }
     };
     driver.stop(outcome, &server_handle, store_arbiter).await
+}
+
+/// An answered call of the epoch loop being carried.
+type InFlight = Pin<Box<dyn Future<Output = Carried>>>;
+
+/// The answer of the call in `slot`; never, while none is in flight.
+async fn answer(slot: &mut Option<InFlight>) -> Carried {
+    match slot {
+        Some(call) => call.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hand what carrying an effect came to to the machine; `Some`: the agent stops with it.
+fn settle(
+    machine: &mut EpochLoop,
+    carried: Carried,
+    now_ms: u64,
+) -> Option<Result<(), AgentRunError>> {
+    match carried {
+        Carried::Answered(outcome) => machine.handle_outcome(outcome, now_ms),
+        Carried::Done => {}
+        Carried::Stopped => {
+            tracing::info!("shutdown requested: stopping");
+            return Some(Ok(()));
+        }
+        Carried::Fatal(reason) => return Some(Err(AgentRunError::Epochs(reason))),
+    }
+    None
 }
 
 /// How the connection to the completion log ended.

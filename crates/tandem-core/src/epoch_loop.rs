@@ -21,8 +21,15 @@
 //! leader's core fails the epoch, so that the group moves to a new one), and what the leader's
 //! core knew of the lost history ([`Event::HistoryLost`]) joins the next recovery. It never
 //! does IO, reads a clock or sleeps: every input carries the
-//! driver's `now_ms` (monotonic), every wait is [`EpochLoop::poll_timeout`]. One call is in
-//! flight at a time, as the awaits of a loop would be.
+//! driver's `now_ms` (monotonic), every wait is [`EpochLoop::poll_timeout`].
+//!
+//! Calls go on two paths: the heartbeat on its own, every other call one at a time on the
+//! other, in order. At most one heartbeat and one other call are in flight, side by side: a
+//! heartbeat never waits behind a read, an acknowledgement or a report that waits out its
+//! deadline (1,000 ms by default, longer than the 500 ms heartbeat timeout: the supervisor
+//! would restart a group whose log only answered one call slowly; docs/RELIABILITY.md,
+//! "Redis misbehaving while the group blocks on it"). The driver must carry the two
+//! concurrently, never one after the other.
 //!
 //! Without a completion log the loop starts its one epoch at once and does nothing more.
 
@@ -59,8 +66,10 @@ pub struct LoopConfig {
     pub stream_max_len: u64,
 }
 
-/// One call for the driver to make. Those marked *answered* take an [`Outcome`] back before
-/// the loop asks for anything else; the others take none.
+/// One call for the driver to make. Those marked *answered* take an [`Outcome`] back; the
+/// others take none. [`Effect::Heartbeat`] has a path of its own: the loop asks for it while
+/// another answered call is unanswered, and for another call while it is; at most one of each
+/// is unanswered at a time (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
     /// *Answered* [`Outcome::EpochRead`]: read the epoch counter.
@@ -148,6 +157,20 @@ pub enum Effect {
     Note(Note),
     /// The loop cannot go on; the agent stops with this reason.
     Fatal(String),
+}
+
+impl Effect {
+    /// Whether the loop waits for an [`Outcome`] of this effect.
+    pub fn answered(&self) -> bool {
+        !matches!(
+            self,
+            Effect::StartEpoch { .. }
+                | Effect::StopEpoch { .. }
+                | Effect::LogHealth { .. }
+                | Effect::Note(_)
+                | Effect::Fatal(_)
+        )
+    }
 }
 
 /// A figure the loop hands the metrics.
@@ -270,9 +293,12 @@ struct Running {
 pub struct EpochLoop {
     config: LoopConfig,
     phase: Phase,
-    /// Calls planned, in order; one in flight at a time.
+    /// Calls planned, in order: the heartbeat goes on its own path, the others one at a time.
     queue: VecDeque<Planned>,
+    /// The call in flight that is not a heartbeat.
     in_flight: Option<Planned>,
+    /// A heartbeat is in flight (beside `in_flight`, never behind it).
+    beating: bool,
     /// Effects that take no answer, in order.
     out: VecDeque<Effect>,
     /// When the loop next wants [`EpochLoop::handle_timeout`], ms.
@@ -294,6 +320,7 @@ impl EpochLoop {
             phase: Phase::Stopped,
             queue: VecDeque::new(),
             in_flight: None,
+            beating: false,
             out: VecDeque::new(),
             wake_ms: None,
             tracker: AckTracker::new(),
@@ -321,19 +348,31 @@ impl EpochLoop {
 
     /// Whether the loop gave up (after [`Effect::Fatal`]).
     pub fn stopped(&self) -> bool {
-        self.phase == Phase::Stopped && self.in_flight.is_none() && self.queue.is_empty()
+        self.phase == Phase::Stopped
+            && self.in_flight.is_none()
+            && !self.beating
+            && self.queue.is_empty()
     }
 
-    /// The next call to make, if any: effects that take no answer first, then one answered
-    /// call at a time.
+    /// The next call to make, if any: effects that take no answer first, then a planned
+    /// heartbeat unless one is in flight (whatever other call is), then the next other call
+    /// unless one is in flight. Call it until `None` after every input.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         if let Some(e) = self.out.pop_front() {
             return Some(e);
         }
+        if !self.beating {
+            if let Some(i) = self.queue.iter().position(|p| *p == Planned::Heartbeat) {
+                self.queue.remove(i);
+                self.beating = true;
+                return Some(self.effect(&Planned::Heartbeat));
+            }
+        }
         if self.in_flight.is_some() {
             return None;
         }
-        let planned = self.queue.pop_front()?;
+        let i = self.queue.iter().position(|p| *p != Planned::Heartbeat)?;
+        let planned = self.queue.remove(i)?;
         let effect = self.effect(&planned);
         self.in_flight = Some(planned);
         Some(effect)
@@ -448,8 +487,20 @@ impl EpochLoop {
         }
     }
 
-    /// The answer to the call in flight, at `now_ms`.
+    /// The answer to a call in flight, at `now_ms`: [`Outcome::HeartbeatWritten`] answers the
+    /// heartbeat, any other outcome the other call.
     pub fn handle_outcome(&mut self, outcome: Outcome, now_ms: u64) {
+        if let Outcome::HeartbeatWritten(r) = outcome {
+            if !std::mem::take(&mut self.beating) {
+                tracing::warn!(
+                    ?r,
+                    "a heartbeat's outcome with no heartbeat in flight: ignored"
+                );
+                return;
+            }
+            self.heartbeat_written(r);
+            return;
+        }
         let Some(planned) = self.in_flight.take() else {
             tracing::warn!(?outcome, "an outcome with no call in flight: ignored");
             return;
@@ -472,23 +523,6 @@ impl EpochLoop {
                         if let Some(next) = run.reports.front() {
                             self.queue.push_front(Planned::Report(next.clone()));
                         }
-                    }
-                }
-            }
-            (Planned::Heartbeat, Outcome::HeartbeatWritten(r)) => {
-                if let Phase::Running(run) = &mut self.phase {
-                    self.out.push_back(Effect::Note(Note::RedisUp(r.is_ok())));
-                    let error = r.err();
-                    if error != run.log_error {
-                        let health = match &error {
-                            None => LogHealth::Up,
-                            Some(e) => LogHealth::Unavailable(e.clone()),
-                        };
-                        run.log_error = error;
-                        self.out.push_back(Effect::LogHealth {
-                            epoch: run.epoch,
-                            health,
-                        });
                     }
                 }
             }
@@ -561,6 +595,25 @@ impl EpochLoop {
                     ?outcome,
                     "an outcome that answers another call: ignored"
                 );
+            }
+        }
+    }
+
+    /// A heartbeat's result: the metric, and the running core's readiness when it changes.
+    fn heartbeat_written(&mut self, r: Result<(), String>) {
+        if let Phase::Running(run) = &mut self.phase {
+            self.out.push_back(Effect::Note(Note::RedisUp(r.is_ok())));
+            let error = r.err();
+            if error != run.log_error {
+                let health = match &error {
+                    None => LogHealth::Up,
+                    Some(e) => LogHealth::Unavailable(e.clone()),
+                };
+                run.log_error = error;
+                self.out.push_back(Effect::LogHealth {
+                    epoch: run.epoch,
+                    health,
+                });
             }
         }
     }
@@ -754,18 +807,14 @@ impl EpochLoop {
         self.wake_ms = Some(now_ms.saturating_add(self.config.heartbeat_interval_ms));
         if self.queue.contains(&Planned::ReadNew) || self.in_flight == Some(Planned::ReadNew) {
             // The last tick is still being carried out (the log is slow): skip this one, but
-            // for its heartbeat, which goes ahead of the waiting calls unless one waits.
-            let beating = self.queue.contains(&Planned::Heartbeat)
-                || self.in_flight == Some(Planned::Heartbeat);
-            if !beating {
-                self.queue.push_front(Planned::Heartbeat);
-            }
+            // for its heartbeat.
+            plan_heartbeat(&mut self.queue);
             return;
         }
         run.ticks += 1;
-        // First: the heartbeat is what tells the supervisor this rank lives, and its result
-        // is this rank's readiness; waiting calls must not hold it up.
-        self.queue.push_front(Planned::Heartbeat);
+        // The heartbeat is what tells the supervisor this rank lives, and its result is this
+        // rank's readiness: it goes on its own path, beside the call in flight.
+        plan_heartbeat(&mut self.queue);
         if run.join_pending {
             self.queue.push_back(Planned::Join);
         }
@@ -829,5 +878,13 @@ impl EpochLoop {
             }
             Err(e) => tracing::debug!(error = %e, "cannot read the completion stream"),
         }
+    }
+}
+
+/// Plan an interval's heartbeat, unless one is planned already (one in flight that the log has
+/// not answered yet does not hold the next one back: it goes when that one ends).
+fn plan_heartbeat(queue: &mut VecDeque<Planned>) {
+    if !queue.contains(&Planned::Heartbeat) {
+        queue.push_front(Planned::Heartbeat);
     }
 }

@@ -695,3 +695,77 @@ fn acknowledgements_while_the_log_hangs_queue_one_read_and_the_heartbeat_goes_fi
     // The heartbeat first, then one read for the 50 acknowledgements and the tick's read.
     assert_eq!(calls, vec!["Heartbeat", "ReadNew", "ReadNew"]);
 }
+
+/// Found in docs/RELIABILITY.md's Redis rows ("rank 1 silent for 923 ms"): the loop carried
+/// one call at a time, so a heartbeat waited behind a read the log had not answered, for up to
+/// that read's 1,000 ms deadline, longer than the 500 ms heartbeat timeout. The heartbeat has
+/// its own path: it goes beside the call in flight, every interval, and the other calls go on
+/// while a heartbeat is unanswered; either answer may come first.
+#[test]
+fn a_heartbeat_goes_beside_a_call_the_log_has_not_answered() {
+    let mut c = config(1, true);
+    c.follow = false;
+    let mut l = EpochLoop::new(c, 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Recovered(Ok(Box::default())), 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Blocks(None), 0);
+    assert!(matches!(l.poll_effect(), Some(Effect::StartEpoch { .. })));
+    // The first tick: its heartbeat and its read go out together.
+    let first = l.poll_effect();
+    assert!(matches!(first, Some(Effect::Heartbeat { .. })), "{first:?}");
+    let read = l.poll_effect();
+    assert!(matches!(read, Some(Effect::ReadNew { .. })), "{read:?}");
+    assert_eq!(l.poll_effect(), None, "one call of each path in flight");
+    l.handle_outcome(Outcome::HeartbeatWritten(Ok(())), 5);
+    assert!(matches!(
+        l.poll_effect(),
+        Some(Effect::Note(Note::RedisUp(true)))
+    ));
+    // The read hangs (Redis answers it late) for five intervals: a heartbeat every interval.
+    let mut beats = 0;
+    for now in [100, 200, 300, 400, 500] {
+        l.handle_timeout(now);
+        while let Some(e) = l.poll_effect() {
+            match e {
+                Effect::Heartbeat { .. } => {
+                    beats += 1;
+                    l.handle_outcome(Outcome::HeartbeatWritten(Ok(())), now + 1);
+                }
+                Effect::Note(Note::RedisUp(true)) => {}
+                other => panic!("only heartbeats while the read hangs, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        beats, 5,
+        "one heartbeat per interval while the read is unanswered"
+    );
+    // A heartbeat that hangs in its turn does not hold up the read's successors.
+    l.handle_timeout(600);
+    assert!(matches!(l.poll_effect(), Some(Effect::Heartbeat { .. })));
+    l.handle_outcome(Outcome::Read(Ok(Vec::new())), 650);
+    assert_eq!(l.poll_effect(), None);
+    // The next interval's read goes; no second heartbeat while one is unanswered, but one is
+    // planned for when it ends.
+    l.handle_timeout(700);
+    let next = l.poll_effect();
+    assert!(matches!(next, Some(Effect::ReadNew { .. })), "{next:?}");
+    assert_eq!(l.poll_effect(), None);
+    l.handle_outcome(
+        Outcome::HeartbeatWritten(Err("redis heartbeat timed out after 1000 ms".into())),
+        750,
+    );
+    let after: Vec<Effect> = std::iter::from_fn(|| l.poll_effect()).collect();
+    assert!(
+        matches!(after.last(), Some(Effect::Heartbeat { .. })),
+        "the planned heartbeat goes as soon as the last one ended: {after:?}"
+    );
+    assert!(after.iter().any(|e| matches!(
+        e,
+        Effect::LogHealth {
+            health: LogHealth::Unavailable(_),
+            ..
+        }
+    )));
+}
