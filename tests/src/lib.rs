@@ -108,10 +108,33 @@ pub fn tandem() -> Command {
     cmd
 }
 
-/// A loopback TCP port that was free a moment ago (the OS picks it).
+/// A loopback TCP port that was free a moment ago: a random one below the kernel's ephemeral
+/// range (at or above 10000), so that an outgoing connection of another test cannot take it
+/// as its local port between this probe and the real bind; the OS's pick when that fails.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-    l.local_addr().expect("local addr").port()
+    probe_listener().local_addr().expect("local addr").port()
+}
+
+/// A listener on a port as [`free_port`] describes.
+fn probe_listener() -> TcpListener {
+    use std::hash::{BuildHasher, Hasher};
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 11_000 {
+        for _ in 0..64 {
+            // A fresh RandomState is randomly keyed: a random number without another crate.
+            let r = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish();
+            let port = 10_000 + (r % u64::from(low - 10_000)) as u16;
+            if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+                return l;
+            }
+        }
+    }
+    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port")
 }
 
 /// `n` consecutive loopback ports that were free a moment ago (for `http_base_port + rank`).
@@ -125,7 +148,7 @@ pub fn free_ports(singles: usize, n: u16) -> (Vec<u16>, u16) {
     let mut held = Vec::new();
     let mut ports = Vec::new();
     for _ in 0..singles {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+        let l = probe_listener();
         ports.push(l.local_addr().expect("local addr").port());
         held.push(l);
     }

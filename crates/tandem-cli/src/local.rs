@@ -96,10 +96,31 @@ struct PortPicker {
     held: Vec<std::net::TcpListener>,
 }
 
+/// A loopback listener on a random port below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`, 32768 by default) and at or above 10000, or on
+/// a port the OS picks when that fails 64 times. Why: a port picked by the OS comes from the
+/// ephemeral range, and between the probe's close and the agent's bind any outgoing
+/// connection on the machine (a Redis client, a test) may take it as its local port.
+fn probe_listener() -> std::io::Result<std::net::TcpListener> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 11_000 {
+        for _ in 0..64 {
+            let port = rand::Rng::gen_range(&mut rand::thread_rng(), 10_000..low);
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                return Ok(l);
+            }
+        }
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+}
+
 impl PortPicker {
     /// One free port.
     fn one(&mut self) -> anyhow::Result<u16> {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let l = probe_listener()?;
         let port = l.local_addr()?.port();
         self.held.push(l);
         Ok(port)
@@ -108,7 +129,7 @@ impl PortPicker {
     /// `n` consecutive free ports; returns the first.
     fn range(&mut self, n: u16) -> anyhow::Result<u16> {
         'search: for _ in 0..200 {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let probe = probe_listener()?;
             let base = probe.local_addr()?.port();
             drop(probe);
             if base.checked_add(n).is_none() {
