@@ -140,6 +140,9 @@ fn disk_effect(fault: DiskFault, write: bool, n: u64, n_op: u64) -> (Option<std:
 }
 
 #[cfg(feature = "fault-hooks")]
+pub(crate) use hook::from_env;
+
+#[cfg(feature = "fault-hooks")]
 mod hook {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
@@ -152,17 +155,23 @@ mod hook {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     static READS: AtomicU64 = AtomicU64::new(0);
 
-    fn disk_armed() -> Option<DiskFault> {
-        *DISK.get_or_init(|| {
-            let value = std::env::var(DISK_VAR).ok()?;
-            match parse_disk(&value) {
-                Ok(fault) => Some(fault),
-                Err(e) => {
-                    tracing::warn!(error = %e, "disk fault hook ignored");
-                    None
-                }
-            }
+    /// The hook armed by `var`, read and parsed once per process (`cell` keeps it); a value
+    /// that does not parse is logged and ignored.
+    pub(crate) fn from_env<T: Copy>(
+        cell: &'static OnceLock<Option<T>>,
+        var: &str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        *cell.get_or_init(|| {
+            let value = std::env::var(var).ok()?;
+            parse(&value)
+                .map_err(|e| tracing::warn!(error = %e, "fault hook ignored"))
+                .ok()
         })
+    }
+
+    fn disk_armed() -> Option<DiskFault> {
+        from_env(&DISK, DISK_VAR, parse_disk)
     }
 
     pub(super) fn disk_transfer(write: bool) -> Option<std::io::Error> {
@@ -192,16 +201,7 @@ mod hook {
     static PROTOCOL: AtomicU64 = AtomicU64::new(0);
 
     fn armed() -> Option<(Actor, u64)> {
-        *ARMED.get_or_init(|| {
-            let value = std::env::var(PANIC_AT_VAR).ok()?;
-            match parse(&value) {
-                Ok(hook) => Some(hook),
-                Err(e) => {
-                    tracing::warn!(error = %e, "fault hook ignored");
-                    None
-                }
-            }
-        })
+        from_env(&ARMED, PANIC_AT_VAR, parse)
     }
 
     pub(super) fn announce() {

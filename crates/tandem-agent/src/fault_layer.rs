@@ -30,23 +30,19 @@ mod hook {
     static ARMED: OnceLock<Option<(u32, u64)>> = OnceLock::new();
 
     pub(super) fn armed() -> Option<(u32, u64)> {
-        *ARMED.get_or_init(|| {
-            let value = std::env::var(LAYER_STALL_VAR).ok()?;
-            match parse(&value) {
-                Ok(hook) => {
-                    tracing::warn!(
-                        layer = hook.0,
-                        ms = hook.1,
-                        "fault hook armed: layerwise loads stall before this layer"
-                    );
-                    Some(hook)
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "fault hook ignored");
-                    None
-                }
-            }
-        })
+        let hook = crate::fault::from_env(&ARMED, LAYER_STALL_VAR, parse);
+        if let Some((layer, ms)) = hook {
+            // Once per process, as the other hooks' announce does.
+            static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+            ANNOUNCED.call_once(|| {
+                tracing::warn!(
+                    layer,
+                    ms,
+                    "fault hook armed: layerwise loads stall before this layer"
+                )
+            });
+        }
+        hook
     }
 }
 
