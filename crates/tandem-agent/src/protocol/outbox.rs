@@ -84,10 +84,7 @@ impl ProtocolActor {
                 Outgoing::Send {
                     to: Peer::Leader,
                     bytes,
-                } => self
-                    .leader_link
-                    .iter()
-                    .for_each(|l| l.send_encoded(&bytes)),
+                } => self.leader_link.iter().for_each(|l| l.send_encoded(&bytes)),
                 Outgoing::Send {
                     to: Peer::Followers(conns),
                     bytes,

@@ -254,11 +254,9 @@ pub(super) fn table(r: &FrameReport) -> String {
         }
         None => out += "scale: p50(16)/p50(2) not available (a rank count did not run)\n",
     }
-    if let (Some(a), Some(b), Some(x)) = (
-        r.increment_us,
-        r.baseline_increment_us,
-        r.increment_ratio,
-    ) {
+    if let (Some(a), Some(b), Some(x)) =
+        (r.increment_us, r.baseline_increment_us, r.increment_ratio)
+    {
         out += &format!(
             "per follower: frame p50 +{a:.1} µs, baseline +{b:.1} µs, ratio {x:.2} {} (target ≤ {INCREMENT_TARGET})\n",
             mark(x <= INCREMENT_TARGET)
