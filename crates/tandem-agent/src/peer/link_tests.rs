@@ -46,10 +46,19 @@ async fn bytes_arrive_in_order_when_the_socket_blocks_and_after_the_link_is_drop
         !link.handle.shared.state().queue.is_empty(),
         "the far end read nothing, yet nothing was queued"
     );
+    // Make room at the far end and let the runtime turn: a message sent then still arrives
+    // after everything sent before it.
+    let mut got = vec![0u8; 1 << 20];
+    far.read_exact(&mut got).await.unwrap();
+    tokio::task::yield_now().await;
+    link.send_encoded(&message(count));
     drop(link);
-    let mut got = Vec::new();
     far.read_to_end(&mut got).await.unwrap();
-    assert_eq!(got.len(), count as usize * 64 * 1024, "bytes lost or added");
+    assert_eq!(
+        got.len(),
+        (count as usize + 1) * 64 * 1024,
+        "bytes lost or added"
+    );
     for (i, chunk) in got.chunks(64 * 1024).enumerate() {
         assert_eq!(chunk, &message(i as u32)[..], "message {i} out of order");
     }
