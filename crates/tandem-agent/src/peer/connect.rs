@@ -2,8 +2,9 @@
 //!
 //! Connect (retrying while the leader starts, up to a deadline), answer the leader's
 //! `Challenge` with a `Hello` built by the sans-IO `Membership`, and wait for `Welcome` or
-//! `Refused`. After admission every message from the leader goes to the `ProtocolActor`; the
-//! end of the connection is reported once and never silently re-established.
+//! `Refused`. After admission the connection's reader and writer go to the `ProtocolActor`,
+//! which reads every message from the leader itself; the end of the connection is reported once
+//! and never silently re-established.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::peer::io::{write_message, MessageReader, PeerIoError};
 use crate::peer::link::PeerLink;
-use crate::protocol::{FromLeader, LeaderLinked, LeaderLost, ProtocolActor};
+use crate::protocol::{LeaderLinked, LeaderLost, ProtocolActor};
 
 /// Why a follower could not join its leader.
 #[derive(Debug, thiserror::Error)]
@@ -106,19 +107,8 @@ pub async fn join(
     let link = PeerLink::spawn(write_half, max_frame_bytes, move |reason| {
         lost.do_send(LeaderLost { reason })
     });
-    actor.do_send(LeaderLinked { link });
-    actix_rt::spawn(async move {
-        loop {
-            match reader.next().await {
-                Ok(msg) => actor.do_send(FromLeader { msg }),
-                Err(e) => {
-                    actor.do_send(LeaderLost {
-                        reason: e.to_string(),
-                    });
-                    return;
-                }
-            }
-        }
-    });
+    // The actor reads the leader's messages itself: a frame goes from the socket to the core
+    // with no task or mailbox between them.
+    actor.do_send(LeaderLinked { link, reader });
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The TCP peer transport between the leader (rank 0) and its followers.
 //!
 //! - [`io`]: reading and writing whole protocol messages on a byte stream.
-//! - [`link`]: the queued writer of one connection.
+//! - [`link`]: the writer of one connection: at once from the sender, queued only when the
+//!   socket would block.
 //! - [`listen`]: the leader's listener: challenge, check the hello, admit or refuse.
 //! - [`connect`]: a follower's connection to the leader and its side of the handshake.
 //!

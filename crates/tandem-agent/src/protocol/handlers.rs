@@ -9,7 +9,7 @@ use tandem_proto::Rank;
 use tokio::sync::oneshot;
 
 use super::{
-    AdmitPeer, AgentStatus, Drain, EngineCall, EngineDisconnected, FromLeader, FromPeer, GetStatus,
+    AdmitPeer, AgentStatus, Drain, EngineCall, EngineDisconnected, FromPeer, GetStatus,
     LeaderLinked, LeaderLost, LogHealth, PeerLost, ProtocolActor, StopEpoch,
 };
 use crate::store_actor::{LayersCopied, ShardDone};
@@ -72,18 +72,11 @@ impl Handler<PeerLost> for ProtocolActor {
 
 impl Handler<LeaderLinked> for ProtocolActor {
     type Result = ();
-    /// Admitted by the leader: its link.
+    /// Admitted by the leader: its link, and its messages read from now on.
     fn handle(&mut self, msg: LeaderLinked, ctx: &mut Context<Self>) {
         self.leader_link = Some(msg.link);
+        self.read_leader(msg.reader, ctx);
         self.input(ctx, |core, now| core.handle_leader_linked(now));
-    }
-}
-
-impl Handler<FromLeader> for ProtocolActor {
-    type Result = ();
-    /// A frame (or another message) from the leader.
-    fn handle(&mut self, msg: FromLeader, ctx: &mut Context<Self>) {
-        self.input(ctx, |core, now| core.handle_leader_message(msg.msg, now));
     }
 }
 

@@ -7,9 +7,11 @@ use tandem_client::api::{EngineReply, EngineRequest};
 use tandem_proto::ids::Rank;
 use tandem_proto::wire::handshake::{HandshakeError, Nonce};
 use tandem_proto::wire::{Hello, Message as WireMessage};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::oneshot;
 
 use super::status::AgentStatus;
+use crate::peer::io::MessageReader;
 use crate::peer::link::PeerLink;
 
 /// One engine request; the reply goes back on `reply` exactly once (possibly later, for a
@@ -72,20 +74,15 @@ pub struct PeerLost {
     pub reason: String,
 }
 
-/// Follower: admitted by the leader; here is the connection's writer.
+/// Follower: admitted by the leader; here are the connection's writer and reader (the actor
+/// reads the leader's messages from it until the connection ends).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct LeaderLinked {
     /// The writer.
     pub link: PeerLink,
-}
-
-/// Follower: a message from the leader.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct FromLeader {
-    /// The message.
-    pub msg: WireMessage,
+    /// The reader, past the handshake.
+    pub reader: MessageReader<OwnedReadHalf>,
 }
 
 /// Follower: the leader's connection ended (or the join failed).

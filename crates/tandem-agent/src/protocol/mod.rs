@@ -3,21 +3,25 @@
 //! It holds a [`RankCore`] (`tandem-core`), feeds it every input with the agent's `now_ms`
 //! (engine calls, peer messages and losses, this rank's shard results, append and manifest
 //! results, one timer at the core's `poll_timeout`) and carries out every output in order:
-//! replies to the engine call they name, commands to the `StoreActor`, messages on peer links,
-//! appends to the completion stream and manifest reads (their results fed back), events to the
-//! runtime. It holds no rule: every decision is the core's. A new epoch gets a new
+//! replies to the engine call they name, commands to the `StoreActor`, messages on peer links
+//! (in their own order, after an engine answer of the same input: `outbox`), appends to the
+//! completion stream and manifest reads (their results fed back), events to the runtime. It holds no rule: every decision is the core's. A new epoch gets a new
 //! ProtocolActor and a new core: nothing of an old epoch's protocol resumes.
 //!
 //! - `handlers`: one handler per message, each an input of the core.
+//! - `inbound`: a follower's reading of its leader's connection, inside the actor.
 //! - `messages`: the messages it takes (re-exported here).
 //! - [`status`]: what `/status` shows of it.
 //! - [`index_blocks`]: the leader's group index for `/index`.
 //! - `metrics`: the core's counters copied into the agent's metrics.
+//! - `outbox`: peer messages in order, written in one pass after the engine's answer.
 
 mod handlers;
+mod inbound;
 pub mod index_blocks;
 mod messages;
 mod metrics;
+mod outbox;
 pub mod status;
 
 pub use messages::*;
@@ -28,11 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Recipient, SpawnHandle, WrapFuture};
-use tandem_core::{CallRef, ConnId, Event, Output, Peer, RankCore, Role};
+use tandem_core::{CallRef, ConnId, Event, Output, RankCore, Role};
 use tandem_durable::{CompletionStream, LivenessStore};
 use tandem_proto::engine::{AgentError, EngineReply};
-use tandem_proto::wire::codec::encode_checked;
-use tandem_proto::Message as WireMessage;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
@@ -88,6 +90,8 @@ pub struct ProtocolActor {
     timer: Option<(u64, SpawnHandle)>,
     /// Rank 0's KV cache events (when enabled).
     cache_events: Option<crate::events::EventTap>,
+    /// Peer messages and closes not carried out yet.
+    outbox: outbox::Outbox,
 }
 
 impl ProtocolActor {
@@ -110,6 +114,7 @@ impl ProtocolActor {
             links: BTreeMap::new(),
             leader_link: None,
             timer: None,
+            outbox: outbox::Outbox::default(),
         }
     }
 
@@ -131,11 +136,14 @@ impl ProtocolActor {
         result
     }
 
-    /// Carry out every output of the core, in order, then arm the timer for its deadline.
+    /// Carry out every output of the core, in order (peer messages after the engine's answer,
+    /// see `outbox`), then arm the timer for its deadline.
     fn flush(&mut self, ctx: &mut Context<Self>) {
+        let mut answered = false;
         while let Some(out) = self.core.poll_output() {
             match out {
                 Output::Reply { call, reply } => {
+                    answered = true;
                     if let (Some(tap), EngineReply::Frame(f)) = (&mut self.cache_events, &reply) {
                         tap.sealed(f);
                     }
@@ -146,8 +154,8 @@ impl ProtocolActor {
                     report_to: ctx.address().recipient::<ShardDone>(),
                     layers_to: ctx.address().recipient::<LayersCopied>(),
                 }),
-                Output::Send { to, msg } => self.send(to, &msg),
-                Output::Close { conn } => drop(self.links.remove(&conn)),
+                Output::Send { to, msg } => self.queue_send(to, &msg),
+                Output::Close { conn } => self.queue_close(conn),
                 Output::Append(a) => self.append(a, ctx),
                 Output::FetchManifests { epoch } => self.fetch_manifests(epoch, ctx),
                 Output::Event(e) => {
@@ -160,6 +168,7 @@ impl ProtocolActor {
                 }
             }
         }
+        self.send_outbox(answered, ctx);
         self.arm(ctx);
     }
 
@@ -171,23 +180,6 @@ impl ProtocolActor {
             self.wiring.metrics.observe_frame_latency(t.elapsed());
         }
         let _ = p.reply.send(reply);
-    }
-
-    fn send(&self, to: Peer, msg: &WireMessage) {
-        let links: Vec<&PeerLink> = match &to {
-            Peer::Leader => self.leader_link.iter().collect(),
-            Peer::Followers(conns) => conns.iter().filter_map(|c| self.links.get(c)).collect(),
-        };
-        // One encoding per message, shared by every link.
-        match encode_checked(msg, self.wiring.max_frame_bytes) {
-            Ok(bytes) => {
-                let bytes = Arc::new(bytes);
-                links.iter().for_each(|l| l.send_encoded(bytes.clone()));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, kind = msg.kind(), "message exceeds the wire limit")
-            }
-        }
     }
 
     /// Append a step record, then hand the result to the core.
@@ -281,6 +273,8 @@ impl Actor for ProtocolActor {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
+        // Peer messages the core gave before the end still go out, as a queued link would.
+        self.write_outbox();
         self.abandon_calls("agent is restarting");
     }
 }
