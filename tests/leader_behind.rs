@@ -4,6 +4,10 @@
 //! - A follower engine asking for a step far beyond the leader gets the typed
 //!   `AgentError::LeaderBehind` after its deadline, naming the step it wants and the step the
 //!   leader has sealed, instead of hanging; the rank goes on working afterwards.
+//! - A follower engine that replaces one which left frames unacknowledged (enough to fill the
+//!   leader's window) is welcomed at the first of them: reading on from its welcome opens the
+//!   window again, where a welcome past them left it waiting for a frame the leader could not
+//!   seal (the datapath bench's 40 s stall, docs/BENCHMARKS.md).
 //! - A request that names another epoch than the group's is refused `StaleEpoch` on the leader
 //!   and on a follower, and is never applied (a stale `end_step` seals nothing, a stale `ack`
 //!   acknowledges nothing). These go over the raw wire, since `EngineClient` always speaks the
@@ -16,7 +20,7 @@ use tandem_client::wire::{read_message, write_message};
 use tandem_client::{AgentError, ClientError, EngineReply, EngineRequest};
 use tandem_proto::ids::{Epoch, Step};
 use tandem_tests::cluster::{Group, GroupSpec};
-use tandem_tests::engines::connect_engine;
+use tandem_tests::engines::{connect_engine, step_both};
 use tandem_tests::ChildGuard;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -85,6 +89,46 @@ fn follower_far_ahead_gets_leader_behind_after_its_deadline() {
         "the follower reads the frame the leader sealed"
     );
     follower.ack(Step(3)).expect("ack 3");
+}
+
+#[test]
+fn a_new_follower_engine_resumes_at_the_first_frame_its_rank_has_not_acknowledged() {
+    let g = Group::start(&GroupSpec::new(1, 2));
+    g.wait_ready(Duration::from_secs(30));
+    let (mut leader, _lpool) = connect_engine(&g.socket(0), &g.pool_path(0), 0, 4);
+    let (mut first, first_pool) = connect_engine(&g.socket(1), &g.pool_path(1), 1, 4);
+    step_both(&mut leader, &mut first, Step(0));
+    // Rank 1's engine applies nothing more: the leader seals until its window is full.
+    let mut open = 1;
+    loop {
+        match leader.end_step(Step(open), Duration::ZERO) {
+            Ok(_) => {
+                leader.ack(Step(open)).expect("leader ack");
+                open += 1;
+            }
+            Err(ClientError::Agent(AgentError::WindowFull { .. })) => break,
+            Err(e) => panic!("end_step {open}: {e}"),
+        }
+    }
+    // That engine leaves (no task in flight: nothing fails) and a new one joins rank 1.
+    drop((first, first_pool));
+    let (mut second, _pool) = connect_engine(&g.socket(1), &g.pool_path(1), 1, 4);
+    let next = second.welcome().next_step;
+    assert_eq!(
+        next,
+        Step(1),
+        "welcomed at the first frame rank 1 has not acknowledged"
+    );
+    for s in next.0..open {
+        second
+            .frame(Step(s), WAIT)
+            .expect("a frame the first engine left");
+        second.ack(Step(s)).expect("ack");
+    }
+    let sealed = leader
+        .end_step(Step(open), WAIT)
+        .expect("the window is open again");
+    assert_eq!(second.frame(Step(open), WAIT).expect("frame"), sealed);
 }
 
 /// One request over the raw engine socket; the reply.

@@ -99,7 +99,9 @@ pub struct Welcome {
     pub world_size: u32,
     /// Bytes of one block shard: the page size the agent expects.
     pub shard_bytes: u64,
-    /// The next step the leader will seal.
+    /// Where this engine goes on: the leader's, the next step the leader will seal; a
+    /// follower's, the first frame its rank has not acknowledged (the step to
+    /// [`crate::EngineSession::seek`] to when it joins an epoch under way).
     pub next_step: Step,
 }
 

@@ -418,8 +418,10 @@ impl EngineSession {
         self.book.tally()
     }
 
-    /// Follower: read from `step` on (for example the leader's first step, when the engine
-    /// joins an epoch that has run for a while and its first frames have expired).
+    /// Follower: read from `step` on; an engine joining an epoch under way seeks to
+    /// [`Welcome::next_step`], the first frame its rank has not acknowledged. Frames skipped
+    /// past that are never acknowledged by this rank: once they fill the leader's window it
+    /// seals nothing more, and a read of a later step ends only in `LeaderBehind`.
     pub fn seek(&mut self, step: Step) {
         self.next = step;
     }

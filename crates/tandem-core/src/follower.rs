@@ -80,6 +80,16 @@ impl FollowerCore {
         self.follower.received_step().map_or(Step(0), Step::next)
     }
 
+    /// Where an engine that says hello resumes reading: the first frame this rank has not
+    /// acknowledged (step 0 before any). From there on every frame is retained (the leader
+    /// seals at most `window_steps` past this rank's acknowledgement, and the retention is at
+    /// least the window) and the window opens as the engine acknowledges them; an engine that
+    /// started at [`Self::next_step`] while an earlier engine of this rank left frames
+    /// unacknowledged would wait for a frame the leader cannot seal until they are.
+    pub fn resume_step(&self) -> Step {
+        self.follower.acked_step().map_or(Step(0), Step::next)
+    }
+
     /// Tasks this rank saw started without an outcome yet.
     pub fn tasks_in_flight(&self) -> usize {
         self.follower.open_tasks().len()

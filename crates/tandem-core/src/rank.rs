@@ -191,7 +191,7 @@ impl RankCore {
                     shard_bytes: self.sh.config.shard_bytes,
                     next_step: match &self.role {
                         Role::Leader(l) => l.next_step(),
-                        Role::Follower(f) => f.next_step(),
+                        Role::Follower(f) => f.resume_step(),
                     },
                 }
             };

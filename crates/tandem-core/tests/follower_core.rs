@@ -378,3 +378,51 @@ fn a_rank_whose_log_does_not_answer_is_not_ready_and_a_lost_stream_fails_the_epo
         "the store in flight is handed on: {in_flight:?}"
     );
 }
+
+/// A follower's engine left with frames it had not acknowledged, enough to fill the leader's
+/// window, and a new engine joined: it is welcomed at the first frame its rank has not
+/// acknowledged, and reading on from there opens the window. Welcomed at the step after the
+/// last frame received (the next one the leader would seal), it waited for a frame the leader
+/// could never seal while the window waited for it: the 40 s stall of `tandem bench datapath`
+/// (docs/BENCHMARKS.md, "Found on the way").
+#[test]
+fn a_new_engine_is_welcomed_at_the_first_frame_its_rank_has_not_acknowledged() {
+    let spec = Spec::new(2);
+    let window = spec.window;
+    let mut g = Group::start(spec);
+    let hello = tandem_proto::engine::EngineRequest::hello(1);
+    assert!(matches!(
+        g.call(1, hello.clone()),
+        EngineReply::Welcome { .. }
+    ));
+    g.step();
+    g.step();
+    // The follower's engine applies nothing more; the leader seals until its window is full.
+    for _ in 0..window {
+        let f = g.end_step();
+        assert_eq!(g.ack(0, f.step.0), EngineReply::Acked);
+    }
+    let refused = g.end_step_call(0);
+    assert!(matches!(
+        g.reply(0, refused).map(error),
+        Some(AgentError::WindowFull { .. })
+    ));
+    // That engine leaves with no task in flight (nothing fails), and a new one says hello.
+    let now = g.now_ms;
+    g.nodes[1]
+        .core
+        .handle_engine_disconnect(true, "engine closed the connection", now);
+    assert_eq!(g.failed(1), None);
+    let next = match g.call(1, hello) {
+        EngineReply::Welcome { next_step, .. } => next_step,
+        other => panic!("hello answered {other:?}"),
+    };
+    assert_eq!(next, Step(2), "the first frame rank 1 has not acknowledged");
+    // The new engine reads on from its welcome and acknowledges: the window opens.
+    for s in next.0..next.0 + window {
+        let read = g.frame_call(1, s, 100);
+        assert_eq!(frame_of(g.reply(1, read)).step, Step(s));
+        assert_eq!(g.ack(1, s), EngineReply::Acked);
+    }
+    assert_eq!(g.end_step().step, Step(2 + window));
+}

@@ -263,7 +263,10 @@ pub enum EngineReply {
         world_size: u32,
         /// Bytes of one block shard (the page size the agent expects).
         shard_bytes: u64,
-        /// The next step the leader will seal (0 at the start of an epoch).
+        /// Where this engine goes on (0 at the start of an epoch): the leader's engine, the
+        /// next step the leader will seal; a follower's, the first frame its rank has not
+        /// acknowledged (an earlier engine of the rank may have left frames unacknowledged,
+        /// and the window opens only once they are).
         next_step: Step,
     },
     /// Answer to `RegisterBuffer` and `RegisterDevice`: pages in the region.

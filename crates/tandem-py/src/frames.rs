@@ -81,7 +81,8 @@ pub(crate) struct Welcome {
     /// Bytes of one block shard: the page size the agent expects.
     #[pyo3(get)]
     shard_bytes: u64,
-    /// The next step the leader will seal.
+    /// Where this engine goes on: the leader's, the next step the leader will seal; a
+    /// follower's, the first frame its rank has not acknowledged.
     #[pyo3(get)]
     next_step: u64,
 }

@@ -23,6 +23,7 @@ use tandem_proto::frame::OutcomeResult;
 use tandem_proto::ids::{BlockHash, PageId, RequestId, Step, TaskId};
 
 use super::figures::{CaseFigures, Latency, PhaseFigures};
+use super::trace::FollowerTrace;
 use super::DatapathError;
 
 /// One case's shape and pacing.
@@ -46,6 +47,20 @@ pub struct DriveOptions {
     pub samples: usize,
     /// A number mixed into the block hashes, so that two cases never name the same block.
     pub seed: u64,
+    /// Asked for the agents' own view (every rank's `/status`) when the leader's side fails,
+    /// before the followers stop; its text goes into the error.
+    pub probe: Option<StatusProbe>,
+}
+
+/// What the agents say about themselves, read by the caller (which knows where they listen)
+/// for the report of a case that failed: one text, every rank's `/status` for example.
+#[derive(Clone)]
+pub struct StatusProbe(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for StatusProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StatusProbe")
+    }
 }
 
 /// The byte pattern of `block` on `rank`: 8-byte words from a xorshift seeded by both.
@@ -93,6 +108,7 @@ pub fn drive_case(opts: &DriveOptions) -> Result<CaseFigures, DatapathError> {
     let stop = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(Barrier::new(n as usize));
     let follower_error: Arc<Mutex<Option<DatapathError>>> = Arc::new(Mutex::new(None));
+    let traces: Vec<Arc<FollowerTrace>> = (1..n).map(|_| Arc::default()).collect();
     let mut threads = Vec::new();
     for r in 1..n {
         let (socket, path) = (
@@ -100,8 +116,9 @@ pub fn drive_case(opts: &DriveOptions) -> Result<CaseFigures, DatapathError> {
             pools[r as usize].path().map(PathBuf::from),
         );
         let (stop, ready, err) = (stop.clone(), ready.clone(), follower_error.clone());
+        let trace = traces[r as usize - 1].clone();
         threads.push(std::thread::spawn(move || {
-            let result = follow(r, &socket, path, config, &stop, &ready, shard);
+            let result = follow(r, &socket, path, config, &stop, &ready, shard, &trace);
             if let Err(e) = result {
                 stop.store(true, Ordering::SeqCst);
                 if let Ok(mut slot) = err.lock() {
@@ -111,6 +128,17 @@ pub fn drive_case(opts: &DriveOptions) -> Result<CaseFigures, DatapathError> {
         }));
     }
     let result = lead(opts, &mut pools, config, &stop, &ready, &follower_error);
+    // A failed case: where every follower and agent stood, taken before the followers stop.
+    let result = result.map_err(|e| {
+        let mut state: Vec<String> = (1..n).map(|r| traces[r as usize - 1].describe(r)).collect();
+        if let Some(probe) = &opts.probe {
+            state.push((probe.0)());
+        }
+        DatapathError::Failed {
+            source: Box::new(e),
+            state: state.join("\n"),
+        }
+    });
     stop.store(true, Ordering::SeqCst);
     for t in threads {
         let _ = t.join();
@@ -135,7 +163,9 @@ pub fn drive_case(opts: &DriveOptions) -> Result<CaseFigures, DatapathError> {
     Ok(figures)
 }
 
-/// A follower engine: register the pool, then read and acknowledge every frame until `stop`.
+/// A follower engine: register the pool, then read and acknowledge every frame until `stop`;
+/// every call and its reply go into `trace`.
+#[allow(clippy::too_many_arguments)]
 fn follow(
     rank: u32,
     socket: &std::path::Path,
@@ -144,26 +174,49 @@ fn follow(
     stop: &AtomicBool,
     ready: &Barrier,
     shard: u64,
+    trace: &FollowerTrace,
 ) -> Result<(), DatapathError> {
     let fail = |source| DatapathError::Session { rank, source };
     let joined = (|| {
+        trace.begin("connect", None);
         let mut s = EngineSession::connect(socket, rank, config).map_err(fail)?;
         let path = pool_path.ok_or_else(|| DatapathError::Check("a pool without a path".into()))?;
         let pool = PagePool::attach(&path, shard)?;
+        trace.begin("register_pool", None);
         s.register_pool(&pool).map_err(fail)?;
         s.seek(s.welcome().next_step);
+        trace.end(format!("joined at step {}", s.step()), false);
         Ok::<_, DatapathError>(s)
     })();
     ready.wait();
     let mut s = joined?;
-    while !stop.load(Ordering::SeqCst) {
+    // One frame read and, when one came, its acknowledgement: `Ok(true)` when a frame came.
+    let read_one = |s: &mut EngineSession| -> Result<bool, DatapathError> {
+        trace.begin("frame", Some(s.step().0));
         match s.next_frame(Duration::from_millis(50)) {
-            Ok(_) => {
-                s.ack().map_err(fail)?;
+            Ok(a) => {
+                trace.end(format!("frame {}", a.frame.step), false);
+                trace.applied(a.frame.step.0);
+                trace.begin("ack", Some(a.frame.step.0));
+                let acked = s.ack();
+                trace.end(format!("{acked:?}"), false);
+                if let Some(step) = acked.map_err(fail)? {
+                    trace.acked(step.0);
+                }
+                Ok(true)
             }
-            Err(SessionError::Agent(AgentError::LeaderBehind { .. })) => {}
-            Err(e) => return Err(fail(e)),
+            Err(SessionError::Agent(e @ AgentError::LeaderBehind { .. })) => {
+                trace.end(e.to_string(), true);
+                Ok(false)
+            }
+            Err(e) => {
+                trace.end(e.to_string(), false);
+                Err(fail(e))
+            }
         }
+    };
+    while !stop.load(Ordering::SeqCst) {
+        read_one(&mut s)?;
     }
     // The leader has stopped sealing: read and acknowledge what it sealed last before the
     // session closes, or this rank's agent sees its engine leave with a task whose finish
@@ -171,13 +224,8 @@ fn follow(
     // no frame came for 250 ms, or after 5 s.
     let (mut progress, until) = (Instant::now(), Instant::now() + Duration::from_secs(5));
     while Instant::now() < until && progress.elapsed() < Duration::from_millis(250) {
-        match s.next_frame(Duration::from_millis(50)) {
-            Ok(_) => {
-                s.ack().map_err(fail)?;
-                progress = Instant::now();
-            }
-            Err(SessionError::Agent(AgentError::LeaderBehind { .. })) => {}
-            Err(e) => return Err(fail(e)),
+        if read_one(&mut s)? {
+            progress = Instant::now();
         }
     }
     Ok(())

@@ -15,13 +15,16 @@
 //! - `baseline`: [`copy_floor`] (memcpy between shared-memory buffers of the same shape) and
 //!   [`disk_floor`] (pwrite / pread of the same bytes, shard by shard, in the same directory).
 //! - `figures`: [`Latency`], [`PhaseFigures`], [`CaseFigures`].
+//! - `trace`: each follower thread's last call and reply, for the report of a case that
+//!   failed (with the caller's [`StatusProbe`]: every agent's own view).
 
 mod baseline;
 mod engines;
 mod figures;
+mod trace;
 
 pub use baseline::{copy_floor, disk_floor, Floor};
-pub use engines::{drive_case, DriveOptions};
+pub use engines::{drive_case, DriveOptions, StatusProbe};
 pub use figures::{CaseFigures, Latency, PhaseFigures};
 
 /// Why a case could not be measured.
@@ -49,6 +52,15 @@ pub enum DatapathError {
     /// A task did not finish `Ok`, a lookup did not match, or loaded bytes were wrong.
     #[error("datapath: {0}")]
     Check(String),
+    /// The leader's side failed (`source`); `state` is where every follower engine and agent
+    /// stood at that moment (each follower's last call and its reply, the caller's probe).
+    #[error("{source}\n--- state when it failed ---\n{state}")]
+    Failed {
+        /// The leader's error.
+        source: Box<DatapathError>,
+        /// Every follower's last call, then the probe's text.
+        state: String,
+    },
 }
 
 pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DatapathError {

@@ -50,7 +50,9 @@ class Welcome:
         """Bytes of one block shard: the page size the agent expects."""
     @property
     def next_step(self) -> int:
-        """The next step the leader will seal."""
+        """Where this engine goes on: the leader's, the next step the leader will seal; a
+        follower's, the first frame its rank has not acknowledged (seek there when joining an
+        epoch under way)."""
 
 class LookupResult:
     """The leader's prefix-match decision for one request."""

@@ -20,14 +20,14 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 use tandem_bench::datapath::{
-    copy_floor, disk_floor, drive_case, CaseFigures, DriveOptions, Floor,
+    copy_floor, disk_floor, drive_case, CaseFigures, DriveOptions, Floor, StatusProbe,
 };
 use tokio_util::sync::CancellationToken;
 
 use super::report::{mark, Table};
 use super::stats::ratio;
 use super::{BenchArgs, PartOutput};
-use crate::local::{LocalCluster, LocalSpec, LocalTuning};
+use crate::local::{http_get, LocalCluster, LocalSpec, LocalTuning};
 
 /// Rank counts of the full run.
 const RANKS: [u32; 3] = [1, 2, 4];
@@ -303,6 +303,10 @@ fn one_cluster(
     };
     let mut cluster = LocalCluster::start_tuned(&spec, &tuning, CancellationToken::new())?;
     let sockets: Vec<PathBuf> = (0..n).map(|r| cluster.socket(r)).collect();
+    let probe = status_probe(
+        (0..n).map(|r| cluster.agent_http(r)).collect(),
+        cluster.supervisor_http().to_string(),
+    );
     let mut out = Vec::new();
     for &(blocks, w) in plan {
         let opts = DriveOptions {
@@ -315,6 +319,7 @@ fn one_cluster(
             deadline: DEADLINE,
             samples: SAMPLES,
             seed: *seed,
+            probe: Some(probe.clone()),
         };
         *seed += 1;
         match drive_case(&opts) {
@@ -327,6 +332,24 @@ fn one_cluster(
     }
     cluster.stop();
     Ok(out)
+}
+
+/// Every rank's `/status` and the supervisor's, read when a case fails (before its engines
+/// stop), so that its report says whether each agent had the frames its engine waited for.
+fn status_probe(agents: Vec<String>, supervisor: String) -> StatusProbe {
+    StatusProbe(std::sync::Arc::new(move || {
+        let get = |what: String, addr: &str| match http_get(&format!("http://{addr}/status")) {
+            Some((code, body)) => format!("{what} /status ({code}): {}", body.trim()),
+            None => format!("{what} /status: no answer from {addr}"),
+        };
+        let mut lines: Vec<String> = agents
+            .iter()
+            .enumerate()
+            .map(|(r, a)| get(format!("rank {r}"), a))
+            .collect();
+        lines.push(get("supervisor".into(), &supervisor));
+        lines.join("\n")
+    }))
 }
 
 /// `64K`, `1M`, `8M`.
