@@ -2,13 +2,16 @@
 //! (docs/RELIABILITY.md, "Faults inside a rank").
 //!
 //! The groups run disk-only ranks (`store.host_capacity_blocks = 0`), so every store task
-//! writes its shards to the disk tier. The faults come from the agent's test-only disk hook
+//! writes its shards to the disk tier (one test gives the host tier room for 4 blocks). The faults come from the agent's test-only disk hook
 //! (`TANDEM_FAULT_DISK`, see `tandem_agent::fault`), set only on the faulty rank's agent
 //! process, which runs the binary built with the `fault-hooks` feature
 //! (`cargo build -p tandem-cli --bin tandem --features fault-hooks`, copied to
 //! `target/debug/tandem-fault-hooks`; scripts/test.sh does both). Without it the hook tests
 //! print SKIPPED.
 //!
+//! - A group with a small host tier: a store past the host's room lands on disk, the load reads
+//!   those shards straight from their disk slots, verified on every rank, and moves nothing; a
+//!   disk shard whose bytes changed fails its load, and the block leaves the group.
 //! - A rank's disk write fails halfway through a 10-page store: every rank reads the same
 //!   sealed outcome, failed (never finished), and later lookups match only blocks every rank
 //!   holds.
@@ -319,6 +322,102 @@ fn a_disk_write_failing_halfway_through_a_store_fails_it_on_every_rank() {
             ("outcome", "failed".into()),
             ("reason", reason.chars().take(160).collect()),
             ("lookup_matched_after", matched.to_string()),
+        ],
+    );
+}
+
+/// Each rank's manifest tier of each of `hashes` (`None`: not listed).
+fn tiers(g: &Group, rank: u32, hashes: &[BlockHash]) -> Vec<Option<tandem_proto::Tier>> {
+    let m = Manifest::load(&manifest_path(g, rank)).ok().flatten();
+    hashes
+        .iter()
+        .map(|h| m.as_ref().and_then(|m| m.entries.get(h)).map(|l| l.tier))
+        .collect()
+}
+
+#[test]
+fn a_disk_resident_block_loads_from_its_slot_verified_and_stays_there() {
+    let _serial = serial();
+    let redis = RedisServer::start_bound("127.0.0.1");
+    // Host room for 4 blocks, disk for 64: a 10-block store puts 4 on host, 6 on disk.
+    let mut spec = GroupSpec::new(1, 2);
+    spec.redis_url = redis.url();
+    spec.host_capacity_blocks = 4;
+    spec.disk_capacity_blocks = 64;
+    let c = SupervisedGroup::start_configured(SupervisedGroup::configure_small(&spec), "info");
+    let mut e = Engines::connect(&c.group);
+    let ten = blocks(0xd1c5_0000, 10);
+    e.fill(&ten, &pages(0, 10));
+    let task = e.store(1, &ten, &pages(0, 10));
+    assert_eq!(e.run_until(task).0, OutcomeResult::Ok, "the store");
+    use tandem_proto::Tier::{Disk, Host};
+    let placed: Vec<_> = (0..10)
+        .map(|i| Some(if i < 4 { Host } else { Disk }))
+        .collect();
+    for rank in 0..2 {
+        // The disk shards were in a saved manifest before the store finished.
+        assert_eq!(
+            tiers(&c.group, rank, &ten),
+            placed,
+            "rank {rank}: host while it had room, then disk"
+        );
+    }
+
+    // The load reads the disk shards from their slots, verified, into every rank's pages.
+    assert_eq!(e.matched(2, &ten), 10);
+    let into = pages(20, 10);
+    e.clear(&into);
+    let task = e.load(2, &ten, &into);
+    assert_eq!(e.run_until(task).0, OutcomeResult::Ok, "the load");
+    assert!(e.verified(&ten, &into), "every rank's pages hold the bytes");
+    // Nothing moved: a later manifest (the writer saves within 200 ms of a change) still lists
+    // every block in the tier it was written to.
+    std::thread::sleep(Duration::from_millis(600));
+    for rank in 0..2 {
+        assert_eq!(
+            tiers(&c.group, rank, &ten),
+            placed,
+            "rank {rank} after the load"
+        );
+    }
+
+    // A disk shard whose bytes changed under the agent fails its load on that rank (the
+    // direct read is verified), so the load fails on every rank and the block leaves the
+    // group.
+    let victim = ten[9];
+    let m = Manifest::load(&manifest_path(&c.group, 1))
+        .unwrap()
+        .unwrap();
+    let at = tandem_store::disk::DiskTier::slot_offset(
+        m.geometry.shard_bytes as usize,
+        m.entries[&victim].slot,
+    );
+    let slab = c.group.path().join("rank1").join("disk").join("disk.slab");
+    let file = std::fs::OpenOptions::new().write(true).open(&slab).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xa5; 64], at + 100).unwrap();
+    drop(file);
+    assert_eq!(e.matched(3, &[victim]), 1);
+    let task = e.load(3, &[victim], &pages(40, 1));
+    let reason = match e.run_until(task).0 {
+        OutcomeResult::Failed { reason } => reason,
+        other => panic!("a load of a corrupt disk shard sealed {other:?}"),
+    };
+    assert!(
+        reason.contains("checksum mismatch in disk slot"),
+        "{reason}"
+    );
+    assert_eq!(
+        e.matched(4, &[victim]),
+        0,
+        "the corrupt block left the group"
+    );
+    assert_eq!(e.matched(5, &ten[..9]), 9, "the others stay");
+    figure(
+        "disk_resident_load",
+        &[
+            ("blocks", "10 (4 host, 6 disk)".into()),
+            ("load", "ok_verified_on_2_ranks_nothing_moved".into()),
+            ("corrupt_disk_shard", reason.chars().take(120).collect()),
         ],
     );
 }

@@ -2,9 +2,10 @@
 //! waits for each at most `store.disk_op_deadline_ms`.
 //!
 //! Owns [`DeadlineIo`] (the [`DiskIo`] the agent sets on its store) and [`DiskHealth`] (whether
-//! the disk tier is degraded, for `/readyz` and the metrics). The tier hands over one transfer
-//! at a time with the bytes in a buffer the transfer owns ([`tandem_store::disk`]), so a
-//! transfer past its deadline is left to finish on the `disk-io` thread while the StoreActor
+//! the disk tier is degraded, for `/readyz` and the metrics). The tier hands over a slot's
+//! chunks, two in flight, each with its bytes in a buffer the transfer owns
+//! ([`tandem_store::disk`]): the `disk-io` thread moves one chunk while the StoreActor copies the
+//! other, and a transfer past its deadline is left to finish on the `disk-io` thread while the StoreActor
 //! reports the shard failed ("missed its deadline of N ms") and goes on: host-tier work is not
 //! held up, and every disk operation started meanwhile fails at once (the tier is stalled)
 //! until the late transfer ends, when the tier takes work again by itself. A frozen disk
@@ -14,6 +15,7 @@
 //! the StoreActor's report and the leader's rule. It must never run a transfer on the
 //! StoreActor's thread, or let a late transfer touch anything but its own buffer.
 
+use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -103,9 +105,14 @@ pub struct DeadlineIo {
     jobs: Sender<Job>,
     ended: Receiver<Ended>,
     deadline: Duration,
+    /// Number of the last transfer submitted.
     seq: u64,
-    /// A transfer missed its deadline and has not been handed back.
-    outstanding: bool,
+    /// Transfers submitted and not waited for yet, oldest first (op and slot, for the logs).
+    in_flight: VecDeque<(DiskOp, u64)>,
+    /// Transfers the `disk-io` thread refused (it is gone), to fail when waited for.
+    refused: VecDeque<DiskTransfer>,
+    /// Transfers kept after a missed deadline and not handed back yet.
+    outstanding: usize,
     health: DiskHealth,
 }
 
@@ -139,7 +146,9 @@ impl DeadlineIo {
             ended,
             deadline: Duration::from_millis(deadline_ms.max(1)),
             seq: 0,
-            outstanding: false,
+            in_flight: VecDeque::new(),
+            refused: VecDeque::new(),
+            outstanding: 0,
             health,
         })
     }
@@ -150,16 +159,38 @@ impl DeadlineIo {
 }
 
 impl DiskIo for DeadlineIo {
-    fn run(&mut self, transfer: DiskTransfer) -> Submitted {
+    fn submit(&mut self, transfer: DiskTransfer) {
         let (op, slot) = (transfer.op(), transfer.slot());
-        self.seq += 1;
-        if let Err(mpsc::SendError((_, t))) = self.jobs.send((self.seq, transfer)) {
-            return Submitted::Done(t, Err(std::io::Error::other("the disk I/O thread is gone")));
+        if !self.refused.is_empty() {
+            self.refused.push_back(transfer);
+            return;
         }
+        self.seq += 1;
+        match self.jobs.send((self.seq, transfer)) {
+            Ok(()) => self.in_flight.push_back((op, slot)),
+            Err(mpsc::SendError((_, t))) => self.refused.push_back(t),
+        }
+    }
+
+    fn wait(&mut self) -> Submitted {
+        let Some((op, slot)) = self.in_flight.pop_front() else {
+            return match self.refused.pop_front() {
+                Some(t) => {
+                    Submitted::Done(t, Err(std::io::Error::other("the disk I/O thread is gone")))
+                }
+                // The tier never waits with nothing in flight.
+                None => Submitted::Overdue {
+                    deadline_ms: self.deadline_ms(),
+                },
+            };
+        };
         match self.ended.recv_timeout(self.deadline) {
             Ok((t, result)) => Submitted::Done(t, result),
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                self.outstanding = true;
+                // This transfer and every one queued behind it stay with the thread; the tier
+                // is degraded until the last of them ends.
+                self.outstanding += 1 + self.in_flight.len();
+                self.in_flight.clear();
                 let deadline_ms = self.deadline_ms();
                 self.health.overdue(self.seq, op, slot, deadline_ms);
                 tracing::error!(%op, slot, deadline_ms, "a disk transfer missed its deadline: the disk tier refuses work until it ends");
@@ -169,12 +200,12 @@ impl DiskIo for DeadlineIo {
     }
 
     fn reclaim(&mut self) -> Option<DiskTransfer> {
-        if !self.outstanding {
+        if self.outstanding == 0 {
             return None;
         }
         let (t, late) = self.ended.try_recv().ok()?;
-        self.outstanding = false;
-        tracing::info!(op = %t.op(), slot = t.slot(), ok = late.is_ok(), "the overdue disk transfer ended late; its result was not used");
+        self.outstanding -= 1;
+        tracing::info!(op = %t.op(), slot = t.slot(), ok = late.is_ok(), "an overdue disk transfer ended late; its result was not used");
         Some(t)
     }
 }
@@ -218,5 +249,24 @@ mod tests {
         h.ended(3);
         h.overdue(3, DiskOp::Read, 1, 10);
         assert_eq!(h.degraded(), None);
+    }
+
+    #[test]
+    fn a_multi_chunk_slot_round_trips_through_the_disk_io_thread() {
+        use tandem_store::disk::{DiskTier, IoMode};
+        use tandem_store::tier::TierSlots;
+        use tandem_store::BlockHash;
+        let dir = tempfile::tempdir().unwrap();
+        let slot = (2 << 20) + 4097; // 4 chunks in flight two at a time, the last one short
+        let (mut disk, _) =
+            DiskTier::open(&dir.path().join("disk.slab"), slot, 2, IoMode::Buffered).unwrap();
+        disk.set_io(Box::new(DeadlineIo::start(60_000, health()).unwrap()));
+        let data: Vec<u8> = (0..slot).map(|i| (i * 7 + i / 1000) as u8).collect();
+        let sum = disk.write_slot(1, &[&data], BlockHash(5)).unwrap();
+        assert_eq!(sum, tandem_store::checksum::checksum(BlockHash(5), &data));
+        let mut out = vec![0u8; slot];
+        let (a, b) = out.split_at_mut(12_345);
+        assert_eq!(disk.read_slot(1, &mut [a, b], BlockHash(5)).unwrap(), sum);
+        assert!(out == data, "the bytes came back");
     }
 }

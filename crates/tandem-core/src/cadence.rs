@@ -10,10 +10,11 @@ pub const MANIFEST_WAIT_MS: u64 = 10_000;
 /// Pause between two reads of the ranks' manifests by the leader, ms.
 pub const MANIFEST_READ_RETRY_MS: u64 = 20;
 
-/// The most tier operations the group index records for one block of a lookup (a promotion
-/// from disk, and the demotion and eviction that make host room for it) or of a store (the
-/// demotion and eviction that make room, and the eviction of a refused store): what the frame
-/// budget reserves per block.
+/// What the frame budget reserves per block of a lookup or a store for the tier operations
+/// the group index records: a bound, not a count. Today a lookup records none (a load never
+/// moves a block) and a store at most two (the eviction that makes its place, and its own
+/// eviction if refused); it stays at 3, the figure of the earlier placement (a promotion with
+/// the demotion and eviction that made host room), so that frame admission is unchanged.
 pub const TIER_OPS_PER_BLOCK: u64 = 3;
 
 /// Pause between attempts to reach Redis at start-up, ms.

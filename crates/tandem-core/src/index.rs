@@ -1,19 +1,33 @@
 //! The group index: the leader's view of which blocks are complete on every rank.
 //!
-//! Owns [`GroupIndex`]: block membership per tier, LRU order per tier, capacity in blocks,
-//! pins, and the [`TierOp`]s (demote, promote, evict) that every rank applies to stay in step.
+//! Owns [`GroupIndex`]: block membership per tier, one LRU order over every tier, capacity in
+//! blocks, pins, and the [`TierOp`]s (evictions; a rebuild's demotions) that every rank applies
+//! to stay in step.
 //! It is sans-IO: inputs are method calls, outputs are plans; it never touches bytes, files or
 //! clocks (LRU age is a counter of index operations), and only the leader runs it. Ranks
 //! never evict on their own: they apply the moves of the plans, in order (docs/DESIGN.md invariant 2).
 //!
 //! # Life of a block
-//! [`GroupIndex::begin_store`] reserves a place (host first, disk when the host tier has no
-//! capacity) and returns the moves that make room plus a store [`Pin`]; the block is pending
-//! and invisible to lookups. Once every rank has stored its shard (the protocol's quorum) the
-//! leader calls [`GroupIndex::finish_store`] and the block is complete; or
-//! [`GroupIndex::abort_store`] and it is gone. [`GroupIndex::begin_load`] pins a complete
-//! block (and plans its promotion to host when it is on disk and host room can be made);
-//! [`GroupIndex::finish_load`] hands the pin back.
+//! [`GroupIndex::begin_store`] reserves a place and returns the moves that make room plus a
+//! store [`Pin`]; the block is pending and invisible to lookups. Once every rank has stored
+//! its shard (the protocol's quorum) the leader calls [`GroupIndex::finish_store`] and the
+//! block is complete; or [`GroupIndex::abort_store`] and it is gone. [`GroupIndex::begin_load`]
+//! pins a complete block where it is; [`GroupIndex::finish_load`] hands the pin back.
+//!
+//! # Placement: a block stays where it was written
+//! A new block goes to the host tier while it has a free place, else to the disk tier while it
+//! has one; when both are full, the least recently used unpinned block of the whole index is
+//! evicted and the new block takes its tier. A load reads the block from the tier it is in and
+//! never moves it. So the blocks the group keeps are those of one LRU over host and disk
+//! capacity together (the same set as when stores went to host and pushed the host's LRU
+//! block down to disk, and loads pulled disk blocks back up), while every byte is moved once
+//! on the data path: a disk store is one write, a disk load one read, verified. Moving blocks
+//! between tiers cost a disk load 3–4 copies and two checksums on the data path (promotion,
+//! the demotion of a victim to make host room, then the copy into the engine's pages) and a
+//! store one demotion once the host tier was full; the page cache already keeps the disk
+//! slots that are read often in memory, which is what promotion bought (docs/BENCHMARKS.md,
+//! Datapath). Only a rebuild moves blocks ([`TierOp::Demote`] of a block some rank holds on
+//! disk and another on host); ranks still apply promotions and demotions of older leaders.
 //!
 //! # Storage
 //! `entries` keeps each block's entry (40 bytes) in a slab, a hash table of 4-byte slot
@@ -110,9 +124,9 @@ pub struct StorePlan {
 /// The leader's decision for one load.
 #[derive(Debug)]
 pub struct LoadPlan {
-    /// The tier the shard is read from once the moves are applied.
+    /// The tier the shard is read from (the block's own: loads never move a block).
     pub tier: Tier,
-    /// Moves every rank applies, in order, before reading (room on host, then the promotion).
+    /// Moves every rank applies, in order, before reading (none: a load never moves a block).
     pub moves: Vec<TierOp>,
     /// The load pin, handed back with [`GroupIndex::finish_load`].
     pub pin: Pin,
@@ -290,6 +304,18 @@ impl GroupIndex {
             .count() as u64
     }
 
+    /// Every block with its tier, from least to most recently used (the order evictions
+    /// follow, over every tier).
+    pub fn use_order(&self) -> Vec<(BlockHash, Tier)> {
+        self.entries
+            .iter_used()
+            .map(|s| {
+                let e = self.entries.get(s);
+                (e.hash(), e.tier)
+            })
+            .collect()
+    }
+
     /// Blocks of a tier from least to most recently used.
     pub fn lru_order(&self, tier: Tier) -> Vec<BlockHash> {
         self.entries
@@ -319,20 +345,18 @@ impl GroupIndex {
         hashes.iter().take_while(|&&h| self.contains(h)).count()
     }
 
-    /// Reserves a place for a new block and pins it as pending.
+    /// Reserves a place for a new block and pins it as pending: a free place on host, else on
+    /// disk, else the place of the least recently used unpinned block, evicted (see the
+    /// module docs).
     ///
-    /// Errors: [`IndexError::AlreadyPresent`]; [`IndexError::TierFull`] when the target tier is
-    /// full and every block in it is pinned (or it has no capacity).
+    /// Errors: [`IndexError::AlreadyPresent`]; [`IndexError::TierFull`] when both tiers are
+    /// full and every block in them is pinned (or neither has capacity), naming the host tier
+    /// when it is the only one, the disk tier otherwise.
     pub fn begin_store(&mut self, hash: BlockHash) -> Result<StorePlan, IndexError> {
         if self.entries.find(hash).is_some() {
             return Err(IndexError::AlreadyPresent { hash });
         }
-        let tier = if self.config.host_capacity_blocks > 0 {
-            Tier::Host
-        } else {
-            Tier::Disk
-        };
-        let moves = self.make_room(tier)?;
+        let (tier, moves) = self.place()?;
         let id = self.tick();
         self.entries.insert(hash, tier, false, 1, id);
         Ok(StorePlan {
@@ -381,8 +405,8 @@ impl GroupIndex {
         Ok(vec![TierOp::Evict(pin.hash)])
     }
 
-    /// Pins a complete block for a load, marks it used, and plans its promotion to host when
-    /// it is on disk and host room can be made (otherwise it is read from disk).
+    /// Pins a complete block for a load and marks it used; it is read from the tier it is in
+    /// (no move: see the module docs).
     ///
     /// Errors: [`IndexError::NotPresent`], [`IndexError::NotComplete`].
     pub fn begin_load(&mut self, hash: BlockHash) -> Result<LoadPlan, IndexError> {
@@ -397,20 +421,9 @@ impl GroupIndex {
         self.tick();
         self.entries.get_mut(slot).pins += 1;
         self.entries.move_to_tail(slot, entry.tier);
-        let mut moves = Vec::new();
-        let mut tier = entry.tier;
-        if tier == Tier::Disk && self.config.host_capacity_blocks > 0 {
-            if let Ok(mut room) = self.make_room(Tier::Host) {
-                moves.append(&mut room);
-                // The load's own pin keeps its entry (and so its slot) through make_room.
-                self.entries.move_to_tail(slot, Tier::Host);
-                moves.push(TierOp::Promote(hash));
-                tier = Tier::Host;
-            }
-        }
         Ok(LoadPlan {
-            tier,
-            moves,
+            tier: entry.tier,
+            moves: Vec::new(),
             pin: self.pin(hash, PinPurpose::Load, entry.id),
         })
     }
@@ -474,35 +487,37 @@ impl GroupIndex {
         self.entries.insert(hash, tier, true, 0, id);
     }
 
-    /// Makes one free place in `tier`, evicting its least recently used unpinned block:
-    /// demoted to disk when the host tier evicts and disk room can be made, dropped otherwise.
-    /// On error nothing has changed.
-    fn make_room(&mut self, tier: Tier) -> Result<Vec<TierOp>, IndexError> {
-        if self.occupancy(tier) < self.capacity(tier) {
-            return Ok(Vec::new());
+    /// The tier a new block goes to and the moves that make its place: a free place on
+    /// host, else on disk, else the place of the least recently used unpinned block of the
+    /// whole index, evicted. On error nothing has changed.
+    fn place(&mut self) -> Result<(Tier, Vec<TierOp>), IndexError> {
+        for tier in [Tier::Host, Tier::Disk] {
+            if self.occupancy(tier) < self.capacity(tier) {
+                return Ok((tier, Vec::new()));
+            }
         }
-        let victim = self
+        let Some(victim) = self
             .entries
-            .iter_tier(tier)
+            .iter_used()
             .find(|&s| self.entries.get(s).pins == 0)
-            // Lazily: counting the pinned blocks walks the whole tier, which must only happen
-            // when the tier really is full of pins (`ok_or` would do it on every eviction).
-            .ok_or_else(|| IndexError::TierFull {
+        else {
+            // Counting the pinned blocks walks the tier: only here, when it really is full of
+            // pins.
+            let tier =
+                if self.config.host_capacity_blocks > 0 && self.config.disk_capacity_blocks == 0 {
+                    Tier::Host
+                } else {
+                    Tier::Disk
+                };
+            return Err(IndexError::TierFull {
                 tier,
                 capacity_blocks: self.capacity(tier),
                 pinned: self.pinned(tier),
-            })?;
-        let hash = self.entries.get(victim).hash();
-        if tier == Tier::Host && self.config.disk_capacity_blocks > 0 {
-            if let Ok(mut moves) = self.make_room(Tier::Disk) {
-                self.tick();
-                self.entries.move_to_tail(victim, Tier::Disk);
-                moves.push(TierOp::Demote(hash));
-                return Ok(moves);
-            }
-        }
+            });
+        };
+        let e = *self.entries.get(victim);
         self.entries.remove(victim);
-        Ok(vec![TierOp::Evict(hash)])
+        Ok((e.tier, vec![TierOp::Evict(e.hash())]))
     }
 
     fn entry(&self, hash: BlockHash) -> Option<&Entry> {
@@ -543,17 +558,14 @@ impl GroupIndex {
 }
 
 impl GroupIndex {
-    /// What equality and hashing look at: per tier, in use order, each block with what
-    /// decides the index's future answers.
+    /// What equality and hashing look at: in use order (over every tier: it decides which
+    /// block is evicted next), each block with its tier and what decides the index's future
+    /// answers.
     fn content(&self) -> impl Iterator<Item = (Tier, BlockHash, u64, u32, bool)> + '_ {
-        [Tier::Device, Tier::Host, Tier::Disk]
-            .into_iter()
-            .flat_map(move |t| {
-                self.entries.iter_tier(t).map(move |s| {
-                    let e = self.entries.get(s);
-                    (t, e.hash(), e.id, e.pins, e.complete)
-                })
-            })
+        self.entries.iter_used().map(move |s| {
+            let e = self.entries.get(s);
+            (e.tier, e.hash(), e.id, e.pins, e.complete)
+        })
     }
 }
 

@@ -1,4 +1,4 @@
-//! Tests of the group index: LRU order, pins, full tiers, promotions, and a property test
+//! Tests of the group index: LRU order, pins, full tiers, placement, and a property test
 //! against a plain model.
 
 use super::*;
@@ -44,33 +44,65 @@ fn lru_evicts_oldest_and_loads_refresh() {
 }
 
 #[test]
-fn host_evictions_demote_and_disk_loads_promote() {
+fn blocks_stay_in_the_tier_they_were_written_to_and_evictions_follow_one_lru() {
     let mut ix = index(2, 2);
-    store(&mut ix, 1);
-    store(&mut ix, 2);
-    assert_eq!(store(&mut ix, 3), vec![TierOp::Demote(h(1))]);
-    assert_eq!(ix.tier_of(h(1)), Some(Disk));
-    assert_eq!(store(&mut ix, 4), vec![TierOp::Demote(h(2))]);
-    // Disk full now: the next host eviction first drops the oldest disk block.
-    assert_eq!(
-        store(&mut ix, 5),
-        vec![TierOp::Evict(h(1)), TierOp::Demote(h(3))]
-    );
-    assert_eq!(ix.lru_order(Disk), vec![h(2), h(3)]);
-    // Loading a disk block promotes it, making host room by demoting (and so dropping on disk).
-    let load = ix.begin_load(h(2)).unwrap();
-    assert_eq!(load.tier, Host);
-    assert_eq!(
-        load.moves,
-        vec![
-            TierOp::Evict(h(3)),
-            TierOp::Demote(h(4)),
-            TierOp::Promote(h(2))
-        ]
-    );
+    // Host while it has room, then disk: no moves.
+    for n in 1..=4 {
+        let plan = ix.begin_store(h(n)).unwrap();
+        assert_eq!(plan.tier, if n <= 2 { Host } else { Disk }, "block {n}");
+        assert!(plan.moves.is_empty(), "block {n}: {:?}", plan.moves);
+        ix.finish_store(plan.pin).unwrap();
+    }
+    // A load of a disk block reads it where it is: no promotion, no demotion.
+    let load = ix.begin_load(h(3)).unwrap();
+    assert_eq!((load.tier, load.moves.len()), (Disk, 0));
     ix.finish_load(load.pin).unwrap();
-    assert_eq!(ix.lru_order(Host), vec![h(5), h(2)]);
-    assert_eq!(ix.lru_order(Disk), vec![h(4)]);
+    let load = ix.begin_load(h(1)).unwrap();
+    assert_eq!((load.tier, load.moves.len()), (Host, 0));
+    ix.finish_load(load.pin).unwrap();
+    assert_eq!(
+        ix.use_order(),
+        vec![(h(2), Host), (h(4), Disk), (h(3), Disk), (h(1), Host)]
+    );
+    // Both tiers full: the least recently used block of the whole index goes, and the new
+    // block takes its tier.
+    let plan = ix.begin_store(h(5)).unwrap();
+    assert_eq!((plan.tier, plan.moves), (Host, vec![TierOp::Evict(h(2))]));
+    ix.finish_store(plan.pin).unwrap();
+    // A pinned least recently used block is passed over.
+    let pinned = ix.begin_load(h(4)).unwrap();
+    let plan = ix.begin_store(h(6)).unwrap();
+    assert_eq!((plan.tier, plan.moves), (Disk, vec![TierOp::Evict(h(3))]));
+    ix.finish_store(plan.pin).unwrap();
+    ix.finish_load(pinned.pin).unwrap();
+    assert_eq!(ix.lru_order(Host), vec![h(1), h(5)]);
+    assert_eq!(ix.lru_order(Disk), vec![h(4), h(6)]);
+}
+
+#[test]
+fn the_blocks_kept_are_those_of_one_lru_over_both_tiers() {
+    // Without pins, the index keeps exactly what an LRU cache of host + disk blocks keeps,
+    // whatever the split between the tiers.
+    for (host, disk) in [(0, 5), (1, 4), (2, 3), (5, 0)] {
+        let mut ix = index(host, disk);
+        let mut lru: Vec<u64> = Vec::new();
+        for step in 0..200u64 {
+            let n = (step * 7 + step / 3) % 11;
+            if let Some(i) = lru.iter().position(|&x| x == n) {
+                lru.remove(i);
+                let load = ix.begin_load(h(n)).unwrap();
+                ix.finish_load(load.pin).unwrap();
+            } else {
+                if lru.len() == 5 {
+                    lru.remove(0);
+                }
+                store(&mut ix, n);
+            }
+            lru.push(n);
+            let kept: Vec<BlockHash> = ix.use_order().into_iter().map(|(b, _)| b).collect();
+            assert_eq!(kept, lru.iter().map(|&n| h(n)).collect::<Vec<_>>());
+        }
+    }
 }
 
 #[test]
@@ -241,92 +273,75 @@ fn disk_only_group_stores_to_disk() {
     ix.finish_load(load.pin).unwrap();
 }
 
-/// A plain model of the index: per tier a Vec in LRU order (oldest first).
+/// A plain model of the index: one Vec in use order (oldest first), every tier together.
 #[derive(Default, Debug)]
 struct Model {
     cap: [u64; 2],
-    tiers: [Vec<(u64, bool, u32, u64)>; 2], // (hash, complete, pins, entry id)
+    blocks: Vec<(u64, usize, bool, u32, u64)>, // (hash, tier, complete, pins, entry id)
     next_id: u64,
 }
 
 impl Model {
-    fn find(&self, n: u64) -> Option<(usize, usize)> {
-        (0..2).find_map(|t| self.tiers[t].iter().position(|e| e.0 == n).map(|i| (t, i)))
+    fn find(&self, n: u64) -> Option<usize> {
+        self.blocks.iter().position(|e| e.0 == n)
     }
 
-    fn make_room(&mut self, t: usize) -> Option<Vec<TierOp>> {
-        if (self.tiers[t].len() as u64) < self.cap[t] {
-            return Some(vec![]);
-        }
-        let i = self.tiers[t].iter().position(|e| e.2 == 0)?;
-        if t == 0 && self.cap[1] > 0 {
-            if let Some(mut moves) = self.make_room(1) {
-                let i = self.tiers[0].iter().position(|e| e.2 == 0)?;
-                let e = self.tiers[0].remove(i);
-                self.tiers[1].push(e);
-                moves.push(TierOp::Demote(h(e.0)));
-                return Some(moves);
-            }
-        }
-        let e = self.tiers[t].remove(i);
-        Some(vec![TierOp::Evict(h(e.0))])
+    fn count(&self, t: usize) -> u64 {
+        self.blocks.iter().filter(|e| e.1 == t).count() as u64
     }
 
     fn begin_store(&mut self, n: u64) -> Option<(Vec<TierOp>, u64)> {
         if self.find(n).is_some() {
             return None;
         }
-        let t = if self.cap[0] > 0 { 0 } else { 1 };
-        let moves = self.make_room(t)?;
+        let (t, moves) = match (0..2).find(|&t| self.count(t) < self.cap[t]) {
+            Some(t) => (t, vec![]),
+            None => {
+                let i = self.blocks.iter().position(|e| e.3 == 0)?;
+                let e = self.blocks.remove(i);
+                (e.1, vec![TierOp::Evict(h(e.0))])
+            }
+        };
         self.next_id += 1;
-        self.tiers[t].push((n, false, 1, self.next_id));
+        self.blocks.push((n, t, false, 1, self.next_id));
         Some((moves, self.next_id))
     }
 
-    fn begin_load(&mut self, n: u64) -> Option<(Vec<TierOp>, u64)> {
-        let (t, i) = self.find(n)?;
-        if !self.tiers[t][i].1 {
+    fn begin_load(&mut self, n: u64) -> Option<(Tier, u64)> {
+        let i = self.find(n)?;
+        if !self.blocks[i].2 {
             return None;
         }
-        let mut e = self.tiers[t].remove(i);
-        e.2 += 1;
-        let id = e.3;
-        self.tiers[t].push(e);
-        if t == 1 && self.cap[0] > 0 {
-            if let Some(mut moves) = self.make_room(0) {
-                let i = self.tiers[1].iter().position(|x| x.0 == n)?;
-                let e = self.tiers[1].remove(i);
-                self.tiers[0].push(e);
-                moves.push(TierOp::Promote(h(n)));
-                return Some((moves, id));
-            }
-        }
-        Some((vec![], id))
+        let mut e = self.blocks.remove(i);
+        e.3 += 1;
+        self.blocks.push(e);
+        Some(([Host, Disk][e.1], e.4))
     }
 
     /// Hands back a pin; returns false when its entry is gone (a dropped store).
     fn finish(&mut self, n: u64, id: u64, store: bool) -> bool {
-        let Some((t, i)) = self.find(n).filter(|&(t, i)| self.tiers[t][i].3 == id) else {
+        let Some(i) = self.find(n).filter(|&i| self.blocks[i].4 == id) else {
             return false;
         };
-        if store && self.tiers[t][i].1 {
+        if store && self.blocks[i].2 {
             return false;
         }
-        {
-            let mut e = self.tiers[t].remove(i);
-            e.2 = e.2.saturating_sub(1);
-            if store {
-                e.1 = true;
-                self.tiers[t].push(e);
-            } else {
-                self.tiers[t].insert(i, e);
-            }
+        let mut e = self.blocks.remove(i);
+        e.3 = e.3.saturating_sub(1);
+        if store {
+            e.2 = true;
+            self.blocks.push(e);
+        } else {
+            self.blocks.insert(i, e);
         }
         true
     }
 
-    fn order(&self, t: usize) -> Vec<BlockHash> {
-        self.tiers[t].iter().map(|e| h(e.0)).collect()
+    fn order(&self) -> Vec<(BlockHash, Tier)> {
+        self.blocks
+            .iter()
+            .map(|e| (h(e.0), [Host, Disk][e.1]))
+            .collect()
     }
 }
 
@@ -368,8 +383,9 @@ proptest! {
                     let got = ix.begin_load(h(n));
                     let want = model.begin_load(n);
                     prop_assert_eq!(got.is_ok(), want.is_some(), "load {}", n);
-                    if let (Ok(plan), Some((moves, id))) = (got, want) {
-                        prop_assert_eq!(&plan.moves, &moves);
+                    if let (Ok(plan), Some((tier, id))) = (got, want) {
+                        prop_assert_eq!(plan.tier, tier);
+                        prop_assert!(plan.moves.is_empty(), "a load moves nothing");
                         pins.push((plan.pin, id));
                     }
                 }
@@ -390,14 +406,13 @@ proptest! {
                 Op::Finish(_) => {}
                 Op::Drop(n) => {
                     let was = model.find(n);
-                    if let Some((t, i)) = was {
-                        model.tiers[t].remove(i);
+                    if let Some(i) = was {
+                        model.blocks.remove(i);
                     }
                     prop_assert_eq!(ix.drop_block(h(n)).is_some(), was.is_some());
                 }
             }
-            prop_assert_eq!(ix.lru_order(Host), model.order(0));
-            prop_assert_eq!(ix.lru_order(Disk), model.order(1));
+            prop_assert_eq!(ix.use_order(), model.order());
             prop_assert!(ix.occupancy(Host) <= host && ix.occupancy(Disk) <= disk);
         }
     }

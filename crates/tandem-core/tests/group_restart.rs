@@ -1,5 +1,5 @@
-//! A group of ranks driven by the leader's index: eviction in LRU order with demotion and
-//! promotion, a full tier when everything is pinned, and a rebuild after restart that keeps
+//! A group of ranks driven by the leader's index: blocks that stay in the tier they were
+//! written to, eviction in one LRU order over both tiers, a full tier when everything is pinned, and a rebuild after restart that keeps
 //! only blocks every rank's manifest still lists (a shard that rotted meanwhile is dropped
 //! from the group at its first load).
 
@@ -179,41 +179,42 @@ impl Group {
 }
 
 #[test]
-fn eviction_follows_lru_with_demotion_and_promotion() {
+fn blocks_stay_where_they_were_written_and_eviction_follows_one_lru() {
     let mut g = Group::new(2, 2, 2);
     assert!(g.store(1).unwrap().is_empty());
     assert!(g.store(2).unwrap().is_empty());
-    g.load(1); // 2 is now the least recently used on host
-    assert_eq!(g.store(3).unwrap(), vec![TierOp::Demote(BlockHash(2))]);
-    assert_eq!(g.store(4).unwrap(), vec![TierOp::Demote(BlockHash(1))]);
-    assert_eq!(
-        g.store(5).unwrap(),
-        vec![TierOp::Evict(BlockHash(2)), TierOp::Demote(BlockHash(3))]
-    );
+    g.load(1); // 2 is now the least recently used
+               // Host is full: the next blocks go to disk, nothing moves.
+    assert!(g.store(3).unwrap().is_empty());
+    assert!(g.store(4).unwrap().is_empty());
     g.assert_consistent();
     assert_eq!(
         g.index.lru_order(Tier::Host),
-        vec![BlockHash(4), BlockHash(5)]
+        vec![BlockHash(2), BlockHash(1)]
     );
     assert_eq!(
         g.index.lru_order(Tier::Disk),
-        vec![BlockHash(1), BlockHash(3)]
+        vec![BlockHash(3), BlockHash(4)]
     );
-    // A load from disk promotes the block, every rank reading the same bytes from host.
-    let (tier, moves) = g.load(1);
-    assert_eq!(tier, Tier::Host);
-    assert_eq!(
-        moves,
-        vec![
-            TierOp::Evict(BlockHash(3)),
-            TierOp::Demote(BlockHash(4)),
-            TierOp::Promote(BlockHash(1))
-        ]
-    );
+    // Both full: the least recently used block of the group goes, the new one takes its
+    // place (on host here).
+    assert_eq!(g.store(5).unwrap(), vec![TierOp::Evict(BlockHash(2))]);
+    // A load from disk reads the disk slot on every rank (verified), and moves nothing.
+    let (tier, moves) = g.load(3);
+    assert_eq!((tier, moves), (Tier::Disk, vec![]));
+    assert_eq!(g.store(6).unwrap(), vec![TierOp::Evict(BlockHash(1))]);
     g.assert_consistent();
     assert_eq!(
+        g.index.lru_order(Tier::Host),
+        vec![BlockHash(5), BlockHash(6)]
+    );
+    assert_eq!(
+        g.index.lru_order(Tier::Disk),
+        vec![BlockHash(4), BlockHash(3)]
+    );
+    assert_eq!(
         g.index
-            .lookup_prefix(&[BlockHash(1), BlockHash(5), BlockHash(4), BlockHash(3)]),
+            .lookup_prefix(&[BlockHash(3), BlockHash(5), BlockHash(4), BlockHash(1)]),
         3
     );
 }

@@ -150,7 +150,7 @@ fn a_full_tier_of_pinned_blocks_refuses_the_store_and_changes_nothing() {
 }
 
 #[test]
-fn host_evictions_demote_to_disk_on_every_rank() {
+fn stores_fill_host_then_disk_on_every_rank_and_evict_the_oldest() {
     let mut spec = Spec::new(2);
     spec.host = 1;
     spec.disk = 2;
@@ -159,26 +159,21 @@ fn host_evictions_demote_to_disk_on_every_rank() {
         let t = started(g.store(b, &[b]));
         until_outcome(&mut g, t);
     }
-    // Host holds the newest block; disk the two before it.
+    // Host holds the first block; disk the two after it: nothing was moved.
     for n in &g.nodes {
-        assert_eq!(
-            n.store.blocks.get(&BlockHash::from(3u64)),
-            Some(&Tier::Host)
-        );
-        assert_eq!(
-            n.store.blocks.get(&BlockHash::from(2u64)),
-            Some(&Tier::Disk)
-        );
-        assert_eq!(
-            n.store.blocks.get(&BlockHash::from(1u64)),
-            Some(&Tier::Disk)
-        );
+        for (b, tier) in [(1u64, Tier::Host), (2, Tier::Disk), (3, Tier::Disk)] {
+            assert_eq!(n.store.blocks.get(&BlockHash::from(b)), Some(&tier), "{b}");
+        }
     }
-    // A fourth block evicts the oldest for the whole group.
+    // A fourth block evicts the oldest for the whole group and takes its place on host.
     let t = started(g.store(4, &[4]));
     until_outcome(&mut g, t);
     for n in &g.nodes {
         assert!(!n.store.blocks.contains_key(&BlockHash::from(1u64)));
+        assert_eq!(
+            n.store.blocks.get(&BlockHash::from(4u64)),
+            Some(&Tier::Host)
+        );
     }
     match g.nodes[0].core.counters().role {
         RoleCounters::Leader { evictions, .. } => assert_eq!(evictions, 1),

@@ -3,29 +3,35 @@
 //! Owns [`DiskTier`], [`IoMode`] and the seam its transfers run through ([`DiskIo`],
 //! [`DiskTransfer`], [`InlineIo`]). Slot `s` lives at byte `s × stride`, where the stride is
 //! the shard size rounded up to 4 KiB so that O_DIRECT can address every slot. Every slot
-//! operation stages the shard in one page-aligned buffer the tier owns: a write copies the
-//! parts into it (checksumming in the same pass) and hands the buffer to the [`DiskIo`], which
-//! writes it at the slot's offset; a read has the [`DiskIo`] fill the buffer, then copies it
-//! out (checksumming in the same pass). A range read (`TierSlots::read_range`, one layer of a
-//! layerwise load) has the [`DiskIo`] fill the start of the same buffer with only the part of
-//! the slot covering the range (widened to 4 KiB boundaries in direct mode), then copies the
-//! range out unverified (the layerwise load verifies the whole shard as its layers arrive).
-//! Buffered mode (the default) goes through the page cache with `pwrite`/`pread`
-//! (`std::os::unix::fs::FileExt`); direct mode opens the file with O_DIRECT. docs/BENCHMARKS.md has the measurement that made buffered the default.
+//! operation moves the shard through two page-aligned staging buffers the tier owns, one chunk
+//! of the slot at a time (a quarter of the slot, between 64 KiB and 1 MiB, a multiple of 4 KiB),
+//! with two chunks in flight: a write copies the parts of chunk `k + 1` into one buffer
+//! (checksumming in the same pass) while the [`DiskIo`] writes chunk `k` from the other; a read
+//! copies chunk `k` out of one buffer (checksumming in the same pass) while the [`DiskIo`] reads
+//! chunk `k + 1` into the other. Where the [`DiskIo`] runs transfers on a thread of its own (the
+//! agent's), the copy and the kernel's copy overlap, and each chunk is copied while the other
+//! side's copy has just left it in cache. A range read (`TierSlots::read_range`, one layer of a
+//! layerwise load) moves only the chunks covering the range (widened to 4 KiB boundaries in
+//! direct mode) and copies the range out unverified (the layerwise load verifies the whole
+//! shard as its layers arrive). Buffered mode (the default) goes through the page cache with
+//! `pwrite`/`pread` (`std::os::unix::fs::FileExt`); direct mode opens the file with O_DIRECT.
+//! docs/BENCHMARKS.md has the measurement that made buffered the default.
 //!
-//! Why the staging buffer: the transfer owns every byte it touches, so a [`DiskIo`] may run it
+//! Why staging buffers: a transfer owns every byte it touches, so a [`DiskIo`] may run it
 //! on another thread and give up waiting at a deadline (the agent's `DeadlineIo` does) without
 //! a late `pread` landing in an engine page, or a late `pwrite` reading one that was unmapped.
-//! While an overdue transfer holds the buffer, every slot operation fails at once with
-//! [`TierError::DiskStalled`]; the buffer returns ([`DiskIo::reclaim`]) when the transfer ends.
-//! One buffer also means one transfer at a time, in order: a slot released after an overdue
-//! write is not written again before that write has ended.
+//! While an overdue transfer (or one submitted after it) holds a buffer, every slot operation
+//! fails at once with [`TierError::DiskStalled`]; the buffers return ([`DiskIo::reclaim`]) when
+//! those transfers end. Transfers run in the order submitted and no slot operation starts
+//! before every buffer is home: a slot released after an overdue write is not written again
+//! before that write has ended.
 //!
 //! Nothing is fsynced: a shard's bytes are in the page cache when its write returns (they
 //! survive the process, not a power loss); a block lost in a crash fails its checksum or is
 //! absent from the manifest, and is dropped. It must never decide which slot holds which
 //! block, read a clock or spawn a thread (deadlines belong to the [`DiskIo`] the agent sets).
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
@@ -46,8 +52,13 @@ pub const DISK_SLAB_FILE: &str = "disk.slab";
 /// Alignment of slots and direct-I/O transfers, in bytes.
 const ALIGN: u64 = 4096;
 
-/// Largest single `pwrite`/`pread`, in bytes: big enough to amortise a syscall.
-const CHUNK: usize = 256 << 10;
+/// Smallest and largest chunk, in bytes: big enough to amortise a syscall and a hand-off to
+/// the I/O thread, small enough that a slot of 1 MiB is moved in 4 chunks that overlap.
+const CHUNK_MIN: usize = 64 << 10;
+const CHUNK_MAX: usize = 1 << 20;
+
+/// Staging buffers, and so transfers in flight at once.
+const BUFFERS: usize = 2;
 
 /// How the disk tier talks to its file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,16 +67,16 @@ pub enum IoMode {
     /// Through the page cache (`pwrite`/`pread`).
     #[default]
     Buffered,
-    /// O_DIRECT through the page-aligned staging buffer, bypassing the page cache.
+    /// O_DIRECT through the page-aligned staging buffers, bypassing the page cache.
     Direct,
 }
 
 /// Which way a disk transfer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DiskOp {
-    /// From the staging buffer into the tier file.
+    /// From a staging buffer into the tier file.
     Write,
-    /// From the tier file into the staging buffer.
+    /// From the tier file into a staging buffer.
     Read,
 }
 
@@ -85,9 +96,8 @@ impl std::fmt::Display for DiskOp {
     }
 }
 
-/// One slot's transfer (the whole slot, or the range of it a layerwise read wants), handed to
-/// a [`DiskIo`]: it owns the staging buffer and a handle on the tier file, so it can be carried
-/// out on any thread, and finish late, safely.
+/// One chunk of a slot's transfer, handed to a [`DiskIo`]: it owns its staging buffer and a
+/// handle on the tier file, so it can be carried out on any thread, and finish late, safely.
 #[derive(Debug)]
 pub struct DiskTransfer {
     op: DiskOp,
@@ -109,8 +119,7 @@ impl DiskTransfer {
         self.slot
     }
 
-    /// Bytes moved, padded to 4 KiB in direct mode (a range read: the range, widened to 4 KiB
-    /// boundaries in direct mode).
+    /// Bytes moved (at most one chunk; padded to 4 KiB in direct mode).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -120,33 +129,27 @@ impl DiskTransfer {
         self.len == 0
     }
 
-    /// Carries the transfer out on the calling thread, in positional calls of at most 256 KiB.
+    /// Carries the transfer out on the calling thread, in one positional call.
     ///
     /// # Errors
-    /// The first failing `pwrite`/`pread` (a short read at the end of the file is
-    /// `UnexpectedEof`).
+    /// The failing `pwrite`/`pread` (a short read at the end of the file is `UnexpectedEof`).
     pub fn perform(&mut self) -> std::io::Result<()> {
-        let mut done = 0;
-        while done < self.len {
-            let n = (self.len - done).min(CHUNK);
-            let at = self.offset + done as u64;
-            match self.op {
-                DiskOp::Write => self.file.write_all_at(&self.buf[done..done + n], at)?,
-                DiskOp::Read => self.file.read_exact_at(&mut self.buf[done..done + n], at)?,
-            }
-            done += n;
+        match self.op {
+            DiskOp::Write => self.file.write_all_at(&self.buf[..self.len], self.offset),
+            DiskOp::Read => self
+                .file
+                .read_exact_at(&mut self.buf[..self.len], self.offset),
         }
-        Ok(())
     }
 }
 
-/// What a [`DiskIo`] did with a transfer.
+/// What a [`DiskIo`] did with the transfer waited for.
 #[derive(Debug)]
 pub enum Submitted {
     /// It ended (well or not) in time; the transfer comes back with its buffer.
     Done(DiskTransfer, std::io::Result<()>),
-    /// It did not end within the deadline (ms). The [`DiskIo`] keeps it (and its buffer)
-    /// until it ends, then hands it back through [`DiskIo::reclaim`].
+    /// It did not end within the deadline (ms). The [`DiskIo`] keeps it, and every transfer
+    /// submitted after it, until they end, then hands each back through [`DiskIo::reclaim`].
     Overdue {
         /// The deadline it missed, in ms.
         deadline_ms: u64,
@@ -154,24 +157,40 @@ pub enum Submitted {
 }
 
 /// Where the disk tier's transfers run: the seam for deadlines and test faults. The tier
-/// hands it one transfer at a time, and asks for an overdue one back before the next.
+/// submits at most two transfers ahead, waits for them in the order submitted, never waits
+/// when none is in flight, and asks for the overdue ones back before its next operation.
 pub trait DiskIo: Send + std::fmt::Debug {
-    /// Carries out `transfer` (see [`Submitted`]).
-    fn run(&mut self, transfer: DiskTransfer) -> Submitted;
-    /// The overdue transfer, once it has ended (its late result is of no use: the operation
-    /// was already reported failed); `None` while it runs or when none is overdue.
+    /// Starts `transfer` (it runs after every transfer submitted before it).
+    fn submit(&mut self, transfer: DiskTransfer);
+    /// Waits for the oldest submitted transfer not waited for yet (see [`Submitted`]).
+    fn wait(&mut self) -> Submitted;
+    /// One transfer kept after [`Submitted::Overdue`], once it has ended (its late result is
+    /// of no use: the operation was already reported failed); `None` while none has ended or
+    /// none is kept.
     fn reclaim(&mut self) -> Option<DiskTransfer>;
 }
 
-/// Runs every transfer on the calling thread, without a deadline (tools, benchmarks, tests;
-/// the default of a newly opened tier).
+/// Runs every transfer on the calling thread, when it is waited for, without a deadline
+/// (tools, benchmarks, tests; the default of a newly opened tier).
 #[derive(Debug, Default)]
-pub struct InlineIo;
+pub struct InlineIo {
+    queued: VecDeque<DiskTransfer>,
+}
 
 impl DiskIo for InlineIo {
-    fn run(&mut self, mut transfer: DiskTransfer) -> Submitted {
-        let result = transfer.perform();
-        Submitted::Done(transfer, result)
+    fn submit(&mut self, transfer: DiskTransfer) {
+        self.queued.push_back(transfer);
+    }
+
+    fn wait(&mut self) -> Submitted {
+        match self.queued.pop_front() {
+            Some(mut t) => {
+                let result = t.perform();
+                Submitted::Done(t, result)
+            }
+            // The tier never waits with nothing in flight.
+            None => Submitted::Overdue { deadline_ms: 0 },
+        }
     }
 
     fn reclaim(&mut self) -> Option<DiskTransfer> {
@@ -196,12 +215,15 @@ pub struct DiskTier {
     stride: u64,
     capacity: u64,
     mode: IoMode,
-    /// Page-aligned staging of one slot (`stride` bytes); `None` while an overdue transfer
-    /// holds it.
-    staging: Option<MmapMut>,
+    /// Bytes of one chunk (a multiple of 4 KiB).
+    chunk: usize,
+    /// The page-aligned staging buffers at home (`chunk` bytes each).
+    buffers: Vec<MmapMut>,
+    /// Buffers kept by the [`DiskIo`] with overdue transfers.
+    held: usize,
     /// Where transfers run.
     io: Box<dyn DiskIo>,
-    /// The transfer holding the staging buffer, while one does.
+    /// The transfer that missed its deadline, while buffers are held.
     overdue: Option<Overdue>,
 }
 
@@ -219,6 +241,13 @@ impl DiskTier {
     /// Byte offset of slot `slot` in the tier file (see [`DiskTier::file_bytes`]).
     pub fn slot_offset(slot_bytes: usize, slot: u64) -> u64 {
         (slot_bytes as u64).div_ceil(ALIGN) * ALIGN * slot
+    }
+
+    /// Bytes of one chunk for slots of `stride` bytes: a quarter of the slot, between 64 KiB
+    /// and 1 MiB, a multiple of 4 KiB, never more than the slot.
+    fn chunk_bytes(stride: u64) -> usize {
+        let quarter = (stride as usize / 4).div_ceil(ALIGN as usize) * ALIGN as usize;
+        quarter.clamp(CHUNK_MIN, CHUNK_MAX).min(stride as usize)
     }
 
     /// Opens (creating and preallocating if needed) the tier file at `path` for `capacity`
@@ -271,7 +300,11 @@ impl DiskTier {
             file.set_len(0).map_err(io(path, "allocate"))?;
             preallocate(&file, size).map_err(io(path, "allocate"))?;
         }
-        let staging = MmapMut::map_anon(stride as usize).map_err(io(path, "map"))?;
+        let chunk = Self::chunk_bytes(stride);
+        let buffers = (0..BUFFERS)
+            .map(|_| MmapMut::map_anon(chunk))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(io(path, "map"))?;
         Ok((
             DiskTier {
                 file: Arc::new(file),
@@ -280,8 +313,10 @@ impl DiskTier {
                 stride,
                 capacity,
                 mode,
-                staging: Some(staging),
-                io: Box::new(InlineIo),
+                chunk,
+                buffers,
+                held: 0,
+                io: Box::new(InlineIo::default()),
                 overdue: None,
             },
             origin,
@@ -298,77 +333,115 @@ impl DiskTier {
         self.mode
     }
 
-    /// Runs every later transfer through `io` (the agent's sets a deadline on each). A
-    /// transfer still overdue in the one replaced keeps its buffer: the tier then stays
-    /// stalled; set the I/O before the first transfer.
+    /// Runs every later transfer through `io` (the agent's sets a deadline on each). Transfers
+    /// still overdue in the one replaced keep their buffers: the tier then stays stalled; set
+    /// the I/O before the first transfer.
     pub fn set_io(&mut self, io: Box<dyn DiskIo>) {
         self.io = io;
     }
 
-    /// The staging buffer, taken back from an overdue transfer that has ended.
+    /// Every staging buffer, the ones of overdue transfers that have ended taken back.
     ///
-    /// Errors: [`TierError::DiskStalled`] while an overdue transfer still holds it.
-    fn take_staging(&mut self, op: DiskOp, slot: SlotId) -> Result<MmapMut, TierError> {
-        if self.staging.is_none() {
-            if let Some(t) = self.io.reclaim() {
-                self.staging = Some(t.buf);
-                self.overdue = None;
-            }
+    /// Errors: [`TierError::DiskStalled`] while an overdue transfer still holds one.
+    fn take_buffers(&mut self, op: DiskOp, slot: SlotId) -> Result<Vec<MmapMut>, TierError> {
+        while self.held > 0 {
+            let Some(t) = self.io.reclaim() else { break };
+            self.buffers.push(t.buf);
+            self.held -= 1;
         }
-        self.staging.take().ok_or_else(|| {
+        if self.held > 0 {
             let o = self.overdue.unwrap_or(Overdue {
                 op,
                 slot,
                 deadline_ms: 0,
             });
-            TierError::DiskStalled {
+            return Err(TierError::DiskStalled {
                 op: op.as_str(),
                 slot,
                 earlier_op: o.op.as_str(),
                 earlier_slot: o.slot,
                 deadline_ms: o.deadline_ms,
-            }
-        })
+            });
+        }
+        self.overdue = None;
+        Ok(std::mem::take(&mut self.buffers))
     }
 
-    /// Hands the first `len` bytes of `buf` to the I/O for `op` on bytes `at .. at + len` of
-    /// `slot`; the buffer back when it ended well. On an I/O error the buffer is kept for the
-    /// next operation; when overdue, the I/O keeps it. In direct mode `at` and `len` must be
-    /// multiples of 4 KiB (callers align them).
-    fn transfer(
+    /// Moves bytes `start .. start + span` of `slot` (both multiples of 4 KiB in direct mode)
+    /// chunk by chunk through the staging buffers, [`BUFFERS`] transfers in flight. `each(at,
+    /// bytes)` is called once per chunk, in order, with the chunk's offset in the span and its
+    /// first `useful - at` bytes at most (the rest is direct-mode padding): for a write before
+    /// the chunk is submitted (it fills them; the padding is zeroed), for a read once the chunk
+    /// has arrived (it takes them). After an I/O error no more chunks are submitted (and a read
+    /// calls `each` no more); the ones in flight are waited for, so that the buffers are home.
+    fn pipeline(
         &mut self,
         op: DiskOp,
         slot: SlotId,
-        at: u64,
-        buf: MmapMut,
-        len: usize,
-    ) -> Result<MmapMut, TierError> {
-        let t = DiskTransfer {
-            op,
-            slot,
-            file: self.file.clone(),
-            offset: slot * self.stride + at,
-            buf,
-            len,
-        };
-        match self.io.run(t) {
-            Submitted::Done(t, Ok(())) => Ok(t.buf),
-            Submitted::Done(t, Err(e)) => {
-                self.staging = Some(t.buf);
-                Err(io(&self.path, op.as_str())(e))
-            }
-            Submitted::Overdue { deadline_ms } => {
-                self.overdue = Some(Overdue {
+        start: u64,
+        span: usize,
+        useful: usize,
+        mut each: impl FnMut(usize, &mut [u8]),
+    ) -> Result<(), TierError> {
+        let mut free = self.take_buffers(op, slot)?;
+        let mut in_flight: VecDeque<(usize, usize)> = VecDeque::with_capacity(BUFFERS);
+        let mut next = 0usize;
+        let mut failed: Option<std::io::Error> = None;
+        loop {
+            while failed.is_none() && next < span {
+                let Some(mut buf) = free.pop() else { break };
+                let n = (span - next).min(self.chunk);
+                let take = useful.saturating_sub(next).min(n);
+                if op == DiskOp::Write {
+                    each(next, &mut buf[..take]);
+                    buf[take..n].fill(0);
+                }
+                self.io.submit(DiskTransfer {
                     op,
                     slot,
-                    deadline_ms,
+                    file: self.file.clone(),
+                    offset: slot * self.stride + start + next as u64,
+                    buf,
+                    len: n,
                 });
-                Err(TierError::DiskDeadline {
-                    op: op.as_str(),
-                    slot,
-                    deadline_ms,
-                })
+                in_flight.push_back((next, take));
+                next += n;
             }
+            let Some((at, take)) = in_flight.pop_front() else {
+                break;
+            };
+            match self.io.wait() {
+                Submitted::Done(mut t, Ok(())) => {
+                    if op == DiskOp::Read && failed.is_none() {
+                        each(at, &mut t.buf[..take]);
+                    }
+                    free.push(t.buf);
+                }
+                Submitted::Done(t, Err(e)) => {
+                    free.push(t.buf);
+                    failed.get_or_insert(e);
+                }
+                Submitted::Overdue { deadline_ms } => {
+                    // The I/O keeps this transfer and every one submitted after it.
+                    self.held = in_flight.len() + 1;
+                    self.buffers = free;
+                    self.overdue = Some(Overdue {
+                        op,
+                        slot,
+                        deadline_ms,
+                    });
+                    return Err(TierError::DiskDeadline {
+                        op: op.as_str(),
+                        slot,
+                        deadline_ms,
+                    });
+                }
+            }
+        }
+        self.buffers = free;
+        match failed {
+            Some(e) => Err(io(&self.path, op.as_str())(e)),
+            None => Ok(()),
         }
     }
 
@@ -395,6 +468,41 @@ impl DiskTier {
     }
 }
 
+/// The bytes `at .. at + n` of the concatenation of `parts`, as sub-slices in order.
+fn parts_range<'a>(parts: &[&'a [u8]], at: usize, n: usize) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let (mut pos, end) = (0usize, at + n);
+    for &p in parts {
+        let (lo, hi) = (pos.max(at), (pos + p.len()).min(end));
+        if lo < hi {
+            out.push(&p[lo - pos..hi - pos]);
+        }
+        pos += p.len();
+        if pos >= end {
+            break;
+        }
+    }
+    out
+}
+
+/// The bytes `at .. at + n` of the concatenation of `parts`, as mutable sub-slices in order.
+fn parts_range_mut<'a>(parts: &'a mut [&mut [u8]], at: usize, n: usize) -> Vec<&'a mut [u8]> {
+    let mut out = Vec::new();
+    let (mut pos, end) = (0usize, at + n);
+    for p in parts.iter_mut() {
+        let len = p.len();
+        let (lo, hi) = (pos.max(at), (pos + len).min(end));
+        if lo < hi {
+            out.push(&mut p[lo - pos..hi - pos]);
+        }
+        pos += len;
+        if pos >= end {
+            break;
+        }
+    }
+    out
+}
+
 impl TierSlots for DiskTier {
     fn kind(&self) -> Tier {
         Tier::Disk
@@ -416,12 +524,12 @@ impl TierSlots for DiskTier {
     ) -> Result<Checksum, TierError> {
         let total = src.iter().map(|s| s.len()).sum();
         check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
-        let mut staging = self.take_staging(DiskOp::Write, slot)?;
         let mut hasher = ShardHasher::new(seed);
-        copy_parts(&mut [&mut staging[..total]], src, &mut hasher);
-        let len = self.transfer_len(total);
-        staging[total..len].fill(0);
-        self.staging = Some(self.transfer(DiskOp::Write, slot, 0, staging, len)?);
+        let span = self.transfer_len(total);
+        self.pipeline(DiskOp::Write, slot, 0, span, total, |at, buf| {
+            let n = buf.len();
+            copy_parts(&mut [buf], &parts_range(src, at, n), &mut hasher);
+        })?;
         Ok(hasher.finish())
     }
 
@@ -433,18 +541,18 @@ impl TierSlots for DiskTier {
     ) -> Result<Checksum, TierError> {
         let total = dst.iter().map(|d| d.len()).sum();
         check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total)?;
-        let staging = self.take_staging(DiskOp::Read, slot)?;
-        let len = self.transfer_len(total);
-        let staging = self.transfer(DiskOp::Read, slot, 0, staging, len)?;
         let mut hasher = ShardHasher::new(seed);
-        copy_parts(dst, &[&staging[..total]], &mut hasher);
-        self.staging = Some(staging);
+        let span = self.transfer_len(total);
+        self.pipeline(DiskOp::Read, slot, 0, span, total, |at, buf| {
+            let n = buf.len();
+            copy_parts(&mut parts_range_mut(dst, at, n), &[buf], &mut hasher);
+        })?;
         Ok(hasher.finish())
     }
 
-    /// Reads only the part of the slot that covers the range (widened to 4 KiB boundaries in
-    /// direct mode) into the staging buffer, through the same [`DiskIo`] transfer as a whole
-    /// read (so deadlines, stalls and fault hooks apply alike), then copies the range out.
+    /// Reads only the chunks of the slot that cover the range (widened to 4 KiB boundaries in
+    /// direct mode), through the same [`DiskIo`] transfers as a whole read (so deadlines,
+    /// stalls and fault hooks apply alike), and copies the range out.
     fn read_range(&mut self, slot: SlotId, offset: usize, dst: &mut [u8]) -> Result<(), TierError> {
         check_slot(
             Tier::Disk,
@@ -457,13 +565,16 @@ impl TierSlots for DiskTier {
         if dst.is_empty() {
             return Ok(());
         }
-        let staging = self.take_staging(DiskOp::Read, slot)?;
-        let (start, len) = self.range_span(offset, dst.len());
-        let staging = self.transfer(DiskOp::Read, slot, start, staging, len)?;
+        let (start, span) = self.range_span(offset, dst.len());
         let skip = offset - start as usize;
-        dst.copy_from_slice(&staging[skip..skip + dst.len()]);
-        self.staging = Some(staging);
-        Ok(())
+        let want = dst.len();
+        self.pipeline(DiskOp::Read, slot, start, span, span, |at, buf| {
+            // The part of the range this chunk holds: span bytes `skip .. skip + want`.
+            let (lo, hi) = (at.max(skip), (at + buf.len()).min(skip + want));
+            if lo < hi {
+                dst[lo - skip..hi - skip].copy_from_slice(&buf[lo - at..hi - at]);
+            }
+        })
     }
 }
 
@@ -565,25 +676,35 @@ mod tests {
     struct Script {
         fail_next: bool,
         hold_next: bool,
-        held: Option<DiskTransfer>,
+        queued: VecDeque<DiskTransfer>,
+        held: Vec<DiskTransfer>,
         released: bool,
     }
 
-    /// A test I/O: fails or holds the transfers it is told to; gives the held one back when
-    /// released.
+    /// A test I/O: fails or holds the transfers it is told to (a held one keeps every
+    /// transfer queued behind it); gives the held ones back when released.
     #[derive(Debug, Default, Clone)]
     struct Scripted(std::sync::Arc<std::sync::Mutex<Script>>);
 
     impl DiskIo for Scripted {
-        fn run(&mut self, mut t: DiskTransfer) -> Submitted {
+        fn submit(&mut self, t: DiskTransfer) {
+            self.0.lock().unwrap().queued.push_back(t);
+        }
+
+        fn wait(&mut self) -> Submitted {
             let mut s = self.0.lock().unwrap();
+            let mut t = s.queued.pop_front().expect("a transfer in flight");
             if std::mem::take(&mut s.fail_next) {
                 return Submitted::Done(t, Err(std::io::Error::from_raw_os_error(libc::ENOSPC)));
             }
             if std::mem::take(&mut s.hold_next) {
-                // The transfer completes late: the bytes land, the result is not waited for.
+                // The transfers complete late: the bytes land, the results are not waited for.
                 t.perform().unwrap();
-                s.held = Some(t);
+                s.held.push(t);
+                while let Some(mut later) = s.queued.pop_front() {
+                    later.perform().unwrap();
+                    s.held.push(later);
+                }
                 return Submitted::Overdue { deadline_ms: 25 };
             }
             let r = t.perform();
@@ -593,7 +714,7 @@ mod tests {
         fn reclaim(&mut self) -> Option<DiskTransfer> {
             let mut s = self.0.lock().unwrap();
             if s.released {
-                s.held.take()
+                s.held.pop()
             } else {
                 None
             }
@@ -665,23 +786,65 @@ mod tests {
         disk.read_range(1, 4097, &mut part).unwrap();
         assert_eq!(part, data[4097..4107]);
     }
+
+    #[test]
+    fn an_overdue_chunk_holds_every_buffer_until_all_are_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DISK_SLAB_FILE);
+        let slot = (1 << 20) + 100;
+        let (mut disk, _) = DiskTier::open(&path, slot, 2, IoMode::Buffered).unwrap();
+        let script = Scripted::default();
+        disk.set_io(Box::new(script.clone()));
+        let data: Vec<u8> = (0..slot).map(|i| (i * 13 + 5) as u8).collect();
+        disk.write_slot(0, &[&data], BlockHash(3)).unwrap();
+
+        // The first chunk of a read misses its deadline with the second in flight behind it.
+        script.0.lock().unwrap().hold_next = true;
+        let mut out = vec![0u8; slot];
+        let e = disk
+            .read_slot(0, &mut [&mut out[..]], BlockHash(3))
+            .unwrap_err();
+        assert!(
+            matches!(e, TierError::DiskDeadline { op: "read", .. }),
+            "{e}"
+        );
+        assert_eq!(script.0.lock().unwrap().held.len(), 2, "both buffers held");
+        let e = disk.write_slot(1, &[&data], BlockHash(4)).unwrap_err();
+        assert!(matches!(e, TierError::DiskStalled { .. }), "{e}");
+
+        // Both transfers end: the tier takes work again with both buffers.
+        script.0.lock().unwrap().released = true;
+        let sum = disk
+            .read_slot(0, &mut [&mut out[..]], BlockHash(3))
+            .unwrap();
+        assert_eq!(sum, checksum(BlockHash(3), &data));
+        assert_eq!(out, data);
+        assert!(script.0.lock().unwrap().held.is_empty());
+    }
 }
 
 #[cfg(test)]
 mod range_tests {
     use super::*;
 
-    /// The transfers seen (op, byte offset in the file, bytes), and whether to fail the next.
-    type Log = (Vec<(DiskOp, u64, usize)>, bool);
+    /// The transfers seen (op, byte offset in the file, bytes), whether to fail the next, and
+    /// the transfers submitted and not waited for yet.
+    type Log = (Vec<(DiskOp, u64, usize)>, bool, VecDeque<DiskTransfer>);
 
     /// Records where each transfer went, then carries it out (or fails it, when told).
     #[derive(Debug, Default, Clone)]
     struct Recording(std::sync::Arc<std::sync::Mutex<Log>>);
 
     impl DiskIo for Recording {
-        fn run(&mut self, mut t: DiskTransfer) -> Submitted {
+        fn submit(&mut self, t: DiskTransfer) {
             let mut s = self.0.lock().unwrap();
             s.0.push((t.op(), t.offset, t.len()));
+            s.2.push_back(t);
+        }
+
+        fn wait(&mut self) -> Submitted {
+            let mut s = self.0.lock().unwrap();
+            let mut t = s.2.pop_front().expect("a transfer in flight");
             if std::mem::take(&mut s.1) {
                 return Submitted::Done(t, Err(std::io::Error::from_raw_os_error(libc::EIO)));
             }
@@ -820,5 +983,66 @@ mod range_tests {
             Err(TierError::WrongLength { .. })
         ));
         assert!(rec.0.lock().unwrap().0.is_empty(), "nothing was read");
+    }
+
+    fn large_slots_in_chunks(mode: IoMode, dir: &Path) -> Option<()> {
+        let path = dir.join(DISK_SLAB_FILE);
+        let slot = (1 << 20) + 100; // several chunks, the last one short
+        let (mut disk, _) = match DiskTier::open(&path, slot, 3, mode) {
+            Err(TierError::DirectUnsupported { .. }) => return None,
+            other => other.unwrap(),
+        };
+        let rec = Recording::default();
+        disk.set_io(Box::new(rec.clone()));
+        let chunk = disk.chunk;
+        assert!(chunk % ALIGN as usize == 0 && chunk < slot, "{chunk}");
+        let data: Vec<u8> = (0..slot).map(|i| (i * 31 + i / 4099) as u8).collect();
+        // Parts that do not line up with the chunks.
+        let (a, rest) = data.split_at(70_001);
+        let (b, c) = rest.split_at(500_000);
+        let sum = disk.write_slot(1, &[a, b, c], BlockHash(9)).unwrap();
+        assert_eq!(sum, crate::checksum::checksum(BlockHash(9), &data));
+        let stride = DiskTier::slot_offset(slot, 1);
+        let check = |rec: &Recording, op: DiskOp, from: u64, bytes: usize| {
+            let moves = std::mem::take(&mut rec.0.lock().unwrap().0);
+            assert_eq!(moves.len(), bytes.div_ceil(chunk), "{op:?} {moves:?}");
+            let mut at = from;
+            for &(o, off, n) in &moves {
+                assert_eq!((o, off), (op, at), "{moves:?}");
+                assert!(n <= chunk);
+                at += n as u64;
+            }
+            assert_eq!(at, from + bytes as u64, "{moves:?}");
+        };
+        check(&rec, DiskOp::Write, stride, disk.transfer_len(slot));
+        let mut out = vec![0u8; slot];
+        let (x, rest) = out.split_at_mut(4096 * 3 + 7);
+        let (y, z) = rest.split_at_mut(chunk);
+        let got = disk.read_slot(1, &mut [x, y, z], BlockHash(9)).unwrap();
+        assert_eq!(got, sum);
+        assert_eq!(out, data);
+        check(&rec, DiskOp::Read, stride, disk.transfer_len(slot));
+        // A range read moves the range (in chunks from its start), not the slot.
+        let (offset, len) = (chunk - 10, 5000);
+        let mut part = vec![0u8; len];
+        disk.read_range(1, offset, &mut part).unwrap();
+        assert_eq!(part, &data[offset..offset + len]);
+        let (start, span) = disk.range_span(offset, len);
+        check(&rec, DiskOp::Read, stride + start, span);
+        Some(())
+    }
+
+    #[test]
+    fn buffered_large_slots_move_in_chunks_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(large_slots_in_chunks(IoMode::Buffered, dir.path()).is_some());
+    }
+
+    #[test]
+    fn direct_large_slots_move_in_chunks_in_order_where_supported() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        if large_slots_in_chunks(IoMode::Direct, dir.path()).is_none() {
+            eprintln!("O_DIRECT unsupported on {}", dir.path().display());
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! The group index's storage: every block's entry in a slab of fixed-size chunks, a hash
 //! table of 4-byte slot numbers keyed by the entries' block hashes, and one doubly linked
-//! LRU list per tier threaded through the entries.
+//! LRU list threaded through the entries: the use order of the whole index, every tier
+//! together (each entry names its tier; each tier's count is kept beside the list).
 //!
-//! Owns [`Entries`]: lookup by hash, insertion at the most recently used end of a tier,
-//! moving an entry to that end (of the same or another tier), removal, and walks from the
-//! least recently used end. It never decides anything (that is [`super::GroupIndex`]'s).
+//! Owns [`Entries`]: lookup by hash, insertion at the most recently used end, moving an entry
+//! to that end (in the same or another tier), removal, and walks from the least recently used
+//! end (of the whole index or of one tier). It never decides anything (that is
+//! [`super::GroupIndex`]'s).
 //!
 //! # Memory
 //! An entry is 40 bytes (hash 16, insertion id 8, list links 2 × 4, pins 4, tier and state
@@ -34,7 +36,7 @@ pub const MAX_ENTRIES: u64 = u32::MAX as u64 - 1;
 const CHUNK: usize = 4096;
 /// "No slot" in a link.
 const NIL: u32 = u32::MAX;
-/// Lists: one per tier the index can name.
+/// Tiers the index can name (one count each).
 const TIERS: usize = 3;
 
 /// A slot number.
@@ -66,12 +68,11 @@ impl Entry {
     }
 }
 
-/// The two ends of one tier's list and its length.
+/// The two ends of the use-order list.
 #[derive(Clone, Copy, Debug)]
 struct List {
     head: Slot,
     tail: Slot,
-    len: u64,
 }
 
 impl Default for List {
@@ -79,7 +80,6 @@ impl Default for List {
         List {
             head: NIL,
             tail: NIL,
-            len: 0,
         }
     }
 }
@@ -90,12 +90,15 @@ pub(super) struct Entries {
     chunks: Vec<Vec<Entry>>,
     table: HashTable<Slot>,
     state: hashbrown::DefaultHashBuilder,
-    lists: [List; TIERS],
+    /// Use order of every entry, all tiers together.
+    list: List,
+    /// Entries per tier.
+    counts: [u64; TIERS],
     free: Slot,
     live: u64,
 }
 
-fn list_of(tier: Tier) -> usize {
+fn count_of(tier: Tier) -> usize {
     match tier {
         Tier::Host => 0,
         Tier::Disk => 1,
@@ -110,7 +113,8 @@ impl Entries {
             chunks: Vec::new(),
             table: HashTable::new(),
             state: hashbrown::DefaultHashBuilder::default(),
-            lists: [List::default(); TIERS],
+            list: List::default(),
+            counts: [0; TIERS],
             free: NIL,
             live: 0,
         }
@@ -130,7 +134,7 @@ impl Entries {
 
     /// Entries in `tier`.
     pub(super) fn tier_len(&self, tier: Tier) -> u64 {
-        self.lists[list_of(tier)].len
+        self.counts[count_of(tier)]
     }
 
     /// The slot of `hash`'s entry.
@@ -155,7 +159,7 @@ impl Entries {
         &mut self.chunks[c][o]
     }
 
-    /// Inserts a new entry for `hash` (not present) at the most recently used end of `tier`.
+    /// Inserts a new entry for `hash` (not present) in `tier`, the most recently used.
     /// The caller keeps the count within [`MAX_ENTRIES`].
     pub(super) fn insert(
         &mut self,
@@ -197,16 +201,20 @@ impl Entries {
         self.table.insert_unique(state.hash_one(hash), slot, |&s| {
             state.hash_one(entry_in(chunks, s).hash())
         });
-        self.link_tail(slot, tier);
+        self.link_tail(slot);
+        self.counts[count_of(tier)] += 1;
         self.live += 1;
         slot
     }
 
-    /// Moves `slot`'s entry to the most recently used end of `tier` (its own or another).
+    /// Makes `slot`'s entry the most recently used, in `tier` (its own or another).
     pub(super) fn move_to_tail(&mut self, slot: Slot, tier: Tier) {
         self.unlink(slot);
+        let old = self.get(slot).tier;
+        self.counts[count_of(old)] -= 1;
+        self.counts[count_of(tier)] += 1;
         self.get_mut(slot).tier = tier;
-        self.link_tail(slot, tier);
+        self.link_tail(slot);
     }
 
     /// Removes `slot`'s entry.
@@ -219,6 +227,8 @@ impl Entries {
             found.remove();
         }
         self.unlink(slot);
+        let tier = self.get(slot).tier;
+        self.counts[count_of(tier)] -= 1;
         let free = self.free;
         let e = self.get_mut(slot);
         e.live = false;
@@ -228,9 +238,9 @@ impl Entries {
         self.live -= 1;
     }
 
-    /// `tier`'s slots from least to most recently used.
-    pub(super) fn iter_tier(&self, tier: Tier) -> impl Iterator<Item = Slot> + '_ {
-        let mut at = self.lists[list_of(tier)].head;
+    /// Every slot from least to most recently used.
+    pub(super) fn iter_used(&self) -> impl Iterator<Item = Slot> + '_ {
+        let mut at = self.list.head;
         std::iter::from_fn(move || {
             (at != NIL).then(|| {
                 let slot = at;
@@ -238,6 +248,11 @@ impl Entries {
                 slot
             })
         })
+    }
+
+    /// `tier`'s slots from least to most recently used (walks the whole list).
+    pub(super) fn iter_tier(&self, tier: Tier) -> impl Iterator<Item = Slot> + '_ {
+        self.iter_used().filter(move |&s| self.get(s).tier == tier)
     }
 
     /// Every live slot, in slab order.
@@ -251,40 +266,36 @@ impl Entries {
         })
     }
 
-    fn link_tail(&mut self, slot: Slot, tier: Tier) {
-        let list = list_of(tier);
-        let tail = self.lists[list].tail;
+    fn link_tail(&mut self, slot: Slot) {
+        let tail = self.list.tail;
         {
             let e = self.get_mut(slot);
             e.prev = tail;
             e.next = NIL;
         }
         if tail == NIL {
-            self.lists[list].head = slot;
+            self.list.head = slot;
         } else {
             self.get_mut(tail).next = slot;
         }
-        self.lists[list].tail = slot;
-        self.lists[list].len += 1;
+        self.list.tail = slot;
     }
 
     fn unlink(&mut self, slot: Slot) {
-        let (prev, next, tier) = {
+        let (prev, next) = {
             let e = self.get(slot);
-            (e.prev, e.next, e.tier)
+            (e.prev, e.next)
         };
-        let list = list_of(tier);
         if prev == NIL {
-            self.lists[list].head = next;
+            self.list.head = next;
         } else {
             self.get_mut(prev).next = next;
         }
         if next == NIL {
-            self.lists[list].tail = prev;
+            self.list.tail = prev;
         } else {
             self.get_mut(next).prev = prev;
         }
-        self.lists[list].len -= 1;
         let e = self.get_mut(slot);
         e.prev = NIL;
         e.next = NIL;

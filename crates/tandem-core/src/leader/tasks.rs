@@ -92,7 +92,7 @@ impl LeaderCore {
             .map_err(|e| leader_refusal(e, epoch))
     }
 
-    /// The longest cached prefix, pinned for the request's load (promotions planned). The same
+    /// The longest cached prefix, pinned for the request's load (where its blocks are). The same
     /// request and blocks again: the answer already given, on the pins already held.
     pub(super) fn lookup(
         &mut self,
@@ -129,7 +129,7 @@ impl LeaderCore {
                     }
                     pins.push(Held(plan.pin));
                 }
-                // Promotion impossible (host full of pins): the prefix ends here.
+                // Not loadable after all (never for a complete block): the prefix ends here.
                 Err(_) => break,
             }
         }

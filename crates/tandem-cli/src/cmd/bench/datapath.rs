@@ -6,8 +6,9 @@
 //! 8 MiB × tasks of 1 block and of [`multi_blocks`] blocks × host tier and disk tier. One
 //! cluster per (ranks, shard, tier); both task sizes run in it, each on its own working set,
 //! stored then loaded one task at a time. The host case keeps everything in the host tier
-//! (in /dev/shm); the disk case gives the host tier room for one task only, so stores demote
-//! earlier blocks to disk and loads promote them back, as the group index decides.
+//! (in /dev/shm); the disk case gives the host tier room for one task only, so that, as the
+//! group index places blocks, every later store writes to the disk tier and its load reads from
+//! there. `--tier` and `--shards` run a part of the sweep.
 //!
 //! Baselines of the same run, with the same bytes: memcpy between two shared-memory files
 //! (the copy floor), one pwrite / pread per shard in the disk tier's directory, and one engine
@@ -69,12 +70,12 @@ const PEER_GET_64K_US: f64 = 270.0;
 const PEER_EXIST_128_US: f64 = 200.0;
 
 /// Which tier a case's blocks live in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub(super) enum TierCase {
+pub(crate) enum TierCase {
     /// Everything in the host tier.
     Host,
-    /// The host tier holds one task; the rest is demoted to disk and promoted back on load.
+    /// The host tier holds one task; the rest goes to disk and is loaded from there.
     Disk,
 }
 
@@ -180,7 +181,17 @@ fn sweep(args: &BenchArgs, copy_workers: u32) -> anyhow::Result<DatapathReport> 
     let mut rows = Vec::new();
     let mut not_measured = Vec::new();
     let mut seed = 1u64;
-    for &shard in &SHARDS {
+    let shards: Vec<usize> = if args.shards.is_empty() {
+        SHARDS.to_vec()
+    } else {
+        args.shards.iter().map(|k| k << 10).collect()
+    };
+    let tiers: &[TierCase] = if args.tier.is_empty() {
+        &[TierCase::Host, TierCase::Disk]
+    } else {
+        &args.tier
+    };
+    for &shard in &shards {
         let sizes = [1, multi_blocks(shard, args.quick)];
         // Floors once per shard and task size (no agent is running while they are measured).
         let mut floors = Vec::new();
@@ -191,7 +202,7 @@ fn sweep(args: &BenchArgs, copy_workers: u32) -> anyhow::Result<DatapathReport> 
             floors.push((host, disk));
         }
         for &n in ranks {
-            for tier in [TierCase::Host, TierCase::Disk] {
+            for &tier in tiers {
                 eprintln!(
                     "  datapath: {n} ranks, {} shards, {tier:?} tier, copy workers {copy_workers} ...",
                     size_label(shard)
@@ -251,6 +262,30 @@ fn sweep(args: &BenchArgs, copy_workers: u32) -> anyhow::Result<DatapathReport> 
     })
 }
 
+/// Writes every rank's disk-tier file (zeros, the exact size the tier opens and keeps) before
+/// the agents start, as the pwrite floor's file is written before it is timed: both then
+/// measure writes into a file in use. A fresh preallocated file has unwritten extents, and the
+/// first write into each costs ext4 an extent conversion (a tier in service pays it once).
+fn prewrite_slabs(dir: &Path, ranks: u32, shard: usize, blocks: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let bytes = tandem_store::disk::DiskTier::file_bytes(shard, blocks)
+        .context("disk tier size overflows")?;
+    let zeros = vec![0u8; 8 << 20];
+    for r in 0..ranks {
+        let d = dir.join(format!("rank{r}")).join("disk");
+        std::fs::create_dir_all(&d)?;
+        let mut f = std::fs::File::create(d.join(tandem_store::disk::DISK_SLAB_FILE))?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            f.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        f.sync_all()?;
+    }
+    Ok(())
+}
+
 /// One cluster of `n` ranks, `shard`-byte shards; runs each `(blocks per task, working set)`
 /// of `plan` in turn.
 #[allow(clippy::too_many_arguments)]
@@ -282,6 +317,9 @@ fn one_cluster(
         .prefix("tandem-datapath-")
         .tempdir_in(shm_root)
         .context("host tier dir")?;
+    if disk > 0 {
+        prewrite_slabs(cluster_dir.path(), n, shard, disk).context("disk tier files")?;
+    }
     let spec = LocalSpec {
         max_restarts: hb.max_restarts,
         pp: 1,

@@ -72,6 +72,12 @@ pub(crate) struct BenchArgs {
     /// Rank counts of `frame` (default 2,4,8,16) and of `datapath` (default 1,2,4).
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub ranks: Vec<u32>,
+    /// Tier cases of `datapath` (default: both).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "TIER,...")]
+    pub tier: Vec<datapath::TierCase>,
+    /// Shard sizes of `datapath`, KiB (default 64,1024,8192).
+    #[arg(long, value_delimiter = ',', value_name = "KIB,...")]
+    pub shards: Vec<usize>,
     /// Directory for the disk-tier files of `tiers` (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub disk_dir: Option<PathBuf>,
