@@ -322,14 +322,23 @@ fn a_read_error_on_a_disk_layer_fails_the_task_on_every_rank() {
         .filter(|(r, _)| *r == 3)
         .map(|(_, l)| *l)
         .collect();
-    assert_eq!(verified3, vec![0], "{:?}", seen.verified);
+    // Rank 3's copy got layer 0 and failed on layer 1. Its engine asks for layer 0 either
+    // before the failure (layer 0 verified, then `Failed` for layer 1) or after it, when a
+    // failed task's pages hold no defined data and layer 0 is refused too (docs/LAYERWISE.md):
+    // either way one typed `Failed`, and nothing verified from the failed layer on.
     let errs3: Vec<_> = seen.errors.iter().filter(|(r, ..)| *r == 3).collect();
-    assert!(
-        matches!(
-            errs3.as_slice(),
-            [(_, 1, LayerError::Failed { layer: 1, .. })]
-        ),
-        "rank 3's wait_layer errors: {errs3:?}"
+    let failed_at = match errs3.as_slice() {
+        [(_, asked, LayerError::Failed { layer, ready, .. })] if asked == layer && *ready <= 1 => {
+            *layer
+        }
+        other => panic!("rank 3's wait_layer errors: {other:?}"),
+    };
+    assert!(failed_at <= 1, "rank 3 failed at layer {failed_at}");
+    assert_eq!(
+        verified3,
+        (0..failed_at).collect::<Vec<u32>>(),
+        "{:?}",
+        seen.verified
     );
 }
 
