@@ -13,11 +13,13 @@
 //! - [`status`]: what `/status` shows of it.
 //! - [`index_blocks`]: the leader's group index for `/index`.
 //! - `metrics`: the core's counters copied into the agent's metrics.
+//! - [`ring`]: the frames engine reads are answered with, published into the rank's frame ring.
 
 mod handlers;
 pub mod index_blocks;
 mod messages;
 mod metrics;
+pub mod ring;
 pub mod status;
 
 pub use messages::*;
@@ -65,6 +67,8 @@ pub struct Wiring {
     pub pool: crate::store_actor::PoolSize,
     /// Rank 0 with `[events] enabled`: where the group's KV cache events go.
     pub cache_events: Option<crate::events::EventSink>,
+    /// The rank's frame ring, when the agent has one.
+    pub ring: Option<ring::SharedRing>,
 }
 
 /// One engine call being carried: where its reply goes, and when an `end_step` arrived (for
@@ -88,6 +92,8 @@ pub struct ProtocolActor {
     timer: Option<(u64, SpawnHandle)>,
     /// Rank 0's KV cache events (when enabled).
     cache_events: Option<crate::events::EventTap>,
+    /// The frame ring's publisher (when the agent has a ring).
+    ring: Option<ring::RingPublisher>,
 }
 
 impl ProtocolActor {
@@ -100,8 +106,14 @@ impl ProtocolActor {
                 .map(crate::events::EventTap::new),
             Role::Follower(_) => None,
         };
+        let epoch = core.config().epoch.0;
+        let ring = wiring
+            .ring
+            .clone()
+            .map(|r| ring::RingPublisher::new(r, epoch));
         Self {
             cache_events,
+            ring,
             core,
             clock,
             wiring,
@@ -159,6 +171,9 @@ impl ProtocolActor {
                     drop(self.wiring.events.send(e))
                 }
             }
+        }
+        if let Some(ring) = &mut self.ring {
+            ring.publish(&self.core);
         }
         self.arm(ctx);
     }
@@ -281,6 +296,9 @@ impl Actor for ProtocolActor {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some(ring) = &mut self.ring {
+            ring.close();
+        }
         self.abandon_calls("agent is restarting");
     }
 }
