@@ -181,7 +181,7 @@ impl EngineClient {
             late_replies: 0,
             broken: None,
             reply_slack: DEFAULT_REPLY_SLACK,
-            ring_wanted: std::env::var("TANDEM_FRAME_RING").map_or(true, |v| v != "0"),
+            ring_wanted: !matches!(std::env::var("TANDEM_FRAME_RING").as_deref(), Ok("0")),
             ring: None,
             ring_buf: Vec::new(),
             ring_reads: 0,
