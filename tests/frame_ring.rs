@@ -38,7 +38,10 @@ fn followers_read_sealed_frames_from_the_ring_and_refusals_from_the_socket() {
     // A second engine connection of rank 1 that only reads (the ring has many readers).
     let second = EngineClient::connect(g.socket(1), 1, WAIT).expect("second connection");
     let mut followers = vec![follower, second];
-    assert!(leader.has_frame_ring(), "the leader's agent hands out its ring");
+    assert!(
+        leader.has_frame_ring(),
+        "the leader's agent hands out its ring"
+    );
     for f in &followers {
         assert!(f.has_frame_ring(), "every connection maps the ring");
     }
@@ -47,7 +50,9 @@ fn followers_read_sealed_frames_from_the_ring_and_refusals_from_the_socket() {
     for s in 0..STEPS {
         // Frames with content that differs per step: a lookup of blocks nobody stored.
         if s % 3 == 0 {
-            let blocks = (0..s % 5).map(|b| BlockHash(u128::from(s * 10 + b + 1))).collect();
+            let blocks = (0..s % 5)
+                .map(|b| BlockHash(u128::from(s * 10 + b + 1)))
+                .collect();
             leader
                 .lookup(Step(s), RequestId(s), blocks)
                 .expect("lookup");

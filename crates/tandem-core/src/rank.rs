@@ -625,10 +625,7 @@ impl RankCore {
         }
         let (oldest, latest) = match &self.role {
             Role::Leader(l) if !l.serves_engine() => return FrameReads::Refused,
-            Role::Leader(l) => (
-                l.leader().oldest_retained_step(),
-                l.leader().sealed_step(),
-            ),
+            Role::Leader(l) => (l.leader().oldest_retained_step(), l.leader().sealed_step()),
             Role::Follower(f) => (
                 f.follower().oldest_retained_step(),
                 f.follower().received_step(),

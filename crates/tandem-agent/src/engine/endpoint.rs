@@ -74,12 +74,11 @@ pub async fn serve(
                 let (router, store, ring) = (router.clone(), store.clone(), ring.clone());
                 actix_rt::spawn(async move {
                     let mut attached = false;
-                    let reason = match serve_one(stream, &router, &store, &ring, &mut attached)
-                        .await
-                    {
-                        Ok(()) => "engine closed the connection".to_string(),
-                        Err(e) => e.to_string(),
-                    };
+                    let reason =
+                        match serve_one(stream, &router, &store, &ring, &mut attached).await {
+                            Ok(()) => "engine closed the connection".to_string(),
+                            Err(e) => e.to_string(),
+                        };
                     if let Some(p) = router.current() {
                         p.do_send(EngineDisconnected { reason, attached });
                     }

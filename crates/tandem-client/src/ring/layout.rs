@@ -97,14 +97,20 @@ impl<'a> Mapped<'a> {
     }
 
     fn u64_at(&self, off: usize) -> &'a AtomicU64 {
-        assert!(off + 8 <= self.len && off % 8 == 0, "ring offset {off} out of its mapping");
+        assert!(
+            off + 8 <= self.len && off % 8 == 0,
+            "ring offset {off} out of its mapping"
+        );
         // SAFETY: in bounds and 8-aligned (checked above; the mapping is page-aligned), alive
         // for 'a, and only ever accessed atomically (see `Mapped::new`).
         unsafe { AtomicU64::from_ptr(self.ptr.add(off) as *mut u64) }
     }
 
     fn u32_at(&self, off: usize) -> &'a AtomicU32 {
-        assert!(off + 4 <= self.len && off % 4 == 0, "ring offset {off} out of its mapping");
+        assert!(
+            off + 4 <= self.len && off % 4 == 0,
+            "ring offset {off} out of its mapping"
+        );
         // SAFETY: as `u64_at`.
         unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) }
     }

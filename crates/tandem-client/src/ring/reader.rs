@@ -180,7 +180,10 @@ impl RingReader {
                 Lookup::NotYet => {}
             }
             let now = Instant::now();
-            let Some(left) = deadline.checked_duration_since(now).filter(|d| !d.is_zero()) else {
+            let Some(left) = deadline
+                .checked_duration_since(now)
+                .filter(|d| !d.is_zero())
+            else {
                 return Waited::Socket;
             };
             if hung_up() {

@@ -118,7 +118,10 @@ fn a_racing_reader_never_sees_a_torn_or_stale_slot() {
     let hits: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let read = ordered.join().unwrap();
     println!("racing readers took {hits:?} frames, the ordered reader {read}");
-    assert!(hits.iter().all(|h| *h > 0), "every reader read frames: {hits:?}");
+    assert!(
+        hits.iter().all(|h| *h > 0),
+        "every reader read frames: {hits:?}"
+    );
     assert!(read > 0);
 }
 
@@ -127,7 +130,11 @@ fn a_new_epoch_resets_the_ring_and_old_epoch_slots_are_refused() {
     let mut w = RingWriter::create("epochs", small()).unwrap();
     let r = reader_of(&w);
     let mut buf = Vec::new();
-    assert_eq!(r.lookup(3, 0, &mut buf), Lookup::Socket, "closed until reset");
+    assert_eq!(
+        r.lookup(3, 0, &mut buf),
+        Lookup::Socket,
+        "closed until reset"
+    );
     w.reset(3);
     for s in 0..5 {
         w.publish(3, s, &bytes(&sealed(3, s)));
@@ -153,7 +160,11 @@ fn a_new_epoch_resets_the_ring_and_old_epoch_slots_are_refused() {
 
     // A slot of the old epoch left in place (not reset) is refused by its own epoch word too.
     w.publish(3, 1, &bytes(&sealed(3, 1)));
-    assert_eq!(r.lookup(4, 1, &mut buf), Lookup::Socket, "slot holds epoch 3");
+    assert_eq!(
+        r.lookup(4, 1, &mut buf),
+        Lookup::Socket,
+        "slot holds epoch 3"
+    );
 
     // Closing an older epoch leaves the ring open for the new one (an old epoch's actor may
     // stop after the new one started).
@@ -180,7 +191,11 @@ fn what_the_ring_cannot_answer_goes_to_the_socket() {
     for s in 1..6 {
         assert!(w.publish(1, s, &bytes(&Frame::empty(Epoch(1), Step(s)))));
     }
-    assert_eq!(r.lookup(1, 1, &mut buf), Lookup::Socket, "slot 1 holds step 5");
+    assert_eq!(
+        r.lookup(1, 1, &mut buf),
+        Lookup::Socket,
+        "slot 1 holds step 5"
+    );
     assert_eq!(r.lookup(1, 5, &mut buf), Lookup::Frame);
     // Older than the agent retains.
     w.set_oldest(4);

@@ -10,9 +10,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use memmap2::MmapMut;
 
-use super::layout::{
-    Geometry, Header, Mapped, Slot, HEADER_BYTES, LAYOUT_VERSION, MAGIC, TOO_BIG,
-};
+use super::layout::{Geometry, Header, Mapped, Slot, HEADER_BYTES, LAYOUT_VERSION, MAGIC, TOO_BIG};
 use super::RingError;
 
 /// The writer of one ring. See the module docs.
@@ -136,7 +134,9 @@ impl RingWriter {
                 slot.len().store(bytes.len() as u64, Ordering::Relaxed);
                 slot.store_payload(bytes);
             }
-            None => slot.len().store(if epoch == 0 { 0 } else { TOO_BIG }, Ordering::Relaxed),
+            None => slot
+                .len()
+                .store(if epoch == 0 { 0 } else { TOO_BIG }, Ordering::Relaxed),
         }
         slot.seq()
             .store((seq.wrapping_add(1) | 1).wrapping_add(1), Ordering::Release);
@@ -148,6 +148,10 @@ impl RingWriter {
         word.fetch_add(1, Ordering::SeqCst);
         // Shared (not private): the readers are other processes. A failure here only costs a
         // reader its wait slice.
-        let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+        let _ = rustix::thread::futex::wake(
+            word,
+            rustix::thread::futex::Flags::empty(),
+            i32::MAX as u32,
+        );
     }
 }
