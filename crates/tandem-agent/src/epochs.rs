@@ -86,6 +86,8 @@ pub struct EpochDriver {
     pub cache_events: Option<crate::events::EventSink>,
     /// Every log line of an epoch on this thread (the protocol actor's too) carries it.
     pub span: Option<tracing::span::EnteredSpan>,
+    /// The rank's frame ring, when it could be made.
+    pub ring: Option<crate::protocol::ring::SharedRing>,
 }
 
 impl EpochDriver {
@@ -339,6 +341,7 @@ impl EpochDriver {
             max_frame_bytes: s.max_frame_bytes,
             pool: self.pool.clone(),
             cache_events: self.cache_events.clone(),
+            ring: self.ring.clone(),
         };
         let protocol = ProtocolActor::new(core, self.clock, wiring).start();
         if !s.is_leader() {

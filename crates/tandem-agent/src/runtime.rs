@@ -107,11 +107,13 @@ pub async fn serve(
         tracing::info!(addr = %settings.leader_addr, world_size = settings.world_size, "leader listening for followers");
     }
     let listener = engine::endpoint::bind(&settings.engine_socket)?;
+    let ring = frame_ring(settings.rank.0);
     actix_rt::spawn(engine::endpoint::serve(
         listener,
         settings.engine_socket.clone(),
         router.clone(),
         store_addr.clone(),
+        ring.clone(),
     ));
     let server = http::start(
         settings.http_addr,
@@ -172,6 +174,7 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         current: None,
         span: None,
+        ring,
     };
     // The machine's two call paths, carried side by side: the heartbeat, and one other
     // answered call. Neither waits for the other (a heartbeat behind a read that waits out its
@@ -231,6 +234,20 @@ pub async fn serve(
         }
     };
     driver.stop(outcome, &server_handle, store_arbiter).await
+}
+
+/// The rank's frame ring (`tandem_client::ring`); without one (a memfd the system refuses)
+/// engines read every frame on the socket, as before.
+fn frame_ring(rank: u32) -> Option<crate::protocol::ring::SharedRing> {
+    use tandem_client::ring::{layout, Geometry, RingWriter};
+    let geometry = Geometry::new(layout::DEFAULT_SLOTS, layout::DEFAULT_SLOT_BYTES);
+    match RingWriter::create(&format!("tandem-frames-{rank}"), geometry) {
+        Ok(ring) => Some(Arc::new(std::sync::Mutex::new(ring))),
+        Err(e) => {
+            tracing::warn!(error = %e, "no frame ring: engines read frames on the socket");
+            None
+        }
+    }
 }
 
 /// An answered call of the epoch loop being carried.

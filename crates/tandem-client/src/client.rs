@@ -8,9 +8,15 @@
 //! the stream never falls out of step. A reply that cannot belong to any call sent (a later id,
 //! no id, bytes that do not decode) breaks the connection for good
 //! ([`ClientError::Broken`]): [`EngineClient::reconnect`].
+//!
+//! **Frames from the ring.** After each hello on a new connection the client asks its agent
+//! for the rank's frame ring ([`crate::ring`]) and maps it; [`EngineClient::frame`] then reads
+//! a published frame from shared memory and waits for one on the ring's futex, and asks the
+//! socket only for what the ring cannot answer (so every refusal is the agent's, as before).
+//! `TANDEM_FRAME_RING=0` in the environment turns it off (every frame on the socket).
 
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::io::Write;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,6 +26,7 @@ use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
 use crate::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
 use crate::pages::PagePool;
+use crate::ring::{RingReader, Waited};
 use crate::wire::{decode_call, encode_call, split_message, WireError};
 
 /// Default slack added to a request's deadline before the call gives up waiting for its reply.
@@ -134,6 +141,16 @@ pub struct EngineClient {
     /// Why the connection cannot be used, once it cannot.
     broken: Option<String>,
     reply_slack: Duration,
+    /// Ask the agent for its frame ring at each new connection (`TANDEM_FRAME_RING` not `0`).
+    ring_wanted: bool,
+    /// The agent's frame ring, when it handed one out on this connection.
+    ring: Option<RingReader>,
+    /// The bytes of the last frame read from the ring (reused).
+    ring_buf: Vec<u8>,
+    /// Frames answered from the ring.
+    ring_reads: u64,
+    /// Descriptors that arrived with reply bytes (only a `FrameRing` answer brings one).
+    fds_in: Vec<OwnedFd>,
 }
 
 impl EngineClient {
@@ -166,8 +183,14 @@ impl EngineClient {
             late_replies: 0,
             broken: None,
             reply_slack: DEFAULT_REPLY_SLACK,
+            ring_wanted: !matches!(std::env::var("TANDEM_FRAME_RING").as_deref(), Ok("0")),
+            ring: None,
+            ring_buf: Vec::new(),
+            ring_reads: 0,
+            fds_in: Vec::new(),
         };
         client.hello()?;
+        client.map_ring(timeout)?;
         Ok(client)
     }
 
@@ -182,7 +205,49 @@ impl EngineClient {
         self.inbox.clear();
         self.outbox.clear();
         self.broken = None;
-        self.hello()
+        self.hello()?;
+        self.map_ring(timeout)?;
+        Ok(self.welcome)
+    }
+
+    /// Ask the agent for its frame ring and map it; without one, frames are read on the
+    /// socket. An agent that cannot decode the request (a build before the ring) closes the
+    /// connection: it is opened again, with a hello, and used without a ring.
+    fn map_ring(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        self.ring = None;
+        self.fds_in.clear();
+        if !self.ring_wanted {
+            return Ok(());
+        }
+        match self.call(EngineRequest::FrameRing, 0) {
+            Ok(EngineReply::FrameRing { .. }) => {
+                if let Some(fd) = self.fds_in.pop() {
+                    self.ring = RingReader::map(fd).ok();
+                }
+            }
+            Err(ClientError::Agent(_)) if self.broken.is_some() => {
+                self.stream = open(&self.path, timeout)?;
+                self.inbox.clear();
+                self.outbox.clear();
+                self.broken = None;
+                self.hello()?;
+            }
+            // No ring (refused, or an answer of another kind): the socket carries frames.
+            Ok(_) | Err(ClientError::Agent(_)) => {}
+            Err(e) => return Err(e),
+        }
+        self.fds_in.clear();
+        Ok(())
+    }
+
+    /// Whether frames are read from the agent's frame ring on this connection.
+    pub fn has_frame_ring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Frames this client read from the ring (the rest came over the socket).
+    pub fn ring_reads(&self) -> u64 {
+        self.ring_reads
     }
 
     /// How long past a request's own deadline a call waits for its reply (default
@@ -473,6 +538,35 @@ impl EngineClient {
     /// [`AgentError::LeaderBehind`] after the deadline, [`AgentError::FrameExpired`],
     /// [`AgentError::StaleEpoch`].
     pub fn frame(&mut self, step: Step, deadline: Duration) -> Result<Frame, ClientError> {
+        let mut deadline = deadline;
+        if let (Some(ring), None) = (&self.ring, &self.broken) {
+            let until = Instant::now() + deadline;
+            let mut buf = std::mem::take(&mut self.ring_buf);
+            let stream = &self.stream;
+            let waited = ring.wait(self.welcome.epoch.0, step.0, until, &mut buf, || {
+                hung_up(stream)
+            });
+            let frame = match waited {
+                Waited::Frame => postcard::from_bytes::<Frame>(&buf).ok(),
+                Waited::Socket => None,
+                Waited::Hangup => {
+                    self.ring_buf = buf;
+                    return Err(self.break_with("the agent closed the connection".into()));
+                }
+            };
+            self.ring_buf = buf;
+            if let Some(frame) = frame {
+                // As on the socket: an agent that is gone is an error, even for a frame its
+                // ring still holds.
+                if hung_up(&self.stream) {
+                    return Err(self.break_with("the agent closed the connection".into()));
+                }
+                self.ring_reads += 1;
+                return Ok(self.deduplicate(frame));
+            }
+            // The socket answers what the ring could not, within what is left of the deadline.
+            deadline = until.saturating_duration_since(Instant::now());
+        }
         let deadline_ms = deadline.as_millis() as u64;
         let req = EngineRequest::Frame {
             epoch: self.epoch(),
@@ -689,7 +783,11 @@ impl EngineClient {
                 .map_err(WireError::Io)?;
             let at = self.inbox.len();
             self.inbox.resize(at + READ_CHUNK, 0);
-            let got = self.stream.read(&mut self.inbox[at..]);
+            // `recvmsg`: a `FrameRing` answer brings a descriptor with its bytes.
+            let got = crate::fdpass::recv_with_fds(&self.stream, &mut self.inbox[at..]).map(|r| {
+                self.fds_in.extend(r.fds);
+                r.bytes
+            });
             self.inbox.truncate(at + *got.as_ref().unwrap_or(&0));
             match got {
                 Ok(0) => return Err(self.break_with("the agent closed the connection".into())),
@@ -778,6 +876,24 @@ enum FdSendError {
     Socket(String),
 }
 
+/// Whether the agent closed its end of `stream` (checked between futex sleeps: a reply that
+/// waits to be read is not a hang-up).
+fn hung_up(stream: &UnixStream) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(stream, PollFlags::RDHUP)];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match poll(&mut fds, Some(&zero)) {
+        Ok(0) => false,
+        Ok(_) => fds[0]
+            .revents()
+            .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR),
+        Err(_) => false,
+    }
+}
+
 /// `EBADF`, the error for a descriptor that is not open.
 fn libc_ebadf() -> i32 {
     rustix::io::Errno::BADF.raw_os_error()
@@ -808,6 +924,7 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::Ack { .. } => "ack",
         EngineRequest::LoadLayerwise { .. } => "load_layerwise",
         EngineRequest::WaitLayer { .. } => "wait_layer",
+        EngineRequest::FrameRing => "frame_ring",
     }
 }
 

@@ -8,6 +8,8 @@
 //! - [`client`]: [`EngineClient`], the blocking client, one per engine.
 //! - [`pages`]: [`PagePool`], an engine page pool in shared memory (a file or a memfd) the
 //!   agent maps.
+//! - [`ring`]: the agent's frame ring in shared memory, from which [`EngineClient::frame`]
+//!   reads sealed frames without a socket round trip (refusals still come over the socket).
 //! - [`tasks`]: [`TaskBook`], the task → outcome map that delivers each outcome once.
 //! - [`session`]: [`EngineSession`], the step counter, the task map and the way back into the
 //!   group after a restart, around one [`EngineClient`]: what an engine (the replay's, a
@@ -133,6 +135,7 @@ pub mod api {
 pub mod client;
 pub mod fdpass;
 pub mod pages;
+pub mod ring;
 pub mod session;
 pub mod tasks;
 pub mod wire;

@@ -77,6 +77,17 @@ fn serve(stream: UnixStream, acts: Vec<Act>, log: &Mutex<Vec<String>>) {
                 let mine = fds.take(consumed, consumed + used as u64);
                 consumed += used as u64;
                 inbox.drain(..used);
+                if req == EngineRequest::FrameRing {
+                    // This agent has no frame ring: every frame is read on the socket.
+                    let no = EngineReply::Error(crate::api::AgentError::NotReady {
+                        reason: "no frame ring".into(),
+                    });
+                    let bytes = encode_call(&no, call.unwrap_or(CallId::NONE)).unwrap();
+                    if std::io::Write::write_all(&mut &stream, &bytes).is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 break (req, call, mine.fds.len());
             }
             let mut chunk = [0u8; 4096];
@@ -118,6 +129,7 @@ fn kind(req: &EngineRequest) -> &'static str {
         EngineRequest::Release { .. } => "release",
         EngineRequest::LoadLayerwise { .. } => "load_layerwise",
         EngineRequest::WaitLayer { .. } => "wait_layer",
+        EngineRequest::FrameRing => "frame_ring",
     }
 }
 

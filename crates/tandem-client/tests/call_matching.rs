@@ -54,6 +54,18 @@ fn welcome() -> EngineReply {
     }
 }
 
+/// Answer the client's `FrameRing` request (its second, after hello): this stand-in has no
+/// ring, so every frame is asked on the socket.
+fn refuse_ring(s: &mut std::os::unix::net::UnixStream) {
+    let (req, call) = read_call::<EngineRequest>(s).expect("frame ring");
+    assert_eq!(req, EngineRequest::FrameRing);
+    let no = EngineReply::Error(AgentError::NotReady {
+        reason: "no frame ring".into(),
+    });
+    s.write_all(&encode_call(&no, call.expect("an id")).expect("encodes"))
+        .expect("refusal");
+}
+
 /// A listener at a fresh path and the path.
 fn listener() -> (tempfile::TempDir, std::path::PathBuf, UnixListener) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -70,6 +82,7 @@ fn stand_in(l: UnixListener, acts: Vec<Act>) -> std::thread::JoinHandle<()> {
         assert!(matches!(req, EngineRequest::HelloVersioned { .. }));
         s.write_all(&encode_call(&welcome(), call.expect("an id")).expect("encodes"))
             .expect("welcome");
+        refuse_ring(&mut s);
         let mut held: Vec<u8> = Vec::new();
         for a in acts {
             let Ok((req, call)) = read_call::<EngineRequest>(&mut s) else {
@@ -131,7 +144,8 @@ proptest! {
             match (a, c.frame(step, Duration::ZERO)) {
                 (Act::Reply | Act::Split, Ok(f)) => prop_assert_eq!(f.step, step),
                 (Act::Hold | Act::Torn, Err(ClientError::Timeout { request: "frame", call, .. })) => {
-                    prop_assert_eq!(call, CallId(i as u64 + 2));
+                    // Call 1 was the hello, call 2 the frame ring.
+                    prop_assert_eq!(call, CallId(i as u64 + 3));
                     timed_out += 1;
                 }
                 (a, r) => prop_assert!(false, "call {} ({:?}): {:?}", i, a, r),
@@ -156,6 +170,7 @@ fn replies_for_no_call_break_the_connection() {
             let (_, call) = read_call::<EngineRequest>(&mut s).expect("hello");
             s.write_all(&encode_call(&welcome(), call.unwrap()).unwrap())
                 .unwrap();
+            refuse_ring(&mut s);
             let (_, call) = read_call::<EngineRequest>(&mut s).expect("frame");
             let call = call.unwrap();
             let bytes = match bad {
@@ -177,12 +192,12 @@ fn replies_for_no_call_break_the_connection() {
             "later" => assert_eq!(
                 e.to_string(),
                 format!(
-                    "engine connection broken: a reply naming call 3 arrived while call 2 (frame) waited: {:?}; reconnect",
+                    "engine connection broken: a reply naming call 4 arrived while call 3 (frame) waited: {:?}; reconnect",
                     frame_reply(Step(0))
                 )
             ),
             "bare" => assert!(
-                e.to_string().contains("a reply naming no call id arrived while call 2"),
+                e.to_string().contains("a reply naming no call id arrived while call 3"),
                 "{e}"
             ),
             _ => assert!(

@@ -179,6 +179,7 @@ fn request() -> impl Strategy<Value = EngineRequest> {
             epoch,
             request: RequestId(r)
         }),
+        Just(EngineRequest::FrameRing),
     ]
 }
 
@@ -326,6 +327,8 @@ fn reply() -> impl Strategy<Value = EngineReply> {
                 layers_ready,
             }
         }),
+        any::<(u32, u32)>()
+            .prop_map(|(slots, slot_bytes)| EngineReply::FrameRing { slots, slot_bytes }),
     ]
 }
 

@@ -164,7 +164,8 @@ impl FollowerCore {
             | EngineRequest::HelloVersioned { .. }
             | EngineRequest::RegisterBuffer { .. }
             | EngineRequest::RegisterDevice { .. }
-            | EngineRequest::WaitLayer { .. } => EngineReply::Error(AgentError::BadRequest {
+            | EngineRequest::WaitLayer { .. }
+            | EngineRequest::FrameRing => EngineReply::Error(AgentError::BadRequest {
                 reason: "routed to the wrong actor".into(),
             }),
         };

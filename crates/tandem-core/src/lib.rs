@@ -150,7 +150,7 @@ pub use follower::FollowerCore;
 pub use index::{GroupIndex, IndexConfig, IndexError, LoadPlan, Pin, PinPurpose, StorePlan};
 pub use leader::{CoreError, LeaderCore};
 pub use output::{Append, CallRef, ConnId, Event, Output, Peer, StoreCommand};
-pub use rank::{RankCore, Role};
+pub use rank::{FrameReads, RankCore, Role};
 pub use rebuild::Rebuild;
 pub use shared::{follower_refusal, leader_refusal};
 pub use status::{CoreCounters, LogHealth, NotReady, RankStatus, RoleCounters, TaskCounts};

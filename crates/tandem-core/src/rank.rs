@@ -20,7 +20,7 @@ use tandem_proto::engine::{
     UNVERSIONED_ENGINE_PROTOCOL,
 };
 use tandem_proto::wire::handshake::{HandshakeError, Nonce};
-use tandem_proto::{Epoch, Hello, Message, Rank, TaskId};
+use tandem_proto::{Epoch, Frame, Hello, Message, Rank, Step, TaskId};
 
 use crate::config::{CoreConfig, EpochStart};
 use crate::follower::FollowerCore;
@@ -580,6 +580,21 @@ impl RankCore {
     }
 }
 
+/// How engine `Frame` reads are answered now ([`RankCore::frame_reads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameReads {
+    /// Refused at once (`NotReady`: the epoch failed, or the leader does not serve engines
+    /// yet).
+    Refused,
+    /// By position: the steps `readable` (oldest, latest; `None`: none yet) are answered at
+    /// once with [`RankCore::readable_frame`], later ones wait for their frame or their
+    /// deadline, earlier ones are `FrameExpired`.
+    Served {
+        /// The oldest and latest step answered at once.
+        readable: Option<(Step, Step)>,
+    },
+}
+
 /// The epoch a step-scoped request names.
 fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
     match req {
@@ -596,11 +611,48 @@ fn request_epoch(req: &EngineRequest) -> Option<Epoch> {
         EngineRequest::Hello { .. }
         | EngineRequest::HelloVersioned { .. }
         | EngineRequest::RegisterBuffer { .. }
-        | EngineRequest::RegisterDevice { .. } => None,
+        | EngineRequest::RegisterDevice { .. }
+        | EngineRequest::FrameRing => None,
     }
 }
 
 impl RankCore {
+    /// How an engine `Frame` read of this epoch is answered now, for a transport that hands
+    /// frames out before they are asked for (the agent's frame ring, `tandem_client::ring`).
+    pub fn frame_reads(&self) -> FrameReads {
+        if self.failure.is_some() {
+            return FrameReads::Refused;
+        }
+        let (oldest, latest) = match &self.role {
+            Role::Leader(l) if !l.serves_engine() => return FrameReads::Refused,
+            Role::Leader(l) => (l.leader().oldest_retained_step(), l.leader().sealed_step()),
+            Role::Follower(f) => (
+                f.follower().oldest_retained_step(),
+                f.follower().received_step(),
+            ),
+        };
+        FrameReads::Served {
+            readable: oldest.zip(latest),
+        }
+    }
+
+    /// The frame an engine `Frame` read of `step` in this epoch is answered with at once, as
+    /// that reply carries it (frame 0 filtered for this rank's engine); `None` when that read
+    /// would wait or be refused (not sealed or received yet, expired, the epoch failed).
+    pub fn readable_frame(&self, step: Step) -> Option<Frame> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let mut frame = match &self.role {
+            Role::Leader(l) if !l.serves_engine() => None,
+            Role::Leader(l) => l.leader().frame(step).ok().flatten(),
+            Role::Follower(f) => f.follower().read(step).ok().flatten(),
+        }?
+        .clone();
+        self.sh.engine_view(&mut frame);
+        Some(frame)
+    }
+
     /// Whether the rank is ready (see [`crate::RankStatus::ready`] for what that means).
     pub fn ready(&self) -> bool {
         self.counters().not_ready.is_none()

@@ -55,16 +55,24 @@ impl Shared {
     /// acknowledged: the frame is the same on every rank, only this filter is per rank.
     pub(crate) fn reply(&mut self, call: CallRef, reply: EngineReply) {
         let reply = match reply {
-            EngineReply::Frame(mut f) if f.step == Step(0) && !self.acknowledged.is_empty() => {
-                if let Some(rec) = f.reconciliation.as_mut() {
-                    rec.redelivered
-                        .retain(|o| !self.acknowledged.contains(&o.task));
-                }
+            EngineReply::Frame(mut f) => {
+                self.engine_view(&mut f);
                 EngineReply::Frame(f)
             }
             other => other,
         };
         self.out.push_back(Output::Reply { call, reply });
+    }
+
+    /// `frame` as this rank's engine reads it: frame 0 without the redeliveries it already
+    /// acknowledged, every other frame as sealed.
+    pub(crate) fn engine_view(&self, f: &mut Frame) {
+        if f.step == Step(0) && !self.acknowledged.is_empty() {
+            if let Some(rec) = f.reconciliation.as_mut() {
+                rec.redelivered
+                    .retain(|o| !self.acknowledged.contains(&o.task));
+            }
+        }
     }
 
     pub(crate) fn refuse(&mut self, call: CallRef, error: AgentError) {

@@ -227,6 +227,13 @@ pub enum EngineRequest {
         /// Longest wait, milliseconds.
         deadline_ms: u64,
     },
+    /// Ask for the agent's frame ring (`tandem_client::ring`): answered with
+    /// [`EngineReply::FrameRing`] and the ring's descriptor passed with the reply's bytes
+    /// (`SCM_RIGHTS`), or refused when the agent has none. A capability, not a rule: an engine
+    /// that never asks reads every frame on the socket, and an engine that has the ring still
+    /// gets every refusal from the socket. Last in this enum so that earlier variants keep
+    /// their wire index.
+    FrameRing,
 }
 
 impl EngineRequest {
@@ -306,6 +313,13 @@ pub enum EngineReply {
         layer: u32,
         /// Layers this rank has copied of the task so far (in the plan's order).
         layers_ready: u32,
+    },
+    /// Answer to `FrameRing`: the ring's descriptor came with this reply's bytes.
+    FrameRing {
+        /// Slots of the ring.
+        slots: u32,
+        /// Payload bytes of one slot.
+        slot_bytes: u32,
     },
 }
 

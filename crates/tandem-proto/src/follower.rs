@@ -123,6 +123,11 @@ impl Follower {
         self.frames.last_step()
     }
 
+    /// The oldest received step still retained (readable), if any.
+    pub fn oldest_retained_step(&self) -> Option<Step> {
+        self.frames.oldest_step()
+    }
+
     /// The last step this follower acknowledged, if any.
     pub fn acked_step(&self) -> Option<Step> {
         self.acked

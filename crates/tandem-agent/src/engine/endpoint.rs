@@ -8,18 +8,21 @@
 //!
 //! Bytes are read with `recvmsg` so that a page pool's descriptor passed with a
 //! `RegisterBuffer` (`SCM_RIGHTS`, see `tandem_client::fdpass`) reaches the `StoreActor` with
-//! that request; a descriptor that arrives with any other request is closed.
+//! that request; a descriptor that arrives with any other request is closed. The answer to
+//! `FrameRing` goes the other way: the rank's frame ring's descriptor travels with its bytes.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use actix::Addr;
 use tandem_client::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
-use tandem_client::fdpass::{recv_with_fds, FdLedger, MessageFds};
+use tandem_client::fdpass::{recv_with_fds, send_with_fd, FdLedger, MessageFds};
 use tandem_client::wire::{decode_call, encode, encode_call, split_message, WireError};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 
+use crate::protocol::ring::SharedRing;
 use crate::protocol::{EngineCall, EngineDisconnected};
 use crate::router::Router;
 use crate::store_actor::{PoolSource, RegisterBuffer, RegisterDevice, StoreActor};
@@ -63,17 +66,19 @@ pub async fn serve(
     socket: PathBuf,
     router: Router,
     store: Addr<StoreActor>,
+    ring: Option<SharedRing>,
 ) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let (router, store) = (router.clone(), store.clone());
+                let (router, store, ring) = (router.clone(), store.clone(), ring.clone());
                 actix_rt::spawn(async move {
                     let mut attached = false;
-                    let reason = match serve_one(stream, &router, &store, &mut attached).await {
-                        Ok(()) => "engine closed the connection".to_string(),
-                        Err(e) => e.to_string(),
-                    };
+                    let reason =
+                        match serve_one(stream, &router, &store, &ring, &mut attached).await {
+                            Ok(()) => "engine closed the connection".to_string(),
+                            Err(e) => e.to_string(),
+                        };
                     if let Some(p) = router.current() {
                         p.do_send(EngineDisconnected { reason, attached });
                     }
@@ -91,6 +96,7 @@ async fn serve_one(
     mut stream: UnixStream,
     router: &Router,
     store: &Addr<StoreActor>,
+    ring: &Option<SharedRing>,
     attached: &mut bool,
 ) -> Result<(), WireError> {
     let mut inbound = Inbound::new();
@@ -111,6 +117,10 @@ async fn serve_one(
                 return Err(e);
             }
         };
+        if matches!(req, EngineRequest::FrameRing) {
+            reply_ring(&mut stream, call, ring).await?;
+            continue;
+        }
         let hello = matches!(
             req,
             EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. }
@@ -290,6 +300,52 @@ fn bad_request(e: &WireError) -> EngineReply {
     EngineReply::Error(AgentError::BadRequest {
         reason: e.to_string(),
     })
+}
+
+/// Answer `FrameRing`: the ring's geometry, with its descriptor on the reply's first byte; an
+/// agent without a ring refuses (the engine reads frames on the socket).
+async fn reply_ring(
+    stream: &mut UnixStream,
+    call: Option<CallId>,
+    ring: &Option<SharedRing>,
+) -> Result<(), WireError> {
+    // A duplicate of the descriptor, so the lock is not held across the write.
+    let held = ring.as_ref().and_then(|r| {
+        let ring = r.lock().ok()?;
+        let g = ring.geometry();
+        Some((ring.fd().try_clone_to_owned(), g))
+    });
+    let (fd, geometry) = match held {
+        Some((Ok(fd), g)) => (fd, g),
+        Some((Err(e), _)) => {
+            let answer = EngineReply::Error(AgentError::NotReady {
+                reason: format!("the frame ring's descriptor cannot be passed: {e}"),
+            });
+            return reply(stream, call, &answer).await;
+        }
+        None => {
+            let answer = EngineReply::Error(AgentError::NotReady {
+                reason: "this agent has no frame ring".into(),
+            });
+            return reply(stream, call, &answer).await;
+        }
+    };
+    let answer = EngineReply::FrameRing {
+        slots: geometry.slots,
+        slot_bytes: geometry.slot_bytes,
+    };
+    let bytes = match call {
+        Some(call) => encode_call(&answer, call)?,
+        None => encode(&answer)?,
+    };
+    let shared: &UnixStream = stream;
+    let sent = shared
+        .async_io(Interest::WRITABLE, || {
+            send_with_fd(shared, &bytes, fd.as_fd())
+        })
+        .await?;
+    stream.write_all(&bytes[sent..]).await?;
+    Ok(())
 }
 
 /// Write `answer` under `call` (bare when the request named no call).

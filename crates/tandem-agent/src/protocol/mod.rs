@@ -15,6 +15,7 @@
 //! - [`index_blocks`]: the leader's group index for `/index`.
 //! - `metrics`: the core's counters copied into the agent's metrics.
 //! - `outbox`: peer messages in order, written in one pass after the engine's answer.
+//! - [`ring`]: the frames engine reads are answered with, published into the rank's frame ring.
 
 mod handlers;
 mod inbound;
@@ -22,6 +23,7 @@ pub mod index_blocks;
 mod messages;
 mod metrics;
 mod outbox;
+pub mod ring;
 pub mod status;
 
 pub use messages::*;
@@ -67,6 +69,8 @@ pub struct Wiring {
     pub pool: crate::store_actor::PoolSize,
     /// Rank 0 with `[events] enabled`: where the group's KV cache events go.
     pub cache_events: Option<crate::events::EventSink>,
+    /// The rank's frame ring, when the agent has one.
+    pub ring: Option<ring::SharedRing>,
 }
 
 /// One engine call being carried: where its reply goes, and when an `end_step` arrived (for
@@ -92,6 +96,8 @@ pub struct ProtocolActor {
     cache_events: Option<crate::events::EventTap>,
     /// Peer messages and closes not carried out yet.
     outbox: outbox::Outbox,
+    /// The frame ring's publisher (when the agent has a ring).
+    ring: Option<ring::RingPublisher>,
 }
 
 impl ProtocolActor {
@@ -104,8 +110,14 @@ impl ProtocolActor {
                 .map(crate::events::EventTap::new),
             Role::Follower(_) => None,
         };
+        let epoch = core.config().epoch.0;
+        let ring = wiring
+            .ring
+            .clone()
+            .map(|r| ring::RingPublisher::new(r, epoch));
         Self {
             cache_events,
+            ring,
             core,
             clock,
             wiring,
@@ -167,6 +179,9 @@ impl ProtocolActor {
                     drop(self.wiring.events.send(e))
                 }
             }
+        }
+        if let Some(ring) = &mut self.ring {
+            ring.publish(&self.core);
         }
         self.send_outbox(answered, ctx);
         self.arm(ctx);
@@ -275,6 +290,9 @@ impl Actor for ProtocolActor {
     fn stopped(&mut self, _: &mut Self::Context) {
         // Peer messages the core gave before the end still go out, as a queued link would.
         self.write_outbox();
+        if let Some(ring) = &mut self.ring {
+            ring.close();
+        }
         self.abandon_calls("agent is restarting");
     }
 }

@@ -398,6 +398,12 @@ impl LeaderCore {
     }
 
     /// An engine request on the leader (already fenced by epoch).
+    /// Whether engine requests are served (not refused `NotReady`): every follower joined and
+    /// the group index is rebuilt.
+    pub(crate) fn serves_engine(&self) -> bool {
+        self.leader.all_joined() && self.rebuild == Rebuild::Done
+    }
+
     pub(crate) fn engine(
         &mut self,
         sh: &mut Shared,
@@ -514,7 +520,8 @@ impl LeaderCore {
             | EngineRequest::HelloVersioned { .. }
             | EngineRequest::RegisterBuffer { .. }
             | EngineRequest::RegisterDevice { .. }
-            | EngineRequest::WaitLayer { .. } => Err(AgentError::BadRequest {
+            | EngineRequest::WaitLayer { .. }
+            | EngineRequest::FrameRing => Err(AgentError::BadRequest {
                 reason: "routed to the wrong actor".into(),
             }),
         };

@@ -190,6 +190,11 @@ impl Leader {
         self.sealed.last_step()
     }
 
+    /// The oldest sealed step still retained (readable), if any.
+    pub fn oldest_retained_step(&self) -> Option<Step> {
+        self.sealed.oldest_step()
+    }
+
     /// The largest frame the leader could still have to seal, in bytes (see [`budget`]).
     pub fn frame_bound(&self) -> u64 {
         self.budget.bound()
