@@ -124,14 +124,16 @@ pub struct ProtocolConfig {
     pub bind_timeout_ms: u64,
     /// Leader: write-ahead appends (one step record each) that may be in flight to the
     /// completion log at once, 1 to 1024. They go out in step order on one connection and are
-    /// confirmed in that order; a frame reveals only what confirmed appends hold. 1 is one
-    /// append at a time. The leader's own setting (not in the configuration fingerprint).
+    /// answered in that order; a frame reveals only what confirmed appends hold, at most
+    /// `max_appends_in_flight - 1` steps after the step that made them (1: every step waits for
+    /// its own append). The leader's own setting (not in the configuration fingerprint).
     pub max_appends_in_flight: u32,
     /// Leader: how long an `end_step` waits for its own append before it seals without it,
     /// in milliseconds (0 to 60 000): what that append holds is revealed by a later frame
-    /// once confirmed. 0 never waits (most steps per second, each start and outcome revealed
-    /// one step or more later); frame 0 always waits for the previous epoch's aborts. The
-    /// leader's own setting (not in the configuration fingerprint).
+    /// once confirmed. 0 waits only for the appends made `max_appends_in_flight - 1` steps
+    /// before (most steps per second, each start and outcome revealed a step or more later);
+    /// frame 0 always waits for the previous epoch's aborts. The leader's own setting (not in
+    /// the configuration fingerprint).
     pub append_wait_ms: u64,
 }
 

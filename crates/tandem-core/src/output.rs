@@ -100,7 +100,9 @@ pub enum StoreCommand {
 pub struct Append {
     /// The epoch.
     pub epoch: Epoch,
-    /// The step whose `end_step` made the record (never below an earlier append's).
+    /// The record's stamp: the frame of this step is sealed only after the append is
+    /// answered (the `end_step` that made it, or up to `max_appends_in_flight - 1` steps
+    /// later; never below an earlier append's).
     pub step: Step,
     /// Tasks started, in start order.
     pub started: Vec<StartedTask>,
