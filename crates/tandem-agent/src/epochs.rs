@@ -405,6 +405,8 @@ fn core_config(s: &AgentSettings, durable: bool) -> CoreConfig {
         host_capacity_blocks: s.config.store.host_capacity_blocks,
         disk_capacity_blocks: s.config.store.disk_capacity_blocks,
         bind_timeout_ms: s.config.protocol.bind_timeout_ms,
+        max_appends_in_flight: s.config.protocol.max_appends_in_flight,
+        append_wait_ms: s.config.protocol.append_wait_ms,
         durable,
         membership: s.membership.clone(),
         leader_addr: s.leader_addr.clone(),

@@ -19,6 +19,12 @@ pub const MAX_FRAME_BYTES_CEILING: u32 = 64 * 1024 * 1024 - 1024;
 /// The largest `store.disk_op_deadline_ms` accepted, ms: one hour.
 pub const MAX_DISK_OP_DEADLINE_MS: u64 = 3_600_000;
 
+/// The most `protocol.max_appends_in_flight` accepted.
+pub const MAX_APPENDS_IN_FLIGHT: u32 = 1024;
+
+/// The largest `protocol.append_wait_ms` accepted, ms: one minute.
+pub const MAX_APPEND_WAIT_MS: u64 = 60_000;
+
 /// Dotted-key overrides from CLI flags, applied last (e.g. `("group.tp_size", "4")`).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides(pub Vec<(String, String)>);
@@ -208,6 +214,24 @@ pub fn validate(cfg: &TandemConfig) -> Result<(), ConfigError> {
             reason: format!(
                 "{} is smaller than protocol.window_steps = {}; followers could lose frames they have not acknowledged",
                 cfg.protocol.frame_retention_steps, cfg.protocol.window_steps
+            ),
+        });
+    }
+    if !(1..=MAX_APPENDS_IN_FLIGHT).contains(&cfg.protocol.max_appends_in_flight) {
+        return Err(ConfigError::Value {
+            key: "protocol.max_appends_in_flight",
+            reason: format!(
+                "{} is outside 1 to {MAX_APPENDS_IN_FLIGHT}",
+                cfg.protocol.max_appends_in_flight
+            ),
+        });
+    }
+    if cfg.protocol.append_wait_ms > MAX_APPEND_WAIT_MS {
+        return Err(ConfigError::Value {
+            key: "protocol.append_wait_ms",
+            reason: format!(
+                "{} ms is above the {MAX_APPEND_WAIT_MS} ms maximum",
+                cfg.protocol.append_wait_ms
             ),
         });
     }
@@ -402,6 +426,33 @@ mod tests {
 
     #[test]
     fn range_errors_name_the_key() {
+        for (toml, msg) in [
+            (
+                "[protocol]\nmax_appends_in_flight = 0\n",
+                "invalid value for protocol.max_appends_in_flight: 0 is outside 1 to 1024",
+            ),
+            (
+                "[protocol]\nmax_appends_in_flight = 1025\n",
+                "invalid value for protocol.max_appends_in_flight: 1025 is outside 1 to 1024",
+            ),
+            (
+                "[protocol]\nappend_wait_ms = 60001\n",
+                "invalid value for protocol.append_wait_ms: 60001 ms is above the 60000 ms maximum",
+            ),
+        ] {
+            let e = load_str(toml, "f", &Overrides::default()).unwrap_err();
+            assert_eq!(e.to_string(), msg);
+        }
+        let c = load_str(
+            "[protocol]\nmax_appends_in_flight = 1024\nappend_wait_ms = 0\n",
+            "f",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.protocol.max_appends_in_flight, c.protocol.append_wait_ms),
+            (1024, 0)
+        );
         let e = load_str("[protocol]\nwindow_steps = 0\n", "f", &Overrides::default()).unwrap_err();
         assert_eq!(
             e.to_string(),

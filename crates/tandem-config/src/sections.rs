@@ -122,6 +122,19 @@ pub struct ProtocolConfig {
     /// shard fails and with it the task on every rank. A rank's own deadline (not in the
     /// configuration fingerprint): the outcome is the quorum's whatever each rank waits.
     pub bind_timeout_ms: u64,
+    /// Leader: write-ahead appends (one step record each) that may be in flight to the
+    /// completion log at once, 1 to 1024. They go out in step order on one connection and are
+    /// answered in that order; a frame reveals only what confirmed appends hold, at most
+    /// `max_appends_in_flight - 1` steps after the step that made them (1: every step waits for
+    /// its own append). The leader's own setting (not in the configuration fingerprint).
+    pub max_appends_in_flight: u32,
+    /// Leader: how long an `end_step` waits for its own append before it seals without it,
+    /// in milliseconds (0 to 60 000): what that append holds is revealed by a later frame
+    /// once confirmed. 0 waits only for the appends made `max_appends_in_flight - 1` steps
+    /// before (most steps per second, each start and outcome revealed a step or more later);
+    /// frame 0 always waits for the previous epoch's aborts. The leader's own setting (not in
+    /// the configuration fingerprint).
+    pub append_wait_ms: u64,
 }
 
 impl Default for ProtocolConfig {
@@ -134,6 +147,8 @@ impl Default for ProtocolConfig {
             handshake_timeout_ms: 2_000,
             drain_timeout_ms: 5_000,
             bind_timeout_ms: 5_000,
+            max_appends_in_flight: 8,
+            append_wait_ms: 1,
         }
     }
 }

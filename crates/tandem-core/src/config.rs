@@ -43,6 +43,12 @@ pub struct CoreConfig {
     /// bind its pages, from when the task reached this rank, ms (`protocol.bind_timeout_ms`).
     /// A rank's own setting: it decides only when this rank's shard fails.
     pub bind_timeout_ms: u64,
+    /// Leader: write-ahead appends that may be in flight at once
+    /// (`protocol.max_appends_in_flight`; 0 counts as 1).
+    pub max_appends_in_flight: u32,
+    /// Leader: how long an `end_step` waits for its own append before it seals without it, ms
+    /// (`protocol.append_wait_ms`; 0 never waits, `u64::MAX` always waits).
+    pub append_wait_ms: u64,
     /// Whether starts and outcomes are appended to a completion log before a frame reveals
     /// them (a Redis URL is configured). Without it they count as durable at once, a new
     /// epoch starts with empty tiers, and there is no manifest exchange.

@@ -45,7 +45,8 @@
 //! - [`rank`]: [`RankCore`], the rules every rank applies to its engine, and the epoch's
 //!   failure and readiness.
 //! - [`leader`]: [`LeaderCore`]: admission, the rebuild, timers; `tasks.rs` (lookups, pins,
-//!   stores, loads); `seal.rs` (`end_step`, the append, the window waits).
+//!   stores, loads); `appends.rs` (the write-ahead pipeline); `seal.rs` (`end_step`, the
+//!   seal, the window waits).
 //! - [`follower`]: [`FollowerCore`]: positional reads and waits, held copies, reports, acks,
 //!   heartbeats.
 //! - [`index`] and [`rebuild`]: the group index (placement, LRU per tier, move-only pins,
@@ -87,7 +88,7 @@
 //!     epoch: Epoch(1), rank: Rank(rank), world_size: 2, shard_bytes: 64, layers_per_rank: 1, window_steps: 8,
 //!     retention_steps: 64, max_frame_bytes: 1 << 20, heartbeat_interval_ms: 100,
 //!     heartbeat_timeout_ms: 1_000, host_capacity_blocks: 4, disk_capacity_blocks: 0,
-//!     bind_timeout_ms: 5_000,
+//!     bind_timeout_ms: 5_000, max_appends_in_flight: 8, append_wait_ms: 1,
 //!     durable: false, membership: membership.clone(), leader_addr: "leader".into(),
 //! };
 //! let mut leader = RankCore::new(config(0), EpochStart::default(), 0)?;

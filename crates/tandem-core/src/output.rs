@@ -93,13 +93,16 @@ pub enum StoreCommand {
     },
 }
 
-/// One step record to append to the completion stream before the step is sealed
-/// (`tandem_durable::CompletionStream::append_step`); answer with `handle_appended`.
+/// One step record to append to the completion stream before a frame reveals what it holds
+/// (`tandem_durable::CompletionStream::append_step`); answer with `handle_appended`. Several
+/// may be out at once: append them in the order output and answer them in that order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Append {
     /// The epoch.
     pub epoch: Epoch,
-    /// The step the record belongs to (sealed once the append is done).
+    /// The record's stamp: the frame of this step is sealed only after the append is
+    /// answered (the `end_step` that made it, or up to `max_appends_in_flight - 1` steps
+    /// later; never below an earlier append's).
     pub step: Step,
     /// Tasks started, in start order.
     pub started: Vec<StartedTask>,

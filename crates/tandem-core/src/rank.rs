@@ -382,9 +382,11 @@ impl RankCore {
         self.report_shard(task, result);
     }
 
-    /// Leader: the last [`Output::Append`] is durable (`Ok`) or was refused (the log's
-    /// reason): the pending `end_step` seals now, or, for frame 0 whose aborts are not durable,
-    /// is refused `NotReady`.
+    /// Leader: the oldest [`Output::Append`] not answered yet is durable (`Ok`) or was refused
+    /// (the log's reason). Answer every append once, in the order they were output. An
+    /// `end_step` waiting for it seals now, or, for frame 0 whose aborts are not durable, is
+    /// refused `NotReady`; a refused append fails every later one not answered yet (their own
+    /// answers are then ignored and what they hold is appended again).
     pub fn handle_appended(&mut self, result: Result<(), String>, now_ms: u64) {
         if let Role::Leader(l) = &mut self.role {
             l.appended(&mut self.sh, result, now_ms);
@@ -414,14 +416,7 @@ impl RankCore {
             _ => None,
         };
         match (step, &mut self.role) {
-            (Some(step), Role::Leader(l)) => {
-                let req = EngineRequest::EndStep {
-                    epoch: self.sh.epoch(),
-                    step,
-                    deadline_ms: 0,
-                };
-                l.engine(&mut self.sh, call, req, now_ms);
-            }
+            (Some(_), Role::Leader(l)) => l.drain(&mut self.sh, call, now_ms),
             _ => self.sh.reply(call, EngineReply::Acked),
         }
         self.report_layer_failures();

@@ -11,6 +11,7 @@
 use crate::frame::{TaskOutcome, TaskStart};
 use crate::ids::{Epoch, TaskKind};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::fmt;
 
 /// The id of one persist batch, increasing within a leader's life.
@@ -56,31 +57,45 @@ impl PersistBatch {
     }
 }
 
-/// Starts and outcomes between the leader's decision and their reveal. At most one batch is in
-/// flight at a time, so both become durable, and are revealed, in decision order.
+/// Starts and outcomes between the leader's decision and their reveal. Up to a limit of
+/// batches (1 unless [`Self::set_limit`] raised it) are in flight at once; they are confirmed
+/// or failed in the order they were handed out. A failed batch goes back to the front of the
+/// queue, so what later batches hold may become durable, and be revealed, before it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PersistQueue {
     epoch: Epoch,
     next_id: u64,
+    limit: usize,
     started: Vec<StartedTask>,
     finished: Vec<TaskOutcome>,
-    in_flight: Option<PersistBatch>,
+    in_flight: VecDeque<PersistBatch>,
     durable_started: Vec<StartedTask>,
     durable: Vec<TaskOutcome>,
 }
 
 impl PersistQueue {
-    /// An empty pipeline for `epoch`.
+    /// An empty pipeline for `epoch`, one batch in flight at a time.
     pub fn new(epoch: Epoch) -> PersistQueue {
         PersistQueue {
             epoch,
             next_id: 0,
+            limit: 1,
             started: Vec::new(),
             finished: Vec::new(),
-            in_flight: None,
+            in_flight: VecDeque::new(),
             durable_started: Vec::new(),
             durable: Vec::new(),
         }
+    }
+
+    /// At most `limit` batches in flight at once (at least 1).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.max(1);
+    }
+
+    /// Batches handed out and not yet confirmed or failed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// The leader started a task.
@@ -93,10 +108,12 @@ impl PersistQueue {
         self.finished.push(outcome);
     }
 
-    /// The next batch to append: everything started or finished and not yet batched, unless a
-    /// batch is already in flight or nothing is waiting.
+    /// The next batch to append: everything started or finished and not yet batched, unless
+    /// the limit of batches is in flight or nothing is waiting.
     pub fn poll(&mut self) -> Option<PersistBatch> {
-        if self.in_flight.is_some() || (self.finished.is_empty() && self.started.is_empty()) {
+        if self.in_flight.len() >= self.limit
+            || (self.finished.is_empty() && self.started.is_empty())
+        {
             return None;
         }
         let batch = PersistBatch {
@@ -106,31 +123,34 @@ impl PersistQueue {
             outcomes: std::mem::take(&mut self.finished),
         };
         self.next_id += 1;
-        self.in_flight = Some(batch.clone());
+        self.in_flight.push_back(batch.clone());
         Some(batch)
     }
 
     /// The batch `id` is durable: its starts and outcomes may be revealed. Returns how many
-    /// outcomes it held, or `None` when `id` is not the batch in flight.
+    /// outcomes it held, or `None` when `id` is not the oldest batch in flight (batches are
+    /// confirmed in order: a later one is never durable before an earlier one).
     pub fn persisted(&mut self, id: BatchId) -> Option<usize> {
-        if self.in_flight.as_ref().map(|b| b.id) != Some(id) {
+        if self.in_flight.front().map(|b| b.id) != Some(id) {
             return None;
         }
-        let batch = self.in_flight.take()?;
+        let batch = self.in_flight.pop_front()?;
         let n = batch.outcomes.len();
         self.durable_started.extend(batch.started);
         self.durable.extend(batch.outcomes);
         Some(n)
     }
 
-    /// Appending batch `id` failed: its starts and outcomes go back to the front of the queue,
-    /// to be batched again by the next [`Self::poll`]. Returns `false` when `id` is not in
-    /// flight.
+    /// Appending batch `id`, the oldest in flight, failed: its starts and outcomes go back to
+    /// the front of the queue, to be batched again by the next [`Self::poll`]. Later batches in
+    /// flight stay in flight (each is confirmed or fails on its own answer: what they hold
+    /// never depends on what a batch not yet durable holds, since nothing is revealed before it
+    /// is durable). Returns `false` when `id` is not the oldest batch in flight.
     pub fn failed(&mut self, id: BatchId) -> bool {
-        if self.in_flight.as_ref().map(|b| b.id) != Some(id) {
+        if self.in_flight.front().map(|b| b.id) != Some(id) {
             return false;
         }
-        if let Some(batch) = self.in_flight.take() {
+        if let Some(batch) = self.in_flight.pop_front() {
             let later = std::mem::replace(&mut self.finished, batch.outcomes);
             self.finished.extend(later);
             let later = std::mem::replace(&mut self.started, batch.started);
@@ -149,7 +169,7 @@ impl PersistQueue {
         std::mem::take(&mut self.durable_started)
     }
 
-    /// Outcomes finished but not yet durable (waiting, or in the batch in flight).
+    /// Outcomes finished but not yet durable (waiting, or in a batch in flight).
     pub fn not_durable(&self) -> impl Iterator<Item = &TaskOutcome> {
         self.in_flight
             .iter()
@@ -247,5 +267,53 @@ mod tests {
         q.persisted(again.id).unwrap();
         assert_eq!(q.take_durable_started(), vec![start(0), start(1)]);
         assert!(q.poll().is_none());
+    }
+
+    #[test]
+    fn several_batches_in_flight_are_confirmed_in_order() {
+        let mut q = PersistQueue::new(Epoch(1));
+        q.set_limit(3);
+        let mut ids = Vec::new();
+        for seq in 0..4 {
+            q.push_finished(ok(seq));
+            if let Some(b) = q.poll() {
+                ids.push(b.id);
+            }
+        }
+        assert_eq!(ids.len(), 3, "the limit holds the fourth back");
+        assert_eq!(q.in_flight(), 3);
+        assert_eq!(
+            q.persisted(ids[1]),
+            None,
+            "a later batch is never durable first"
+        );
+        assert_eq!(q.persisted(ids[0]), Some(1));
+        assert_eq!(q.take_durable(), vec![ok(0)]);
+        let b = q.poll().unwrap();
+        assert_eq!(b.outcomes, vec![ok(3)]);
+    }
+
+    #[test]
+    fn a_failure_in_the_middle_hands_back_only_that_batch() {
+        let mut q = PersistQueue::new(Epoch(1));
+        q.set_limit(4);
+        let mut ids = Vec::new();
+        for seq in 0..3 {
+            q.push_finished(ok(seq));
+            ids.push(q.poll().unwrap().id);
+        }
+        q.push_finished(ok(3));
+        assert_eq!(q.persisted(ids[0]), Some(1));
+        assert!(!q.failed(ids[2]), "only the oldest can fail");
+        assert!(q.failed(ids[1]));
+        assert_eq!(q.in_flight(), 1);
+        assert_eq!(
+            q.persisted(ids[2]),
+            Some(1),
+            "the later batch stands on its own"
+        );
+        assert_eq!(q.take_durable(), vec![ok(0), ok(2)]);
+        let again = q.poll().unwrap();
+        assert_eq!(again.outcomes, vec![ok(1), ok(3)]);
     }
 }

@@ -7,6 +7,7 @@
 //! agent's actors it holds no rule: every decision is the core's or the loop's. The broken
 //! drivers of [`crate::Broken`] live here, where the real driver's code would be.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
@@ -19,11 +20,12 @@ use tandem_core::{
 use tandem_durable::{CompletionStream, EpochStore, Heartbeat, LivenessStore};
 use tandem_proto::engine::EngineReply;
 use tandem_proto::wire::handshake::{GroupSecret, Membership, PROTOCOL_VERSION};
-use tandem_proto::{ConfigFingerprint, Epoch, Frame, GroupId, Rank};
+use tandem_proto::{ConfigFingerprint, Epoch, Frame, GroupId, Rank, TaskId};
 
 use crate::config::{
-    Broken, BIND_TIMEOUT_MS, DISK_BLOCKS, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS, HOST_BLOCKS,
-    LOG_SLOW_MAX_MS, RETENTION_STEPS, WALL_BASE_MS, WINDOW_STEPS,
+    Broken, APPENDS_IN_FLIGHT, APPEND_WAIT_MS, BIND_TIMEOUT_MS, DISK_BLOCKS, HEARTBEAT_INTERVAL_MS,
+    HEARTBEAT_TIMEOUT_MS, HOST_BLOCKS, LOG_SLOW_MAX_MS, RETENTION_STEPS, WALL_BASE_MS,
+    WINDOW_STEPS,
 };
 use crate::store::Copy;
 use crate::world::{Ev, World};
@@ -41,8 +43,28 @@ pub(crate) struct Agent {
     pub link: Option<ConnId>,
     /// Follower: the frame that arrived last (what the broken driver hands out).
     pub last_arrived: Option<Frame>,
-    /// An append is out, not answered yet.
-    pub appending: bool,
+    /// The running core's appends out, oldest first, not answered yet.
+    pub appends: VecDeque<AppendOut>,
+    /// Which core the appends are of (one more at every epoch start).
+    pub core_gen: u64,
+    /// When the last append answer scheduled reaches the core (answers keep their order).
+    pub last_answer_ms: u64,
+}
+
+impl Agent {
+    /// Whether an append is out, not answered yet.
+    pub(crate) fn appending(&self) -> bool {
+        !self.appends.is_empty()
+    }
+}
+
+/// One append out, as the driver remembers it: the starts and the outcomes it holds.
+#[derive(Debug)]
+pub(crate) struct AppendOut {
+    /// Starts.
+    pub starts: Vec<TaskId>,
+    /// Outcomes.
+    pub outcomes: Vec<TaskId>,
 }
 
 /// A log answer that comes late (the log is slow).
@@ -50,8 +72,15 @@ pub(crate) struct Agent {
 pub(crate) enum LogAnswer {
     /// For the epoch loop's call in flight.
     Loop(Outcome),
-    /// For the core's append.
-    Appended(Result<(), String>),
+    /// For an append of core `core_gen`.
+    Appended {
+        /// [`Agent::core_gen`] of the core that made it.
+        core_gen: u64,
+        /// The log's answer as told to the core.
+        result: Result<(), String>,
+        /// What that append holds.
+        held: AppendOut,
+    },
     /// For the core's manifest read.
     Manifests(Vec<Option<Vec<u8>>>),
 }
@@ -95,6 +124,8 @@ pub(crate) fn core_config(world: u32, rank: u32, epoch: Epoch) -> CoreConfig {
         },
         leader_addr: "rank0".into(),
         bind_timeout_ms: BIND_TIMEOUT_MS,
+        max_appends_in_flight: APPENDS_IN_FLIGHT,
+        append_wait_ms: APPEND_WAIT_MS,
     }
 }
 
@@ -127,7 +158,9 @@ impl World {
             core: None,
             link: None,
             last_arrived: None,
-            appending: false,
+            appends: VecDeque::new(),
+            core_gen: 0,
+            last_answer_ms: 0,
         });
         self.pump(r);
     }
@@ -239,9 +272,19 @@ impl World {
         }
     }
 
-    /// The leader's append: made against the log (failing while a fault says so), then
-    /// answered now or, with a slow log, later.
+    /// The leader's append: made against the log at once, in the order the core output it
+    /// (failing while a fault says so), then answered now or, with a slow log, later; answers
+    /// reach the core in the order the appends went out, as on one Redis connection.
     fn append(&mut self, r: u32, inc: u64, a: tandem_core::Append) {
+        if let Some(k) = self.faults.fail_one_after {
+            // The next `k` appends are taken, the one after is refused.
+            if k == 0 {
+                self.faults.fail_one_after = None;
+                self.faults.fail_appends += 1;
+            } else {
+                self.faults.fail_one_after = Some(k - 1);
+            }
+        }
         let result = if self.faults.fail_appends > 0 {
             self.faults.fail_appends -= 1;
             self.report.faults_fired += 1;
@@ -255,9 +298,9 @@ impl World {
             )))
             .map(drop)
         };
+        let starts: Vec<TaskId> = a.started.iter().map(|s| s.start.task).collect();
+        let outcomes: Vec<TaskId> = a.finished.iter().map(|o| o.task).collect();
         if result.is_ok() {
-            let starts: Vec<_> = a.started.iter().map(|s| s.start.task).collect();
-            let outcomes: Vec<_> = a.finished.iter().map(|o| o.task).collect();
             self.check.appended(&starts, &outcomes);
         }
         self.note(|| format!("rank {r}: append step {} -> {result:?}", a.step));
@@ -265,10 +308,51 @@ impl World {
             Some(Broken::AppendedBeforeDurable) => Ok(()),
             _ => result,
         };
-        if let Some(ag) = self.agent_mut(r, inc) {
-            ag.appending = true;
+        let now = self.now;
+        let slow = self.faults.log_slow_until > now;
+        let delay = if slow {
+            self.rng.gen_range(1..=LOG_SLOW_MAX_MS)
+        } else {
+            0
+        };
+        let Some(ag) = self.agent_mut(r, inc) else {
+            return;
+        };
+        ag.appends.push_back(AppendOut {
+            starts: starts.clone(),
+            outcomes: outcomes.clone(),
+        });
+        let out = ag.appends.len() as u64;
+        let core_gen = ag.core_gen;
+        let answer = LogAnswer::Appended {
+            core_gen,
+            result: told,
+            held: AppendOut { starts, outcomes },
+        };
+        self.report.max_appends_out = self.report.max_appends_out.max(out);
+        let in_order = self.cfg.broken != Some(Broken::AnswersAppendsOutOfOrder);
+        let Some(ag) = self.agent_mut(r, inc) else {
+            return;
+        };
+        if out == 1 && delay == 0 {
+            ag.last_answer_ms = now;
+            return self.log_answer(r, inc, answer);
         }
-        self.answer(r, inc, LogAnswer::Appended(told));
+        // Never before an earlier append's answer (unless the driver is broken that way).
+        let at = if in_order {
+            (now + delay).max(ag.last_answer_ms)
+        } else {
+            now + delay
+        };
+        ag.last_answer_ms = at;
+        self.schedule(
+            at,
+            Ev::LogAnswer {
+                rank: r,
+                inc,
+                answer,
+            },
+        );
     }
 
     /// Hands `answer` to agent `inc` of `r` now, or later while the log is slow.
@@ -296,10 +380,30 @@ impl World {
         };
         match answer {
             LogAnswer::Loop(o) => a.lp.handle_outcome(o, now),
-            LogAnswer::Appended(result) => {
-                a.appending = false;
+            LogAnswer::Appended {
+                core_gen,
+                result,
+                held,
+            } => {
+                if core_gen != a.core_gen {
+                    // For a core of an epoch that is over.
+                    return self.pump(r);
+                }
+                // The core takes it as the answer of its oldest append out.
+                a.appends.pop_front();
+                let refused = result.is_err();
+                let later = !a.appends.is_empty();
+                if !refused {
+                    self.check.confirmed(&held.starts, &held.outcomes);
+                }
+                let Some(a) = self.agent_mut(r, inc) else {
+                    return;
+                };
                 if let Some(c) = a.core.as_mut() {
                     c.handle_appended(result, now);
+                }
+                if refused && later {
+                    self.report.pipelined_refusals += 1;
                 }
             }
             LogAnswer::Manifests(got) => {
@@ -324,7 +428,9 @@ impl World {
                             a.core = Some(core);
                             a.link = None;
                             a.last_arrived = None;
-                            a.appending = false;
+                            a.appends.clear();
+                            a.core_gen += 1;
+                            a.last_answer_ms = 0;
                         }
                         if r != 0 {
                             self.schedule(

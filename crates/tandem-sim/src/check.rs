@@ -10,7 +10,9 @@
 //!    `(e, s)` (the same on every rank, except that frame 0 may leave out redeliveries that
 //!    rank's engine already acknowledged);
 //! 2. a frame reveals a start or an outcome only after the log took it (an append answered
-//!    `Ok` by the completion log, before the seal);
+//!    `Ok` by the completion log, before the seal), and the frame's own starts and outcomes
+//!    only once an append holding them was answered `Ok` to the leader's core (with several
+//!    appends out, answered in the order they went out);
 //! 3. each task's outcome reaches each engine once, counting restarts, and is the same
 //!    everywhere: no engine sees a task's result flip, no task started stays unsettled by a
 //!    later epoch, no start is applied twice;
@@ -49,6 +51,10 @@ pub struct Checker {
     durable_starts: BTreeSet<TaskId>,
     /// Outcomes the log took.
     durable_outcomes: BTreeSet<TaskId>,
+    /// Task starts in appends answered `Ok` to the leader's core.
+    confirmed_starts: BTreeSet<TaskId>,
+    /// Outcomes in appends answered `Ok` to the leader's core.
+    confirmed_outcomes: BTreeSet<TaskId>,
     /// The result each task's outcome carried when first seen by any engine.
     results: BTreeMap<TaskId, OutcomeResult>,
     /// The first violation.
@@ -67,6 +73,12 @@ impl Checker {
     pub fn appended(&mut self, starts: &[TaskId], outcomes: &[TaskId]) {
         self.durable_starts.extend(starts.iter().copied());
         self.durable_outcomes.extend(outcomes.iter().copied());
+    }
+
+    /// An append holding these starts and outcomes was answered `Ok` to the leader's core.
+    pub fn confirmed(&mut self, starts: &[TaskId], outcomes: &[TaskId]) {
+        self.confirmed_starts.extend(starts.iter().copied());
+        self.confirmed_outcomes.extend(outcomes.iter().copied());
     }
 
     /// The leader sealed `frame` (seen on its way to a follower or to the leader's engine):
@@ -93,6 +105,24 @@ impl Checker {
                 let what = format!(
                     "frame (epoch {}, step {}) reveals the start of task {} the log never took",
                     frame.epoch, frame.step, start.task
+                );
+                self.fail(2, now_ms, what);
+            }
+        }
+        for (_, start) in frame.started() {
+            if !self.confirmed_starts.contains(&start.task) {
+                let what = format!(
+                    "frame (epoch {}, step {}) reveals the start of task {} no confirmed append holds",
+                    frame.epoch, frame.step, start.task
+                );
+                self.fail(2, now_ms, what);
+            }
+        }
+        for outcome in &frame.finished {
+            if !self.confirmed_outcomes.contains(&outcome.task) {
+                let what = format!(
+                    "frame (epoch {}, step {}) reveals the outcome of task {} no confirmed append holds",
+                    frame.epoch, frame.step, outcome.task
                 );
                 self.fail(2, now_ms, what);
             }

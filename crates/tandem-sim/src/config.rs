@@ -18,6 +18,10 @@ pub enum Broken {
     /// A follower's driver drops the tier operations of the frames (a rank that evicts and
     /// moves nothing, or on its own): ranks stop holding the same blocks.
     FollowerSkipsTierOps,
+    /// The leader's driver hands the answers of several appends out to the core in the order
+    /// the log's answers arrive (a slow log answers them shuffled), not in the order the
+    /// appends went out: the core confirms an append the log refused.
+    AnswersAppendsOutOfOrder,
 }
 
 /// The settings of one run.
@@ -70,6 +74,13 @@ pub const WINDOW_STEPS: u64 = 4;
 /// How long a rank waits for its engine to bind pages to a task started without them, ms.
 /// The simulated engines always pass page ids with the task, so no rank ever waits on it.
 pub const BIND_TIMEOUT_MS: u64 = 5_000;
+
+/// Write-ahead appends the leader may have out at once.
+pub const APPENDS_IN_FLIGHT: u32 = 4;
+
+/// How long the leader's `end_step` waits for its own append, ms: a slow log's answer (up to
+/// [`LOG_SLOW_MAX_MS`]) makes it seal without, with appends still out.
+pub const APPEND_WAIT_MS: u64 = 1;
 
 /// Frames kept for re-reads.
 pub const RETENTION_STEPS: u64 = 16;

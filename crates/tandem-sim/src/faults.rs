@@ -5,7 +5,8 @@
 //! agent (the supervisor relaunches it), a crash of the supervisor (it resumes from its saved
 //! state), a lost connection (what a lost message is over TCP), delayed and duplicated peer
 //! messages, a partition between the leader and a follower (messages held back), the log
-//! unreachable (every call refused), slow (answers late) or refusing appends, a full tier
+//! unreachable (every call refused), slow (answers late) or refusing appends (also one in the
+//! middle of several appends out, answered in order), a full tier
 //! (store copies fail) and a corrupt shard (its next read fails its checksum).
 
 use rand::Rng;
@@ -25,6 +26,8 @@ pub(crate) struct Faults {
     pub fail_appends: u32,
     /// The log answers late until then, ms.
     pub log_slow_until: u64,
+    /// `Some(k)`: the next `k` appends are taken and the one after is refused.
+    pub fail_one_after: Option<u32>,
 }
 
 /// A timed fault that ends.
@@ -40,7 +43,7 @@ impl World {
         let now = self.now;
         let rank = self.rng.gen_range(0..self.world);
         let follower = (self.world > 1).then(|| self.rng.gen_range(1..self.world));
-        let kind = self.rng.gen_range(0..11u32);
+        let kind = self.rng.gen_range(0..12u32);
         self.report.faults += 1;
         let what = match (kind, follower) {
             (0, _) => {
@@ -101,6 +104,12 @@ impl World {
                     Some(h) => format!("rank {rank}'s shard of block {h} corrupt"),
                     None => format!("rank {rank} holds no shard to corrupt"),
                 }
+            }
+            (11, _) => {
+                // Slow answers keep several appends out; one in the middle is refused.
+                self.faults.log_slow_until = now + self.rng.gen_range(200..=1_000);
+                self.faults.fail_one_after = Some(self.rng.gen_range(1..=3));
+                "an append refused in the middle of the pipeline".to_string()
             }
             _ => "nothing (a link fault in a group of one)".to_string(),
         };

@@ -33,13 +33,14 @@ impl World {
                         p.req
                     )),
                     Some(d) => {
-                        let bound = p.issued_ms + d + if a.appending { LOG_SLOW_MAX_MS } else { 0 };
+                        let bound =
+                            p.issued_ms + d + if a.appending() { LOG_SLOW_MAX_MS } else { 0 };
                         if now > bound {
                             Some(format!(
                                 "rank {r}: call {call} ({:?}) made at {} ms still waits past its deadline",
                                 p.req, p.issued_ms
                             ))
-                        } else if timer.is_none() && !a.appending {
+                        } else if timer.is_none() && !a.appending() {
                             Some(format!(
                                 "rank {r}: call {call} ({:?}) waits with no timer armed",
                                 p.req

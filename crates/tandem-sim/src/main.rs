@@ -35,7 +35,8 @@ struct Args {
     active_ms: u64,
     /// Run with a deliberately broken driver (to see how soon the checks catch it):
     /// `arrival` (a follower applies frames by arrival order), `append` (the leader is told a
-    /// refused append is durable), `tierops` (a follower drops the tier operations).
+    /// refused append is durable), `tierops` (a follower drops the tier operations), `order`
+    /// (the leader hears the answers of its appends out of order).
     #[arg(long)]
     broken: Option<String>,
 }
@@ -47,8 +48,9 @@ fn main() -> ExitCode {
         Some("arrival") => Some(Broken::FollowerAppliesArrivalOrder),
         Some("append") => Some(Broken::AppendedBeforeDurable),
         Some("tierops") => Some(Broken::FollowerSkipsTierOps),
+        Some("order") => Some(Broken::AnswersAppendsOutOfOrder),
         Some(other) => {
-            eprintln!("--broken: unknown driver {other:?} (arrival, append, tierops)");
+            eprintln!("--broken: unknown driver {other:?} (arrival, append, tierops, order)");
             return ExitCode::from(2);
         }
     };

@@ -35,6 +35,11 @@ pub struct SeedReport {
     pub redelivered: u64,
     /// Tasks requested that never started (settled at a later frame 0).
     pub not_started: u64,
+    /// The most appends the leader had out at once.
+    pub max_appends_out: u64,
+    /// Refused appends answered while later appends were out (a refusal in the middle of the
+    /// pipeline).
+    pub pipelined_refusals: u64,
     /// Whether the end-of-run block agreement (rule 7) could be checked (every rank in the
     /// leader's epoch holding every sealed frame).
     pub blocks_checked: bool,
@@ -47,7 +52,8 @@ pub struct Totals {
     pub seeds: u64,
     /// Seeds that broke an invariant.
     pub failed: u64,
-    /// The sum of every seed's figures (`seed`, `world` and `blocks_checked` unused).
+    /// The sum of every seed's figures (`seed`, `world` and `blocks_checked` unused;
+    /// `max_appends_out` is the largest).
     pub sum: SeedReport,
     /// Seeds whose end-of-run block agreement was checked.
     pub blocks_checked: u64,
@@ -72,6 +78,8 @@ impl Totals {
         s.duplicates += r.duplicates;
         s.redelivered += r.redelivered;
         s.not_started += r.not_started;
+        s.max_appends_out = s.max_appends_out.max(r.max_appends_out);
+        s.pipelined_refusals += r.pipelined_refusals;
         self.blocks_checked += u64::from(r.blocks_checked);
     }
 
@@ -95,6 +103,10 @@ impl Totals {
             ),
             format!("never started (total) {}", s.not_started),
             format!("blocks checked       {} seeds", self.blocks_checked),
+            format!(
+                "appends out at once  at most {}; {} refused with later ones out (total)",
+                s.max_appends_out, s.pipelined_refusals
+            ),
         ]
     }
 }

@@ -11,11 +11,14 @@ fn ci_seeds_keep_every_invariant() {
     let config = SimConfig::default();
     let mut failed = Vec::new();
     let (mut events, mut faults, mut outcomes) = (0, 0, 0);
+    let (mut most_out, mut pipelined_refusals) = (0, 0);
     for seed in 0..CI_SEEDS {
         let run = run_seed(seed, &config);
         events += run.report.events;
         faults += run.report.faults;
         outcomes += run.report.outcomes;
+        most_out = most_out.max(run.report.max_appends_out);
+        pipelined_refusals += run.report.pipelined_refusals;
         if let Some(v) = run.violation {
             failed.push(format!("seed {seed}: {v}"));
         }
@@ -29,7 +32,13 @@ fn ci_seeds_keep_every_invariant() {
     // The runs did something: faults were injected and tasks finished.
     assert!(faults > CI_SEEDS, "faults injected: {faults}");
     assert!(outcomes > CI_SEEDS, "outcomes delivered: {outcomes}");
-    println!("{CI_SEEDS} seeds: {events} events, {faults} faults, {outcomes} outcomes");
+    // The leader had several appends out, and some were refused in the middle.
+    assert!(most_out > 1, "appends out at once: {most_out}");
+    assert!(
+        pipelined_refusals > 0,
+        "refusals with later appends out: {pipelined_refusals}"
+    );
+    println!("{CI_SEEDS} seeds: {events} events, {faults} faults, {outcomes} outcomes, up to {most_out} appends out, {pipelined_refusals} refused with later ones out");
 }
 
 #[test]
@@ -76,4 +85,11 @@ fn a_follower_driver_dropping_tier_operations_is_caught() {
     let caught = first_caught(Broken::FollowerSkipsTierOps);
     println!("caught: {caught:?}");
     assert!(matches!(caught, Some((_, 7))), "{caught:?}");
+}
+
+#[test]
+fn a_leader_driver_answering_appends_out_of_order_is_caught() {
+    let caught = first_caught(Broken::AnswersAppendsOutOfOrder);
+    println!("caught: {caught:?}");
+    assert!(matches!(caught, Some((_, 2))), "{caught:?}");
 }

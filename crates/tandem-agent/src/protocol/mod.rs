@@ -98,6 +98,9 @@ pub struct ProtocolActor {
     outbox: outbox::Outbox,
     /// The frame ring's publisher (when the agent has a ring).
     ring: Option<ring::RingPublisher>,
+    /// Closed once the last append handed out was answered to the core: the next one answers
+    /// after it, so the core hears appends in the order they went out.
+    last_append: Option<oneshot::Receiver<()>>,
 }
 
 impl ProtocolActor {
@@ -127,6 +130,7 @@ impl ProtocolActor {
             leader_link: None,
             timer: None,
             outbox: outbox::Outbox::default(),
+            last_append: None,
         }
     }
 
@@ -197,23 +201,35 @@ impl ProtocolActor {
         let _ = p.reply.send(reply);
     }
 
-    /// Append a step record, then hand the result to the core.
+    /// Append a step record, then hand the result to the core. Appends go out at once, in the
+    /// order the core output them, on the log's one multiplexed connection (so several are in
+    /// flight, in order, on the wire); each result reaches the core only after the previous
+    /// append's did.
     fn append(&mut self, a: tandem_core::Append, ctx: &mut Context<Self>) {
         let Some(log) = self.wiring.log.clone() else {
             let now = self.clock.now_ms();
             return self.core.handle_appended(Ok(()), now);
         };
         let metrics = self.wiring.metrics.clone();
+        let previous = self.last_append.take();
+        let (done, next) = oneshot::channel::<()>();
+        self.last_append = Some(next);
         let fut = async move {
             let t = Instant::now();
+            // Spawned futures are first polled in spawn order: this XADD is queued on the
+            // connection before any later append's.
             let r = log
                 .stream
                 .append_step(a.epoch, a.step, &a.started, &a.finished)
                 .await;
             metrics.observe_redis_append_latency(t.elapsed());
+            if let Some(previous) = previous {
+                // Closed (never sent) once the previous result reached the core.
+                let _ = previous.await;
+            }
             r.map(drop)
         };
-        ctx.spawn(fut.into_actor(self).map(|result, actor, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |result, actor, ctx| {
             let lost = match &result {
                 Err(e @ tandem_durable::DurableError::StreamLost { .. }) => Some(e.to_string()),
                 _ => None,
@@ -224,7 +240,8 @@ impl ProtocolActor {
                 if let Some(reason) = lost {
                     core.handle_log_health(tandem_core::LogHealth::StreamLost(reason), now);
                 }
-            })
+            });
+            drop(done);
         }));
     }
 

@@ -11,12 +11,15 @@
 //!
 //! - `tasks.rs`: lookups with their pins, stores and loads started or refused against the
 //!   index, and what a finished task gives back to it.
-//! - `seal.rs`: `end_step`: the append, the seal, the window waits and their deadlines.
+//! - `appends.rs`: the write-ahead pipeline: appends in flight, confirmed in order, and how
+//!   long an `end_step` waits for one.
+//! - `seal.rs`: `end_step`: the seal, the window waits and their deadlines.
 //! - `window.rs`: the window-stall watch: a window full for longer than the heartbeat
 //!   timeout names the follower holding it, makes the leader not ready and is counted.
 //!
 //! It never does IO and never reads a clock: time is the `now_ms` of each input.
 
+mod appends;
 mod seal;
 mod tasks;
 mod window;
@@ -35,9 +38,10 @@ use crate::binds::PageBinds;
 use crate::cadence;
 use crate::config::{CoreConfig, EpochStart};
 use crate::index::{GroupIndex, IndexConfig, IndexError, Pin};
-use crate::output::{Append, CallRef, ConnId, Output, Peer};
+use crate::output::{CallRef, ConnId, Output, Peer};
 use crate::shared::{leader_refusal, Shared};
 use crate::status::{NotReady, RankStatus, RoleCounters, TaskCounts};
+use appends::{Appends, Flush};
 use window::WindowWatch;
 
 /// A pin held by the core. Cloning it duplicates the token, which only a copy of the whole
@@ -78,19 +82,6 @@ struct EndWait {
     deadline_ms: u64,
 }
 
-/// The `end_step` whose [`Append`] is in flight.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Appending {
-    /// The call to answer once sealed; `None` once the epoch failed (answered then).
-    call: Option<CallRef>,
-    step: Step,
-    deadline_ms: u64,
-    /// The leader's persist batch in the append, if any.
-    batch: Option<tandem_proto::BatchId>,
-    /// The previous epoch's aborted tasks in the append.
-    aborted: Vec<TaskOutcome>,
-}
-
 /// Where the rebuild of the group index from the ranks' manifests stands.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Rebuild {
@@ -118,7 +109,8 @@ pub struct LeaderCore {
     /// Tasks started without page ids, waiting for the leader engine's pages.
     binds: PageBinds,
     end_waits: Vec<EndWait>,
-    appending: Option<Appending>,
+    /// The write-ahead appends in flight and the `end_step` waiting for one.
+    appends: Appends,
     /// The previous epoch's in-flight tasks, aborted; appended with the first record.
     aborted_pending: Vec<TaskOutcome>,
     /// Why the completion log refused the last append, while it does.
@@ -167,6 +159,8 @@ impl LeaderCore {
             },
             start.reconciliation.take(),
         )?;
+        let mut leader = leader;
+        leader.set_persist_limit(config.max_appends_in_flight.max(1) as usize);
         Ok(LeaderCore {
             leader,
             index,
@@ -175,7 +169,7 @@ impl LeaderCore {
             tasks: BTreeMap::new(),
             binds: PageBinds::new(config.bind_timeout_ms),
             end_waits: Vec::new(),
-            appending: None,
+            appends: Appends::default(),
             aborted_pending: std::mem::take(&mut start.aborted),
             log_error: None,
             rebuild: if config.durable {
@@ -214,9 +208,22 @@ impl LeaderCore {
         self.leader.in_flight().len()
     }
 
-    /// Whether an `end_step` waits for its append.
+    /// Whether an `end_step` waits for an append.
     pub(crate) fn appending(&self) -> bool {
-        self.appending.is_some()
+        self.appends.waiting()
+    }
+
+    /// Write-ahead appends handed to the driver and not answered yet.
+    pub fn appends_in_flight(&self) -> usize {
+        self.appends.out()
+    }
+
+    /// A drain: seal the open step once every start and outcome decided so far is durable
+    /// (the append of what is pending, and every append in flight, answered), answering
+    /// `call` with the frame.
+    pub(crate) fn drain(&mut self, sh: &mut Shared, call: CallRef, now_ms: u64) {
+        let step = self.leader.open_step();
+        self.end_step(sh, call, (step, now_ms), Flush::All, now_ms);
     }
 
     /// Admit a follower that answered `nonce` with `hello` on connection `conn` (answering
@@ -477,7 +484,7 @@ impl LeaderCore {
             EngineRequest::EndStep {
                 step, deadline_ms, ..
             } => {
-                if self.appending.is_some() {
+                if self.appends.waiting() {
                     Err(AgentError::BadRequest {
                         reason: "an end_step is already in progress".into(),
                     })
@@ -485,7 +492,7 @@ impl LeaderCore {
                     match self.check_step(step) {
                         Ok(()) => {
                             let deadline = now_ms.saturating_add(deadline_ms);
-                            return self.end_step(sh, call, step, deadline, now_ms);
+                            return self.end_step(sh, call, (step, deadline), Flush::Step, now_ms);
                         }
                         Err(e) => Err(e),
                     }
@@ -550,7 +557,11 @@ impl LeaderCore {
     /// When [`Self::timeout`] must next run (ms): a window wait's deadline, a manifest read
     /// again, a bind's deadline, a follower's heartbeat deadline (once every follower joined).
     pub(crate) fn poll_timeout(&self) -> Option<u64> {
-        let waits = self.end_waits.iter().map(|w| w.deadline_ms);
+        let waits = self
+            .end_waits
+            .iter()
+            .map(|w| w.deadline_ms)
+            .chain(self.appends.poll_timeout());
         let rebuild = match self.rebuild {
             Rebuild::Retry { at_ms, .. } => Some(at_ms),
             // A group of one rank has no follower whose join starts the rebuild: at once.
@@ -581,6 +592,7 @@ impl LeaderCore {
             .into_iter()
             .partition(|w| now_ms >= w.deadline_ms);
         self.end_waits = keep;
+        self.append_timeout(sh, now_ms);
         for w in expired {
             let err = AgentError::WindowFull {
                 step: w.step,
@@ -639,7 +651,7 @@ impl LeaderCore {
         for w in self.end_waits.drain(..) {
             sh.refuse(w.call, err.clone());
         }
-        if let Some(call) = self.appending.as_mut().and_then(|a| a.call.take()) {
+        if let Some(call) = self.appends.take_call() {
             sh.refuse(call, err.clone());
         }
     }
@@ -681,6 +693,7 @@ impl LeaderCore {
     /// the reconciliation's aborts waiting for their append). For a stream that was lost.
     pub(crate) fn history(&self) -> (Vec<tandem_proto::InFlightTask>, Vec<TaskOutcome>) {
         let mut unrevealed = self.aborted_pending.clone();
+        unrevealed.extend(self.appends.aborted_out().cloned());
         unrevealed.extend_from_slice(self.leader.durable_unrevealed());
         (self.leader.in_flight(), unrevealed)
     }
@@ -722,21 +735,5 @@ impl LeaderCore {
             tasks_failed: stats.tasks_failed,
             index_blocks: self.index.occupancy(Tier::Host) + self.index.occupancy(Tier::Disk),
         }
-    }
-}
-
-/// The record of an append, for the driver.
-fn append_record(
-    epoch: tandem_proto::Epoch,
-    a: &Appending,
-    batch: Option<&tandem_proto::PersistBatch>,
-) -> Append {
-    let mut finished = a.aborted.clone();
-    finished.extend(batch.map(|b| b.outcomes.clone()).unwrap_or_default());
-    Append {
-        epoch,
-        step: a.step,
-        started: batch.map(|b| b.started.clone()).unwrap_or_default(),
-        finished,
     }
 }

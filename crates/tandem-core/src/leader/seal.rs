@@ -1,96 +1,39 @@
 //! The leader's `end_step`: the write-ahead append, the seal, and the window waits with their
 //! deadlines (docs/DESIGN.md invariants 1, 5 and 6).
 //!
-//! With a completion log, the starts and outcomes a frame will reveal, and the previous
-//! epoch's aborted tasks, go out as one [`crate::Append`] before the step is sealed; the
-//! driver answers with `handle_appended`. While the log refuses appends, sealing goes on and
-//! reveals nothing new, except that frame 0 waits until its reconciliation's aborts are
-//! durable. Without a log, starts and outcomes count as durable at once. A seal refused by
-//! the full window waits, until its deadline, for an acknowledgement that opens it.
+//! With a completion log, what became persistable goes out as an append first
+//! (`appends.rs`, the write-ahead pipeline) and a frame reveals only what confirmed appends
+//! hold. Without a log, starts and outcomes count as durable at once. A seal refused by the
+//! full window waits, until its deadline, for an acknowledgement that opens it.
 
 use tandem_proto::engine::{AgentError, EngineReply};
 use tandem_proto::{Frame, LeaderError, Message, Step, TaskKind, TaskStart};
 
-use super::{append_record, Appending, EndWait, LeaderCore};
+use super::appends::Flush;
+use super::{EndWait, LeaderCore};
 use crate::binds::Due;
-use crate::output::{CallRef, Output, Peer, StoreCommand};
+use crate::output::{CallRef, Peer, StoreCommand};
 use crate::shared::{leader_refusal, Shared};
 
 impl LeaderCore {
-    /// `end_step(step)` of call `call`, waiting at most until `deadline_ms` for the window.
+    /// `end_step(step)` of call `call`, waiting at most until `deadline_ms` for the window;
+    /// `flush` says how long it waits for the write-ahead.
     pub(super) fn end_step(
         &mut self,
         sh: &mut Shared,
         call: CallRef,
-        step: Step,
-        deadline_ms: u64,
+        (step, deadline_ms): (Step, u64),
+        flush: Flush,
         now_ms: u64,
     ) {
         // Lookup pins last until the request's load or release; answers without a pin only for
         // their step.
         self.forget_unpinned_lookups();
         if sh.config.durable {
-            let batch = self.leader.poll_persist();
-            let aborted = std::mem::take(&mut self.aborted_pending);
-            if batch.is_some() || !aborted.is_empty() {
-                let appending = Appending {
-                    call: Some(call),
-                    step,
-                    deadline_ms,
-                    batch: batch.as_ref().map(|b| b.id),
-                    aborted,
-                };
-                sh.push(Output::Append(append_record(
-                    sh.epoch(),
-                    &appending,
-                    batch.as_ref(),
-                )));
-                self.appending = Some(appending);
-                return;
-            }
-        } else {
-            self.persist_volatile();
+            return self.append_then_seal(sh, call, (step, deadline_ms), flush, now_ms);
         }
+        self.persist_volatile();
         self.seal_or_wait(sh, call, step, deadline_ms, now_ms);
-    }
-
-    /// The append of the pending `end_step` is done (`Ok`) or failed (the log's reason).
-    pub(crate) fn appended(&mut self, sh: &mut Shared, result: Result<(), String>, now_ms: u64) {
-        let Some(a) = self.appending.take() else {
-            tracing::warn!("an append result with no append in flight: ignored");
-            return;
-        };
-        match result {
-            Ok(()) => {
-                self.log_error = None;
-                if let Some(id) = a.batch {
-                    if let Err(e) = self.leader.handle_persisted(id) {
-                        tracing::error!(error = %e, "persist batch refused");
-                    }
-                }
-            }
-            Err(reason) => {
-                if self.log_error.is_none() {
-                    tracing::warn!(%reason, "completion log unavailable: sealing on, revealing nothing new");
-                }
-                self.log_error = Some(reason.clone());
-                if let Some(id) = a.batch {
-                    let _ = self.leader.handle_persist_failed(id);
-                }
-                if !a.aborted.is_empty() {
-                    // The reconciliation cannot be revealed before its aborts are durable.
-                    self.aborted_pending = a.aborted;
-                    if let Some(call) = a.call {
-                        let reason = format!("completion log unavailable, the reconciliation of epoch {} is not durable yet: {reason}", self.leader.epoch());
-                        sh.refuse(call, AgentError::NotReady { reason });
-                    }
-                    return;
-                }
-            }
-        }
-        if let Some(call) = a.call {
-            self.seal_or_wait(sh, call, a.step, a.deadline_ms, now_ms);
-        }
     }
 
     /// Without a completion log, starts and outcomes count as durable at once.
@@ -102,7 +45,7 @@ impl LeaderCore {
         }
     }
 
-    fn seal_or_wait(
+    pub(super) fn seal_or_wait(
         &mut self,
         sh: &mut Shared,
         call: CallRef,
@@ -216,6 +159,10 @@ impl LeaderCore {
             }
             if !sh.config.durable {
                 self.persist_volatile();
+            } else if self.appends.blocking(w.step).is_some() {
+                // An append stamped with this step is not answered yet.
+                self.end_waits.push(w);
+                continue;
             }
             match self.seal(sh, w.step, now_ms) {
                 Ok(frame) => sh.reply(w.call, EngineReply::Frame(Box::new(frame))),

@@ -34,6 +34,10 @@ pub struct Spec {
     pub heartbeat_timeout_ms: u64,
     pub max_frame_bytes: u64,
     pub bind_timeout_ms: u64,
+    /// The leader's appends in flight at once.
+    pub max_appends_in_flight: u32,
+    /// How long the leader's `end_step` waits for its own append, ms.
+    pub append_wait_ms: u64,
     /// Layers of one block shard on every rank.
     pub layers: u32,
 }
@@ -52,6 +56,8 @@ impl Spec {
             heartbeat_timeout_ms: 1_000,
             max_frame_bytes: 1 << 20,
             bind_timeout_ms: 500,
+            max_appends_in_flight: 1,
+            append_wait_ms: u64::MAX,
             layers: 1,
         }
     }
@@ -83,6 +89,8 @@ pub fn config(spec: &Spec, rank: u32) -> CoreConfig {
         host_capacity_blocks: spec.host,
         disk_capacity_blocks: spec.disk,
         bind_timeout_ms: spec.bind_timeout_ms,
+        max_appends_in_flight: spec.max_appends_in_flight,
+        append_wait_ms: spec.append_wait_ms,
         durable: spec.durable,
         membership: membership(spec),
         leader_addr: "leader:1".into(),
@@ -194,7 +202,8 @@ pub struct Group {
     /// Whether an append is waiting for `answer_append` (else appends are answered in
     /// `drive`).
     pub hold_appends: bool,
-    pending_append: Option<Append>,
+    /// Appends out, oldest first (answered in that order).
+    pub pending_appends: VecDeque<Append>,
     /// Whether manifest reads are answered in `drive`.
     pub answer_manifests: bool,
     pending_manifests: bool,
@@ -237,7 +246,7 @@ impl Group {
             to_leader: vec![VecDeque::new(); world],
             closed: Vec::new(),
             hold_appends: false,
-            pending_append: None,
+            pending_appends: VecDeque::new(),
             answer_manifests: true,
             pending_manifests: false,
             spec,
@@ -449,9 +458,9 @@ impl Group {
                 }
             }
             if !self.hold_appends {
-                if let Some(a) = self.pending_append.take() {
+                while let Some(a) = self.pending_appends.pop_front() {
                     moved = true;
-                    self.finish_append(a);
+                    self.finish_append(a, None);
                 }
             }
             if self.answer_manifests && self.pending_manifests {
@@ -466,15 +475,22 @@ impl Group {
         }
     }
 
-    /// Answer the append waiting (with `hold_appends`).
+    /// Answer the oldest append out (with `hold_appends`).
     pub fn answer_append(&mut self) {
-        let a = self.pending_append.take().expect("an append waits");
-        self.finish_append(a);
+        let a = self.pending_appends.pop_front().expect("an append waits");
+        self.finish_append(a, None);
         self.drive();
     }
 
-    fn finish_append(&mut self, a: Append) {
-        let result = match &self.log.refuse {
+    /// Answer the oldest append out with `refused` (the log's reason), whatever the log says.
+    pub fn refuse_append(&mut self, refused: &str) {
+        let a = self.pending_appends.pop_front().expect("an append waits");
+        self.finish_append(a, Some(refused.to_string()));
+        self.drive();
+    }
+
+    fn finish_append(&mut self, a: Append, refused: Option<String>) {
+        let result = match refused.as_ref().or(self.log.refuse.as_ref()) {
             Some(reason) => Err(reason.clone()),
             None => {
                 self.log.appends.push(a);
@@ -526,8 +542,12 @@ impl Group {
             },
             Output::Close { conn } => self.closed.push(conn),
             Output::Append(a) => {
-                assert!(self.pending_append.is_none(), "one append at a time");
-                self.pending_append = Some(a);
+                let most = self.spec.max_appends_in_flight.max(1) as usize;
+                assert!(
+                    self.pending_appends.len() < most,
+                    "at most {most} appends out"
+                );
+                self.pending_appends.push_back(a);
             }
             Output::FetchManifests { epoch } => {
                 assert_eq!(epoch, self.spec.epoch);

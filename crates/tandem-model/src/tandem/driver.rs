@@ -72,6 +72,8 @@ impl TandemModel {
             host_capacity_blocks: self.config.host_blocks,
             disk_capacity_blocks: 0,
             bind_timeout_ms: NEVER_MS,
+            max_appends_in_flight: 1,
+            append_wait_ms: u64::MAX,
             durable: true,
             membership: membership(epoch, world_size),
             leader_addr: "leader".into(),

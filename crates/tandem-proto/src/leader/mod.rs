@@ -432,15 +432,27 @@ impl Leader {
         Ok(out)
     }
 
-    /// The next batch of finished outcomes to append to the durable stream; `None` while a
-    /// batch is in flight or nothing finished. Confirm with [`Self::handle_persisted`].
+    /// The next batch of starts and outcomes to append to the durable stream; `None` while the
+    /// limit of batches is in flight (one unless [`Self::set_persist_limit`] raised it) or
+    /// nothing waits. Confirm each, in the order handed out, with [`Self::handle_persisted`].
     pub fn poll_persist(&mut self) -> Option<PersistBatch> {
         self.persist.poll()
     }
 
+    /// Let up to `limit` persist batches be in flight at once (at least 1): the driver appends
+    /// them in order and confirms them in that order.
+    pub fn set_persist_limit(&mut self, limit: usize) {
+        self.persist.set_limit(limit);
+    }
+
+    /// Persist batches handed out and not yet confirmed or failed.
+    pub fn persist_in_flight(&self) -> usize {
+        self.persist.in_flight()
+    }
+
     /// Batch `batch` is durable: its outcomes will be revealed by the next sealed frame.
     ///
-    /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the batch in flight.
+    /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the oldest batch in flight.
     pub fn handle_persisted(&mut self, batch: BatchId) -> Result<(), LeaderError> {
         let n = self
             .persist
@@ -450,10 +462,12 @@ impl Leader {
         Ok(())
     }
 
-    /// Appending `batch` failed (Redis unreachable): its outcomes are queued again and come
-    /// back from the next [`Self::poll_persist`]. Sealing goes on without revealing them.
+    /// Appending `batch`, the oldest in flight, failed (Redis unreachable): its starts and
+    /// outcomes are queued again, first, and come back from the next [`Self::poll_persist`];
+    /// later batches in flight are confirmed or fail on their own. Sealing goes on without
+    /// revealing them.
     ///
-    /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the batch in flight.
+    /// Errors: [`LeaderError::UnknownBatch`] when `batch` is not the oldest batch in flight.
     pub fn handle_persist_failed(&mut self, batch: BatchId) -> Result<(), LeaderError> {
         if !self.persist.failed(batch) {
             return Err(LeaderError::UnknownBatch { batch });
