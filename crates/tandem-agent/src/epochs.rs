@@ -405,11 +405,21 @@ fn core_config(s: &AgentSettings, durable: bool) -> CoreConfig {
         host_capacity_blocks: s.config.store.host_capacity_blocks,
         disk_capacity_blocks: s.config.store.disk_capacity_blocks,
         bind_timeout_ms: s.config.protocol.bind_timeout_ms,
-        max_appends_in_flight: s.config.protocol.max_appends_in_flight,
+        max_appends_in_flight: appends_in_flight(&s.config),
         append_wait_ms: s.config.protocol.append_wait_ms,
         durable,
         membership: s.membership.clone(),
         leader_addr: s.leader_addr.clone(),
+    }
+}
+
+/// The write-ahead appends the leader may keep in flight: `protocol.max_appends_in_flight`, but
+/// one with a Redis Cluster, whose client may re-send a failed write after a later one landed
+/// (a confirmed step's record would then follow a later step's in the stream).
+fn appends_in_flight(config: &tandem_config::TandemConfig) -> u32 {
+    match config.redis.mode() {
+        tandem_config::RedisMode::Cluster => 1,
+        _ => config.protocol.max_appends_in_flight,
     }
 }
 

@@ -126,7 +126,10 @@ pub struct ProtocolConfig {
     /// completion log at once, 1 to 1024. They go out in step order on one connection and are
     /// answered in that order; a frame reveals only what confirmed appends hold, at most
     /// `max_appends_in_flight - 1` steps after the step that made them (1: every step waits for
-    /// its own append). The leader's own setting (not in the configuration fingerprint).
+    /// its own append). With a Redis Cluster (`redis.cluster_nodes`) the leader keeps 1
+    /// whatever is set: the cluster client may re-send a failed write after a later one
+    /// landed, which would put a confirmed step's record after a later step's. The leader's own
+    /// setting (not in the configuration fingerprint).
     pub max_appends_in_flight: u32,
     /// Leader: how long an `end_step` waits for its own append before it seals without it,
     /// in milliseconds (0 to 60 000): what that append holds is revealed by a later frame
