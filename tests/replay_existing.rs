@@ -111,8 +111,7 @@ fn follower_welcome(g: &Group, rank: u32) -> Step {
 }
 
 #[test]
-fn replays_back_to_back_on_a_running_group_read_the_frames_an_earlier_engine_left_unacknowledged(
-) {
+fn back_to_back_replays_read_the_frames_an_earlier_engine_left_unacknowledged() {
     let _serial = serial();
     let mut spec = GroupSpec::new(1, 2);
     spec.window_steps = WINDOW;
