@@ -1,6 +1,12 @@
 //! A follower engine (rank ≥ 1): reads frames positionally, in order, at moments chosen by
 //! its own simulated memory pressure ([`crate::pressure`]), and applies each one.
 //!
+//! It starts at the step its agent's welcome names: the first frame its rank has not
+//! acknowledged (docs/DESIGN.md, "The window"), which on a cluster an earlier replay used may
+//! be before the leader's first step. Those earlier frames are read, applied and acknowledged
+//! like any other (their outcomes are unseen ones: [`crate::ledger`]); skipping them would
+//! leave them unacknowledged, and once they fill the window the leader could seal nothing.
+//!
 //! Applying frame `s`: first every outcome it reveals for the first time (a load `Ok` whose
 //! start this engine saw: verify its pages with this rank's content; failed or aborted: nothing
 //! to check), then every store started in it (compute its pages: write this rank's content;
@@ -33,19 +39,13 @@ pub(crate) fn run_follower(
     run_id: &str,
 ) -> Result<EngineReport, EngineError> {
     let mut session = Session::open(rank, params, shared, run_id)?;
-    let start = loop {
-        if shared.stopped() {
-            return Err(EngineError::Stopped { rank });
-        }
-        if let Some(start) = shared.start() {
-            break start;
-        }
-        shared.set_doing(rank, "waiting for the leader to join");
-        shared.sleep(std::time::Duration::from_millis(5));
-    };
-    if session.epoch() == start.0 {
-        session.s().seek(Step(start.1));
-    }
+    // Where this rank's agent welcomed the engine: the first frame the rank has not
+    // acknowledged (`FollowerCore::resume_step`). An earlier engine of the rank (the previous
+    // replay on the same cluster) may have left frames unacknowledged; reading on from the
+    // leader's step instead would skip them, and once they fill the window the leader seals
+    // nothing more while this engine waits for a step past it.
+    let resume = session.welcome().next_step;
+    session.s().seek(resume);
     let mut follower = Follower {
         rank,
         params,

@@ -106,7 +106,6 @@ struct Leader<'a, I> {
 impl<'a, I: Iterator<Item = TraceRecord>> Leader<'a, I> {
     fn new(params: &'a ReplayParams, shared: &'a Shared, session: Session, requests: I) -> Self {
         let welcome = session.welcome();
-        shared.set_start(welcome.epoch.0, welcome.next_step.0);
         shared.set_position(0, welcome.epoch.0, None, "starting");
         Leader {
             params,

@@ -1,5 +1,6 @@
 //! What the engine threads and the driver share: the stop flag, each rank's position, the
-//! step followers start from and must reach, and progress counters.
+//! step followers must reach, and progress counters. (Each follower starts where its own
+//! agent's welcome says, not at a step the leader shares.)
 //!
 //! Only coordination of the simulation lives here (never a group decision: those come from
 //! frames). Locks are held for a few field writes; a poisoned lock is recovered rather than
@@ -32,7 +33,6 @@ pub struct ReplayProgress {
 pub(crate) struct Shared {
     stop: Arc<AtomicBool>,
     positions: Mutex<Vec<RankPosition>>,
-    start: Mutex<Option<(u64, u64)>>,
     target: Mutex<Option<(u64, u64)>>,
     leader_progress: Mutex<Instant>,
     requests_total: Option<u64>,
@@ -57,7 +57,6 @@ impl Shared {
         Shared {
             stop: Arc::new(AtomicBool::new(false)),
             positions: Mutex::new(positions),
-            start: Mutex::new(None),
             target: Mutex::new(None),
             leader_progress: Mutex::new(Instant::now()),
             requests_total,
@@ -115,15 +114,6 @@ impl Shared {
 
     pub(crate) fn positions(&self) -> Positions {
         Positions(lock(&self.positions).clone())
-    }
-
-    /// The leader's first `(epoch, step)`: followers start reading there.
-    pub(crate) fn set_start(&self, epoch: u64, step: u64) {
-        *lock(&self.start) = Some((epoch, step));
-    }
-
-    pub(crate) fn start(&self) -> Option<(u64, u64)> {
-        *lock(&self.start)
     }
 
     /// The `(epoch, step)` every follower must have applied before the run may end.
