@@ -143,9 +143,7 @@ fn disk_effect(
             (Some(std::io::Error::from_raw_os_error(EIO)), 0)
         }
         DiskFault::Delay { ms, after } if n > after => (None, ms),
-        DiskFault::Freeze { ms, after } if n >= after + 1 && n - pages.max(1) < after + 1 => {
-            (None, ms)
-        }
+        DiskFault::Freeze { ms, after } if n > after && n - pages.max(1) <= after => (None, ms),
         _ => (None, 0),
     }
 }
