@@ -283,7 +283,8 @@ fn a_disk_write_failing_halfway_through_a_store_fails_it_on_every_rank() {
     );
 
     // Nothing of the failed store is offered, and it is dropped on every rank (rank 0 wrote
-    // all ten shards, rank 1 five).
+    // all ten shards, rank 1 those of the transfers before the one carrying the sixth page: a
+    // task's shards go to the disk tier as one batch, several per transfer).
     let matched = e.matched(2, &ten);
     assert_eq!(matched, 0, "a lookup matched blocks of the failed store");
     let start = Instant::now();

@@ -386,7 +386,15 @@ fn a_second_agent_for_a_running_rank_is_refused_and_changes_nothing() {
             .ok()
     };
     let socket_inode = inode(&socket);
-    let manifest_before = std::fs::read(&manifest).ok();
+    // Both copies of the manifest (each save overwrites the older one).
+    let copies = tandem_store::manifest::ManifestFile::new(&manifest).copies();
+    let read_copies = || {
+        copies
+            .iter()
+            .map(|c| std::fs::read(c).ok())
+            .collect::<Vec<_>>()
+    };
+    let manifest_before = read_copies();
     let listed = Manifest::load(&manifest)
         .ok()
         .flatten()
@@ -417,11 +425,7 @@ fn a_second_agent_for_a_running_rank_is_refused_and_changes_nothing() {
         std::os::unix::net::UnixStream::connect(&socket).is_ok(),
         "the engine socket refuses connections"
     );
-    assert_eq!(
-        std::fs::read(&manifest).ok(),
-        manifest_before,
-        "the manifest changed"
-    );
+    assert_eq!(read_copies(), manifest_before, "the manifest changed");
     assert!(
         !status2.success(),
         "the second agent was not refused:\n{log2}"

@@ -3,7 +3,8 @@
 //!
 //! Owns [`DeadlineIo`] (the [`DiskIo`] the agent sets on its store) and [`DiskHealth`] (whether
 //! the disk tier is degraded, for `/readyz` and the metrics). The tier hands over a slot's
-//! chunks, two in flight, each with its bytes in a buffer the transfer owns
+//! chunks (or, for a task's batch of shards, transfers packing pieces of several slots), two
+//! in flight, each with its bytes in a buffer the transfer owns
 //! ([`tandem_store::disk`]): the `disk-io` thread moves one chunk while the StoreActor copies the
 //! other, and a transfer past its deadline is left to finish on the `disk-io` thread while the StoreActor
 //! reports the shard failed ("missed its deadline of N ms") and goes on: host-tier work is not
@@ -131,7 +132,8 @@ impl DeadlineIo {
             .spawn(move || {
                 let _span = span.entered();
                 while let Ok((seq, mut t)) = queue.recv() {
-                    let result = match crate::fault::disk_transfer(t.op() == DiskOp::Write) {
+                    let pages = t.segments() as u64;
+                    let result = match crate::fault::disk_transfer(t.op() == DiskOp::Write, pages) {
                         Some(injected) => Err(injected),
                         None => t.perform(),
                     };

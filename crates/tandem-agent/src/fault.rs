@@ -45,8 +45,10 @@ pub fn parse(value: &str) -> Result<(Actor, u64), String> {
 /// The environment variable that arms a disk fault (see [`DiskFault`] for its forms).
 pub const DISK_VAR: &str = "TANDEM_FAULT_DISK";
 
-/// A disk fault, counted in pages (one transfer of the disk tier is one slot, one engine page;
-/// in a layerwise load a read transfer is one layer of one slot, and counts as one page).
+/// A disk fault, counted in pages (one slot, one engine page: a transfer of the disk tier
+/// counts the slots it carries pieces of, several in a batch; in a layerwise load a read
+/// transfer is one layer of one slot, and counts as one page). A transfer that carries a page
+/// the fault hits fails (or waits) whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DiskFault {
     /// `write-error:N`: every write after the first N fails with EIO.
@@ -116,10 +118,17 @@ pub fn parse_disk(value: &str) -> Result<DiskFault, String> {
     }
 }
 
-/// What an armed disk fault does to the `n`th transfer overall (`n_op`th of its direction,
-/// both counted from 1): the error it fails with, or the wait before it runs, in ms.
+/// What an armed disk fault does to a transfer of `pages` pages whose last page is the `n`th
+/// overall (`n_op`th of its direction, both counted from 1): the error it fails with, or the
+/// wait before it runs, in ms.
 #[cfg_attr(not(feature = "fault-hooks"), allow(dead_code))]
-fn disk_effect(fault: DiskFault, write: bool, n: u64, n_op: u64) -> (Option<std::io::Error>, u64) {
+fn disk_effect(
+    fault: DiskFault,
+    write: bool,
+    n: u64,
+    n_op: u64,
+    pages: u64,
+) -> (Option<std::io::Error>, u64) {
     // Linux errno values.
     const EIO: i32 = 5;
     const ENOSPC: i32 = 28;
@@ -134,7 +143,7 @@ fn disk_effect(fault: DiskFault, write: bool, n: u64, n_op: u64) -> (Option<std:
             (Some(std::io::Error::from_raw_os_error(EIO)), 0)
         }
         DiskFault::Delay { ms, after } if n > after => (None, ms),
-        DiskFault::Freeze { ms, after } if n == after + 1 => (None, ms),
+        DiskFault::Freeze { ms, after } if n > after && n - pages.max(1) <= after => (None, ms),
         _ => (None, 0),
     }
 }
@@ -174,11 +183,11 @@ mod hook {
         from_env(&DISK, DISK_VAR, parse_disk)
     }
 
-    pub(super) fn disk_transfer(write: bool) -> Option<std::io::Error> {
+    pub(super) fn disk_transfer(write: bool, pages: u64) -> Option<std::io::Error> {
         let fault = disk_armed()?;
-        let n = TRANSFERS.fetch_add(1, Ordering::Relaxed) + 1;
-        let n_op = if write { &WRITES } else { &READS }.fetch_add(1, Ordering::Relaxed) + 1;
-        let (error, wait_ms) = disk_effect(fault, write, n, n_op);
+        let n = TRANSFERS.fetch_add(pages, Ordering::Relaxed) + pages;
+        let n_op = if write { &WRITES } else { &READS }.fetch_add(pages, Ordering::Relaxed) + pages;
+        let (error, wait_ms) = disk_effect(fault, write, n, n_op, pages);
         if wait_ms > 0 {
             if matches!(fault, DiskFault::Freeze { .. }) {
                 tracing::warn!(
@@ -250,16 +259,16 @@ pub fn message(actor: Actor) {
     let _ = actor;
 }
 
-/// One transfer of the disk tier is about to run on the disk I/O thread (`write`: a write,
-/// else a read): the error an armed disk fault makes it fail with, after waiting as the fault
+/// One transfer of the disk tier, carrying pieces of `pages` slots, is about to run on the
+/// disk I/O thread (`write`: a write, else a read): the error an armed disk fault makes it fail with, after waiting as the fault
 /// says (with the `fault-hooks` feature; otherwise `None` at once).
 #[inline]
-pub fn disk_transfer(write: bool) -> Option<std::io::Error> {
+pub fn disk_transfer(write: bool, pages: u64) -> Option<std::io::Error> {
     #[cfg(feature = "fault-hooks")]
-    return hook::disk_transfer(write);
+    return hook::disk_transfer(write, pages);
     #[cfg(not(feature = "fault-hooks"))]
     {
-        let _ = write;
+        let _ = (write, pages);
         None
     }
 }
@@ -316,22 +325,22 @@ mod tests {
     #[test]
     fn disk_faults_hit_the_pages_they_name() {
         let w = DiskFault::WriteError { after: 5 };
-        assert!(disk_effect(w, true, 5, 5).0.is_none());
+        assert!(disk_effect(w, true, 5, 5, 1).0.is_none());
         assert_eq!(
-            disk_effect(w, true, 9, 6).0.unwrap().raw_os_error(),
+            disk_effect(w, true, 9, 6, 1).0.unwrap().raw_os_error(),
             Some(5)
         );
         assert!(
-            disk_effect(w, false, 9, 6).0.is_none(),
+            disk_effect(w, false, 9, 6, 1).0.is_none(),
             "reads are left alone"
         );
-        let e = disk_effect(DiskFault::NoSpace { after: 0 }, true, 1, 1)
+        let e = disk_effect(DiskFault::NoSpace { after: 0 }, true, 1, 1, 1)
             .0
             .unwrap();
         assert_eq!(e.raw_os_error(), Some(28));
         let f = DiskFault::Freeze { ms: 70, after: 2 };
         let waits: Vec<u64> = (1..=5)
-            .map(|n| disk_effect(f, n % 2 == 0, n, n).1)
+            .map(|n| disk_effect(f, n % 2 == 0, n, n, 1).1)
             .collect();
         assert_eq!(
             waits,
@@ -339,7 +348,21 @@ mod tests {
             "one freeze, at the third transfer"
         );
         let d = DiskFault::Delay { ms: 3, after: 1 };
-        let waits: Vec<u64> = (1..=3).map(|n| disk_effect(d, true, n, n).1).collect();
+        let waits: Vec<u64> = (1..=3).map(|n| disk_effect(d, true, n, n, 1).1).collect();
         assert_eq!(waits, vec![0, 3, 3]);
+        // Transfers of 4 pages: the one carrying page 6 (pages 5 to 8) freezes, alone; a
+        // write error after 5 pages fails the transfer carrying page 6 and every later one.
+        let f = DiskFault::Freeze { ms: 9, after: 5 };
+        let waits: Vec<u64> = [4, 8, 12]
+            .iter()
+            .map(|&n| disk_effect(f, true, n, n, 4).1)
+            .collect();
+        assert_eq!(waits, vec![0, 9, 0]);
+        let w = DiskFault::WriteError { after: 5 };
+        let failed: Vec<bool> = [4, 8, 12]
+            .iter()
+            .map(|&n| disk_effect(w, true, n, n, 4).0.is_some())
+            .collect();
+        assert_eq!(failed, vec![false, true, true]);
     }
 }

@@ -168,8 +168,13 @@ struct ManifestSaved {
     error: Option<String>,
 }
 
-/// A snapshot of the manifest for the writer thread: its generation, the manifest, its file.
-type Snapshot = (u64, tandem_store::manifest::Manifest, std::path::PathBuf);
+/// A snapshot of the manifest for the writer thread: its generation, the manifest, its file
+/// (the store's handle on its two copies: saves through it take turns).
+type Snapshot = (
+    u64,
+    tandem_store::manifest::Manifest,
+    tandem_store::manifest::ManifestFile,
+);
 
 /// A store task's result held until a manifest listing its disk-tier shards is written.
 struct Held {
@@ -268,7 +273,7 @@ impl StoreActor {
                     while let Ok(newer) = snapshots.try_recv() {
                         latest = newer;
                     }
-                    let error = match latest.1.save_fenced(&latest.2, &fence) {
+                    let error = match latest.2.save_fenced(&latest.1, &fence) {
                         Ok(()) => None,
                         Err(e @ tandem_store::manifest::ManifestError::Fenced { .. }) => {
                             tracing::error!(error = %e, "the shard manifest is not written: another process owns this rank's tiers");
@@ -452,7 +457,7 @@ impl StoreActor {
         let snapshot = (
             self.generation,
             self.store.manifest().clone(),
-            self.store.manifest_path().to_path_buf(),
+            self.store.manifest_file().clone(),
         );
         if self.writer.send(snapshot).is_err() {
             tracing::error!("the manifest writer thread is gone");
@@ -481,13 +486,13 @@ impl Actor for StoreActor {
         // more), but no longer than the disk deadline: a frozen disk must not hold the stop.
         if !self.fenced {
             let manifest = self.store.manifest().clone();
-            let path = self.store.manifest_path().to_path_buf();
+            let file = self.store.manifest_file().clone();
             let fence = self.store.fence().clone();
             let (tx, rx) = std::sync::mpsc::channel();
             let saving = std::thread::Builder::new()
                 .name("manifest-final".into())
                 .spawn(move || {
-                    let _ = tx.send(manifest.save_fenced(&path, &fence));
+                    let _ = tx.send(file.save_fenced(&manifest, &fence));
                 });
             match saving.map(|_| rx.recv_timeout(self.disk_deadline)) {
                 Ok(Ok(Ok(()))) => {}

@@ -6,8 +6,10 @@
 //! [`Store::load_pages_batch`]. The checks, slot choice, checksums and manifest records are
 //! exactly those of [`Store::store_pages`] and [`Store::load_pages`], made in item order before
 //! any copy (validation) and after every copy (records); only the copies themselves (engine
-//! page ↔ host slot, checksum in the same pass) are the runner's. Items of the disk tier go one
-//! at a time through the single-shard calls (their I/O is the kernel's). It never spawns a
+//! page ↔ host slot, checksum in the same pass) are the runner's. Items of the disk tier go to
+//! the disk tier as one batch ([`crate::disk::DiskTier::write_slots`] / `read_slots`: one
+//! pipeline through its staging buffers, several shards per transfer, so one hand-off to its
+//! I/O thread per transfer, not per shard chunk), on the caller's thread. It never spawns a
 //! thread (the runner is the caller's) and never decides placement.
 
 use std::collections::HashSet;
@@ -15,8 +17,9 @@ use std::collections::HashSet;
 use crate::block::{BlockHash, Location, SlotId};
 use crate::buffer::{EngineBuffers, PageId};
 use crate::checksum::{copy_parts, Checksum, ShardHasher};
+use crate::disk::{SlotRead, SlotWrite};
 use crate::store::{Store, StoreError};
-use crate::tier::Tier;
+use crate::tier::{Tier, TierError};
 
 /// One shard copy of a batch: `src` into `dst`, the shard's checksum computed in the same pass.
 /// Every field borrows either the engine's pages or a host slot, disjoint from every other
@@ -140,6 +143,7 @@ impl Store {
                 }
             }
         }
+        let disk_planned = self.plan_disk_stores(items, &mut out, &mut seen, buffers, region);
         let checksums = self.run_store_jobs(items, &planned, buffers, region, runner);
         let fenced = self.fence.check().is_err();
         for (&(i, slot), sum) in planned.iter().zip(checksums) {
@@ -167,6 +171,7 @@ impl Store {
                 }
             });
         }
+        self.run_disk_stores(items, &disk_planned, &mut out, buffers, region);
         // Everything not planned goes through the single-shard call (its errors, its tier).
         items
             .iter()
@@ -176,6 +181,164 @@ impl Store {
                 None => self.store_pages(hash, tier, buffers, region, &[page]),
             })
             .collect()
+    }
+
+    /// Validates the disk-tier items of a store batch (as the host ones) and takes their
+    /// slots; a refused item gets its result in `out`.
+    fn plan_disk_stores(
+        &mut self,
+        items: &[(BlockHash, Tier, PageId)],
+        out: &mut [Option<Result<Location, StoreError>>],
+        seen: &mut HashSet<BlockHash>,
+        buffers: &EngineBuffers,
+        region: &str,
+    ) -> Vec<(usize, SlotId)> {
+        let shard = self.config.shard_bytes;
+        let mut planned = Vec::new();
+        if self.fence.check().is_err() || self.disk.is_none() {
+            return planned;
+        }
+        for (i, &(hash, tier, page)) in items.iter().enumerate() {
+            if tier != Tier::Disk {
+                continue;
+            }
+            if let Some(loc) = self.location(hash) {
+                out[i] = Some(Err(StoreError::AlreadyStored {
+                    hash,
+                    tier: loc.tier,
+                }));
+                continue;
+            }
+            if !seen.insert(hash) {
+                out[i] = Some(Err(StoreError::AlreadyStored { hash, tier }));
+                continue;
+            }
+            if let Err(e) = buffers.pages(region, &[page], shard as u64) {
+                out[i] = Some(Err(e.into()));
+                continue;
+            }
+            match self.take_slot(tier) {
+                Ok(slot) => planned.push((i, slot)),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        planned
+    }
+
+    /// Writes the planned disk-tier items as one batch ([`DiskTier::write_slots`]: one
+    /// pipeline through the staging buffers, several shards per transfer) and records them
+    /// once the fence still holds; a failed item's slot is free again.
+    fn run_disk_stores(
+        &mut self,
+        items: &[(BlockHash, Tier, PageId)],
+        planned: &[(usize, SlotId)],
+        out: &mut [Option<Result<Location, StoreError>>],
+        buffers: &EngineBuffers,
+        region: &str,
+    ) {
+        if planned.is_empty() {
+            return;
+        }
+        let shard = self.config.shard_bytes;
+        let mut parts = Vec::with_capacity(planned.len());
+        for &(i, _) in planned {
+            // Checked in planning; `buffers` is borrowed, so the region cannot have changed.
+            parts.push(buffers.pages(region, &[items[i].2], shard as u64).ok());
+        }
+        let mut jobs: Vec<SlotWrite<'_>> = Vec::with_capacity(planned.len());
+        let mut jobbed = Vec::with_capacity(planned.len());
+        for (k, (&(i, slot), p)) in planned.iter().zip(&parts).enumerate() {
+            if let Some(p) = p {
+                jobs.push(SlotWrite {
+                    slot,
+                    src: p,
+                    seed: items[i].0,
+                    result: None,
+                });
+                jobbed.push(k);
+            }
+        }
+        if let Some(disk) = self.disk.as_mut() {
+            disk.write_slots(&mut jobs);
+        }
+        let mut results: Vec<Option<Result<Checksum, TierError>>> =
+            planned.iter().map(|_| None).collect();
+        for (k, job) in jobbed.into_iter().zip(jobs) {
+            results[k] = job.result;
+        }
+        let fenced = self.fence.check().is_err();
+        for (&(i, slot), result) in planned.iter().zip(results) {
+            let hash = items[i].0;
+            out[i] = Some(match result {
+                Some(Ok(checksum)) if !fenced => Ok(self.record(
+                    hash,
+                    Location {
+                        tier: Tier::Disk,
+                        slot,
+                        checksum,
+                    },
+                )),
+                Some(Ok(_)) => {
+                    self.give_slot(Tier::Disk, slot);
+                    Err(self
+                        .fence
+                        .check()
+                        .err()
+                        .map_or_else(|| not_run(Tier::Disk), StoreError::from))
+                }
+                Some(Err(e)) => {
+                    self.give_slot(Tier::Disk, slot);
+                    Err(e.into())
+                }
+                None => {
+                    self.give_slot(Tier::Disk, slot);
+                    Err(not_run(Tier::Disk))
+                }
+            });
+        }
+    }
+
+    /// Reads the disk-tier items of a load batch as one batch ([`DiskTier::read_slots`]) and
+    /// verifies each; `None` when the batch cannot be made (a page named twice or out of
+    /// range: item by item then).
+    fn run_disk_loads(
+        &mut self,
+        items: &[(BlockHash, PageId)],
+        planned: &[(usize, Location)],
+        buffers: &mut EngineBuffers,
+        region: &str,
+    ) -> Option<Vec<Result<Location, StoreError>>> {
+        if planned.is_empty() {
+            return None;
+        }
+        let shard = self.config.shard_bytes;
+        let pages: Vec<PageId> = planned.iter().map(|&(i, _)| items[i].1).collect();
+        let dsts = buffers
+            .pages_mut(region, &pages, (shard * pages.len()) as u64)
+            .ok()?;
+        let mut jobs: Vec<SlotRead<'_>> = planned
+            .iter()
+            .zip(dsts)
+            .map(|(&(i, loc), dst)| SlotRead {
+                slot: loc.slot,
+                dst: vec![dst],
+                seed: items[i].0,
+                result: None,
+            })
+            .collect();
+        self.disk.as_mut()?.read_slots(&mut jobs);
+        let sums: Vec<_> = jobs.into_iter().map(|j| j.result).collect();
+        Some(
+            planned
+                .iter()
+                .zip(sums)
+                .map(|(&(i, loc), sum)| match sum {
+                    Some(Ok(actual)) => self.verify(items[i].0, loc, actual).map(|()| loc),
+                    Some(Err(e)) => Err(e.into()),
+                    None => Err(not_run(Tier::Disk)),
+                })
+                .collect(),
+        )
     }
 
     /// The copies of planned store items; `None` for a job not run.
@@ -250,6 +413,25 @@ impl Store {
                     Some(actual) => self.verify(hash, loc, actual).map(|()| loc),
                     None => Err(not_run(Tier::Host)),
                 });
+            }
+        }
+        let disk_planned: Vec<(usize, Location)> =
+            if self.fence.check().is_ok() && self.disk.is_some() {
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &(hash, _))| {
+                        self.location(hash)
+                            .filter(|l| l.tier == Tier::Disk)
+                            .map(|l| (i, l))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+        if let Some(results) = self.run_disk_loads(items, &disk_planned, buffers, region) {
+            for (&(i, _), r) in disk_planned.iter().zip(results) {
+                out[i] = Some(r);
             }
         }
         items

@@ -13,7 +13,12 @@
 //! side's copy has just left it in cache. A range read (`TierSlots::read_range`, one layer of a
 //! layerwise load) moves only the chunks covering the range (widened to 4 KiB boundaries in
 //! direct mode) and copies the range out unverified (the layerwise load verifies the whole
-//! shard as its layers arrive). Buffered mode (the default) goes through the page cache with
+//! shard as its layers arrive). A batch ([`DiskTier::write_slots`], [`DiskTier::read_slots`]:
+//! a task's disk shards, from `tandem_store::batch`) runs as one pipeline over all its slots:
+//! pieces of several slots are packed into one transfer of up to 1 MiB (a quarter of the batch
+//! at least one chunk; one `pwrite`/`pread` per run of slots that follow each other in the
+//! file), so the hand-offs to the [`DiskIo`] are per transfer, not per slot, and the two
+//! transfers in flight overlap across slot boundaries. Buffered mode (the default) goes through the page cache with
 //! `pwrite`/`pread` (`std::os::unix::fs::FileExt`); direct mode opens the file with O_DIRECT.
 //! docs/BENCHMARKS.md has the measurement that made buffered the default.
 //!
@@ -60,6 +65,11 @@ const CHUNK_MAX: usize = 1 << 20;
 /// Staging buffers, and so transfers in flight at once.
 const BUFFERS: usize = 2;
 
+/// Largest transfer of a batch ([`DiskTier::write_slots`], [`DiskTier::read_slots`]), in
+/// bytes, and so the size of each staging buffer: pieces of several slots are packed into one
+/// transfer up to this size (one hand-off to the I/O for 16 shards of 64 KiB).
+const BATCH_TRANSFER_MAX: usize = 1 << 20;
+
 /// How the disk tier talks to its file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,11 +111,15 @@ impl std::fmt::Display for DiskOp {
 #[derive(Debug)]
 pub struct DiskTransfer {
     op: DiskOp,
+    /// The first slot it moves bytes of.
     slot: SlotId,
     file: Arc<File>,
-    offset: u64,
     buf: MmapMut,
+    /// Bytes moved: the buffer's first `len` bytes.
     len: usize,
+    /// Where the buffer's bytes go (come from), in buffer order: (file offset, bytes). One per
+    /// slot piece the transfer carries (a batch packs pieces of several slots into one).
+    segments: Vec<(u64, usize)>,
 }
 
 impl DiskTransfer {
@@ -119,7 +133,7 @@ impl DiskTransfer {
         self.slot
     }
 
-    /// Bytes moved (at most one chunk; padded to 4 KiB in direct mode).
+    /// Bytes moved (at most one staging buffer; padded to 4 KiB in direct mode).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -129,17 +143,34 @@ impl DiskTransfer {
         self.len == 0
     }
 
-    /// Carries the transfer out on the calling thread, in one positional call.
+    /// Slots whose pieces it carries (1 for a transfer of one slot operation).
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Carries the transfer out on the calling thread: one positional call per run of
+    /// segments that follow each other in the file.
     ///
     /// # Errors
-    /// The failing `pwrite`/`pread` (a short read at the end of the file is `UnexpectedEof`).
+    /// The first failing `pwrite`/`pread` (a short read at the end of the file is
+    /// `UnexpectedEof`); the segments after it are not moved.
     pub fn perform(&mut self) -> std::io::Result<()> {
-        match self.op {
-            DiskOp::Write => self.file.write_all_at(&self.buf[..self.len], self.offset),
-            DiskOp::Read => self
-                .file
-                .read_exact_at(&mut self.buf[..self.len], self.offset),
+        let mut at = 0usize;
+        let mut i = 0;
+        while i < self.segments.len() {
+            let (offset, mut n) = self.segments[i];
+            i += 1;
+            while i < self.segments.len() && self.segments[i].0 == offset + n as u64 {
+                n += self.segments[i].1;
+                i += 1;
+            }
+            match self.op {
+                DiskOp::Write => self.file.write_all_at(&self.buf[at..at + n], offset)?,
+                DiskOp::Read => self.file.read_exact_at(&mut self.buf[at..at + n], offset)?,
+            }
+            at += n;
         }
+        Ok(())
     }
 }
 
@@ -204,6 +235,50 @@ struct Overdue {
     op: DiskOp,
     slot: SlotId,
     deadline_ms: u64,
+}
+
+/// A piece of one slot's transfer in a pipeline: bytes `at .. at + n` of the slot's span.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    /// The job (slot operation) of the batch it belongs to.
+    job: usize,
+    slot: SlotId,
+    /// Offset in the slot's span.
+    at: usize,
+    /// Offset in the tier file.
+    offset: u64,
+    /// Bytes moved.
+    n: usize,
+    /// Of those, the shard's (the rest is direct-mode padding).
+    take: usize,
+}
+
+/// One slot write of a batch ([`DiskTier::write_slots`]): the shard's parts (concatenated in
+/// order), the seed of its checksum, and the result once the batch ran.
+#[derive(Debug)]
+pub struct SlotWrite<'a> {
+    /// The slot.
+    pub slot: SlotId,
+    /// The shard's bytes, in parts.
+    pub src: &'a [&'a [u8]],
+    /// The checksum's seed (the block hash).
+    pub seed: BlockHash,
+    /// The shard's checksum, or why the write failed; `None` before the batch ran.
+    pub result: Option<Result<Checksum, TierError>>,
+}
+
+/// One slot read of a batch ([`DiskTier::read_slots`]): where the shard goes (parts), the
+/// seed of its checksum, and the result once the batch ran.
+#[derive(Debug)]
+pub struct SlotRead<'a> {
+    /// The slot.
+    pub slot: SlotId,
+    /// Where the shard's bytes go, in parts.
+    pub dst: Vec<&'a mut [u8]>,
+    /// The checksum's seed (the block hash).
+    pub seed: BlockHash,
+    /// The checksum of the bytes read, or why the read failed; `None` before the batch ran.
+    pub result: Option<Result<Checksum, TierError>>,
 }
 
 /// Preallocated slots in one file.
@@ -302,7 +377,7 @@ impl DiskTier {
         }
         let chunk = Self::chunk_bytes(stride);
         let buffers = (0..BUFFERS)
-            .map(|_| MmapMut::map_anon(chunk))
+            .map(|_| MmapMut::map_anon(chunk.max(BATCH_TRANSFER_MAX)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io(path, "map"))?;
         Ok((
@@ -383,37 +458,107 @@ impl DiskTier {
         useful: usize,
         mut each: impl FnMut(usize, &mut [u8]),
     ) -> Result<(), TierError> {
-        let mut free = self.take_buffers(op, slot)?;
-        let mut in_flight: VecDeque<(usize, usize)> = VecDeque::with_capacity(BUFFERS);
+        let mut pieces = Vec::with_capacity(span.div_ceil(self.chunk));
+        self.split(0, slot, start, span, useful, self.chunk, &mut pieces);
+        let chunk = self.chunk;
+        let (_, result) = self.run_pieces(op, &pieces, chunk, |p, buf| each(p.at, buf));
+        result
+    }
+
+    /// Appends the pieces of bytes `start .. start + span` of `slot` (job `job` of a batch),
+    /// at most `max` bytes each, the first `useful` bytes of the span being the shard's.
+    #[allow(clippy::too_many_arguments)]
+    fn split(
+        &self,
+        job: usize,
+        slot: SlotId,
+        start: u64,
+        span: usize,
+        useful: usize,
+        max: usize,
+        out: &mut Vec<Piece>,
+    ) {
+        let mut at = 0usize;
+        while at < span {
+            let n = (span - at).min(max);
+            out.push(Piece {
+                job,
+                slot,
+                at,
+                offset: slot * self.stride + start + at as u64,
+                n,
+                take: useful.saturating_sub(at).min(n),
+            });
+            at += n;
+        }
+    }
+
+    /// Moves `pieces` in order through the staging buffers, packing consecutive pieces into
+    /// one transfer up to `max` bytes, [`BUFFERS`] transfers in flight. `each(piece, bytes)`
+    /// is called once per piece, in order, with its `take` bytes: for a write before its
+    /// transfer is submitted (it fills them; the padding is zeroed), for a read once it has
+    /// arrived (it takes them). Returns how many pieces (a prefix) were moved (and, for a read,
+    /// handed to `each`) and the first error: after an I/O error no more transfers are
+    /// submitted, the ones in flight are waited for, so that the buffers are home.
+    fn run_pieces(
+        &mut self,
+        op: DiskOp,
+        pieces: &[Piece],
+        max: usize,
+        mut each: impl FnMut(&Piece, &mut [u8]),
+    ) -> (usize, Result<(), TierError>) {
+        let Some(first) = pieces.first() else {
+            return (0, Ok(()));
+        };
+        let mut free = match self.take_buffers(op, first.slot) {
+            Ok(free) => free,
+            Err(e) => return (0, Err(e)),
+        };
+        // In flight: the range of pieces each transfer carries.
+        let mut in_flight: VecDeque<std::ops::Range<usize>> = VecDeque::with_capacity(BUFFERS);
         let mut next = 0usize;
+        let mut moved = 0usize;
         let mut failed: Option<std::io::Error> = None;
         loop {
-            while failed.is_none() && next < span {
+            while failed.is_none() && next < pieces.len() {
                 let Some(mut buf) = free.pop() else { break };
-                let n = (span - next).min(self.chunk);
-                let take = useful.saturating_sub(next).min(n);
-                if op == DiskOp::Write {
-                    each(next, &mut buf[..take]);
-                    buf[take..n].fill(0);
+                let from = next;
+                let mut len = 0usize;
+                let mut segments = Vec::new();
+                while next < pieces.len() && (next == from || len + pieces[next].n <= max) {
+                    let p = &pieces[next];
+                    if op == DiskOp::Write {
+                        each(p, &mut buf[len..len + p.take]);
+                        buf[len + p.take..len + p.n].fill(0);
+                    }
+                    segments.push((p.offset, p.n));
+                    len += p.n;
+                    next += 1;
                 }
                 self.io.submit(DiskTransfer {
                     op,
-                    slot,
+                    slot: pieces[from].slot,
                     file: self.file.clone(),
-                    offset: slot * self.stride + start + next as u64,
                     buf,
-                    len: n,
+                    len,
+                    segments,
                 });
-                in_flight.push_back((next, take));
-                next += n;
+                in_flight.push_back(from..next);
             }
-            let Some((at, take)) = in_flight.pop_front() else {
+            let Some(carried) = in_flight.pop_front() else {
                 break;
             };
             match self.io.wait() {
                 Submitted::Done(mut t, Ok(())) => {
-                    if op == DiskOp::Read && failed.is_none() {
-                        each(at, &mut t.buf[..take]);
+                    if failed.is_none() {
+                        if op == DiskOp::Read {
+                            let mut at = 0usize;
+                            for p in &pieces[carried.clone()] {
+                                each(p, &mut t.buf[at..at + p.take]);
+                                at += p.n;
+                            }
+                        }
+                        moved = carried.end;
                     }
                     free.push(t.buf);
                 }
@@ -425,23 +570,154 @@ impl DiskTier {
                     // The I/O keeps this transfer and every one submitted after it.
                     self.held = in_flight.len() + 1;
                     self.buffers = free;
+                    let slot = pieces[carried.start].slot;
                     self.overdue = Some(Overdue {
                         op,
                         slot,
                         deadline_ms,
                     });
-                    return Err(TierError::DiskDeadline {
-                        op: op.as_str(),
-                        slot,
-                        deadline_ms,
-                    });
+                    return (
+                        moved,
+                        Err(TierError::DiskDeadline {
+                            op: op.as_str(),
+                            slot,
+                            deadline_ms,
+                        }),
+                    );
                 }
             }
         }
         self.buffers = free;
         match failed {
-            Some(e) => Err(io(&self.path, op.as_str())(e)),
-            None => Ok(()),
+            Some(e) => (moved, Err(io(&self.path, op.as_str())(e))),
+            None => (moved, Ok(())),
+        }
+    }
+
+    /// The size of each transfer of a batch of `total` bytes: a quarter of the batch (so that
+    /// a batch moves in at least four transfers that overlap), at least one chunk, at most
+    /// [`BATCH_TRANSFER_MAX`], a multiple of 4 KiB.
+    fn batch_transfer(&self, total: usize) -> usize {
+        let quarter = (total / 4).div_ceil(ALIGN as usize) * ALIGN as usize;
+        quarter.clamp(self.chunk, self.chunk.max(BATCH_TRANSFER_MAX))
+    }
+
+    /// Writes every job's shard into its slot as one batch: the slots' pieces move through
+    /// the staging buffers in one pipeline, several slots' pieces packed into one transfer
+    /// (one hand-off to the [`DiskIo`] each), two transfers in flight across slot boundaries.
+    /// Each job's checksum is computed as its bytes are copied into a buffer; each job gets
+    /// its own result, as [`TierSlots::write_slot`] would return it. After an I/O error or a
+    /// missed deadline, every job not entirely written fails with it.
+    pub fn write_slots(&mut self, jobs: &mut [SlotWrite<'_>]) {
+        let mut pieces = Vec::new();
+        for (j, job) in jobs.iter_mut().enumerate() {
+            let total = job.src.iter().map(|s| s.len()).sum();
+            match check_slot(Tier::Disk, job.slot, self.capacity, self.slot_bytes, total) {
+                Ok(()) => {
+                    let span = self.transfer_len(total);
+                    self.split(j, job.slot, 0, span, total, usize::MAX, &mut pieces);
+                }
+                Err(e) => job.result = Some(Err(e)),
+            }
+        }
+        let total: usize = pieces.iter().map(|p| p.n).sum();
+        let max = self.batch_transfer(total);
+        let mut resplit = Vec::with_capacity(pieces.len());
+        for p in &pieces {
+            self.split(p.job, p.slot, 0, p.n, p.take, max, &mut resplit);
+        }
+        let mut hashers: Vec<Option<ShardHasher>> = jobs
+            .iter()
+            .map(|j| j.result.is_none().then(|| ShardHasher::new(j.seed)))
+            .collect();
+        let (moved, result) = self.run_pieces(DiskOp::Write, &resplit, max, |p, buf| {
+            if let Some(h) = hashers[p.job].as_mut() {
+                let n = buf.len();
+                copy_parts(&mut [buf], &parts_range(jobs[p.job].src, p.at, n), h);
+            }
+        });
+        self.settle(
+            jobs.iter_mut().map(|j| &mut j.result),
+            &resplit,
+            moved,
+            result,
+            hashers,
+        );
+    }
+
+    /// Reads every job's slot into its destination as one batch (see
+    /// [`DiskTier::write_slots`]): each job's result is what [`TierSlots::read_slot`] would
+    /// return for it, the checksum of the bytes copied out (the caller verifies it).
+    pub fn read_slots(&mut self, jobs: &mut [SlotRead<'_>]) {
+        let mut pieces = Vec::new();
+        for (j, job) in jobs.iter_mut().enumerate() {
+            let total = job.dst.iter().map(|d| d.len()).sum();
+            match check_slot(Tier::Disk, job.slot, self.capacity, self.slot_bytes, total) {
+                Ok(()) => {
+                    let span = self.transfer_len(total);
+                    self.split(j, job.slot, 0, span, total, usize::MAX, &mut pieces);
+                }
+                Err(e) => job.result = Some(Err(e)),
+            }
+        }
+        let total: usize = pieces.iter().map(|p| p.n).sum();
+        let max = self.batch_transfer(total);
+        let mut resplit = Vec::with_capacity(pieces.len());
+        for p in &pieces {
+            self.split(p.job, p.slot, 0, p.n, p.take, max, &mut resplit);
+        }
+        let mut hashers: Vec<Option<ShardHasher>> = jobs
+            .iter()
+            .map(|j| j.result.is_none().then(|| ShardHasher::new(j.seed)))
+            .collect();
+        let (moved, result) = self.run_pieces(DiskOp::Read, &resplit, max, |p, buf| {
+            if let Some(h) = hashers[p.job].as_mut() {
+                let n = buf.len();
+                copy_parts(
+                    &mut parts_range_mut(&mut jobs[p.job].dst, p.at, n),
+                    &[buf],
+                    h,
+                );
+            }
+        });
+        self.settle(
+            jobs.iter_mut().map(|j| &mut j.result),
+            &resplit,
+            moved,
+            result,
+            hashers,
+        );
+    }
+
+    /// Each job's result after a batch: its checksum when all its pieces moved, else the
+    /// batch's error (a copy of it per job).
+    fn settle<'r>(
+        &self,
+        results: impl Iterator<Item = &'r mut Option<Result<Checksum, TierError>>>,
+        pieces: &[Piece],
+        moved: usize,
+        result: Result<(), TierError>,
+        hashers: Vec<Option<ShardHasher>>,
+    ) {
+        // A job is whole when its last piece lies in the moved prefix.
+        let mut last = vec![None; hashers.len()];
+        for (i, p) in pieces.iter().enumerate() {
+            last[p.job] = Some(i);
+        }
+        for ((j, r), h) in results.enumerate().zip(hashers) {
+            let Some(h) = h else { continue };
+            *r = Some(match (last[j], &result) {
+                (Some(l), _) if l < moved => Ok(h.finish()),
+                (_, Err(e)) => Err(duplicate(e)),
+                // A job without pieces (no bytes): nothing to move.
+                (None, Ok(())) => Ok(h.finish()),
+                (Some(_), Ok(())) => Err(TierError::Io {
+                    tier: Tier::Disk,
+                    op: "batch",
+                    path: self.path.clone(),
+                    source: std::io::Error::other("the batch ended before this slot was moved"),
+                }),
+            });
         }
     }
 
@@ -593,6 +869,79 @@ pub fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
         0 => Ok(()),
         libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size),
         err => Err(std::io::Error::from_raw_os_error(err)),
+    }
+}
+
+/// A copy of a batch's error for each of its jobs that it failed (an `io::Error` is not
+/// `Clone`: its kind and message are kept).
+fn duplicate(e: &TierError) -> TierError {
+    let copy = |source: &std::io::Error| std::io::Error::new(source.kind(), source.to_string());
+    match e {
+        TierError::SlotOutOfRange {
+            tier,
+            slot,
+            capacity,
+        } => TierError::SlotOutOfRange {
+            tier: *tier,
+            slot: *slot,
+            capacity: *capacity,
+        },
+        TierError::WrongLength {
+            tier,
+            expected,
+            got,
+        } => TierError::WrongLength {
+            tier: *tier,
+            expected: *expected,
+            got: *got,
+        },
+        TierError::InvalidGeometry {
+            tier,
+            slot_bytes,
+            capacity,
+        } => TierError::InvalidGeometry {
+            tier: *tier,
+            slot_bytes: *slot_bytes,
+            capacity: *capacity,
+        },
+        TierError::DirectUnsupported { path, source } => TierError::DirectUnsupported {
+            path: path.clone(),
+            source: copy(source),
+        },
+        TierError::Io {
+            tier,
+            op,
+            path,
+            source,
+        } => TierError::Io {
+            tier: *tier,
+            op,
+            path: path.clone(),
+            source: copy(source),
+        },
+        TierError::DiskDeadline {
+            op,
+            slot,
+            deadline_ms,
+        } => TierError::DiskDeadline {
+            op,
+            slot: *slot,
+            deadline_ms: *deadline_ms,
+        },
+        TierError::DiskStalled {
+            op,
+            slot,
+            earlier_op,
+            earlier_slot,
+            deadline_ms,
+        } => TierError::DiskStalled {
+            op,
+            slot: *slot,
+            earlier_op,
+            earlier_slot: *earlier_slot,
+            deadline_ms: *deadline_ms,
+        },
+        TierError::Device(m) => TierError::Device(m.clone()),
     }
 }
 
@@ -838,7 +1187,7 @@ mod range_tests {
     impl DiskIo for Recording {
         fn submit(&mut self, t: DiskTransfer) {
             let mut s = self.0.lock().unwrap();
-            s.0.push((t.op(), t.offset, t.len()));
+            s.0.push((t.op(), t.segments[0].0, t.len()));
             s.2.push_back(t);
         }
 
@@ -1044,5 +1393,206 @@ mod range_tests {
         if large_slots_in_chunks(IoMode::Direct, dir.path()).is_none() {
             eprintln!("O_DIRECT unsupported on {}", dir.path().display());
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use crate::checksum::checksum;
+
+    /// The transfers seen (op, slots carried, bytes), whether to fail the `n`-th next (1: the
+    /// next), and the transfers submitted and not waited for yet.
+    type Log = (Vec<(DiskOp, usize, usize)>, usize, VecDeque<DiskTransfer>);
+
+    #[derive(Debug, Default, Clone)]
+    struct Counting(std::sync::Arc<std::sync::Mutex<Log>>);
+
+    impl DiskIo for Counting {
+        fn submit(&mut self, t: DiskTransfer) {
+            let mut s = self.0.lock().unwrap();
+            s.0.push((t.op(), t.segments(), t.len()));
+            s.2.push_back(t);
+        }
+
+        fn wait(&mut self) -> Submitted {
+            let mut s = self.0.lock().unwrap();
+            let mut t = s.2.pop_front().expect("a transfer in flight");
+            if s.1 > 0 {
+                s.1 -= 1;
+                if s.1 == 0 {
+                    return Submitted::Done(t, Err(std::io::Error::from_raw_os_error(libc::EIO)));
+                }
+            }
+            let r = t.perform();
+            Submitted::Done(t, r)
+        }
+
+        fn reclaim(&mut self) -> Option<DiskTransfer> {
+            None
+        }
+    }
+
+    fn shard(slot_bytes: usize, n: u64) -> Vec<u8> {
+        (0..slot_bytes)
+            .map(|i| (i as u64 * 7 + n * 131 + i as u64 / 4099) as u8)
+            .collect()
+    }
+
+    /// 24 slots of 64 KiB + 100 bytes written as one batch (in two parts each), then read
+    /// back as one batch and one by one; `None` where the mode is unsupported.
+    fn batch_round_trip(mode: IoMode, dir: &Path) -> Option<()> {
+        let slot_bytes = (64 << 10) + 100;
+        let (mut disk, _) = match DiskTier::open(&dir.join(DISK_SLAB_FILE), slot_bytes, 40, mode) {
+            Err(TierError::DirectUnsupported { .. }) => return None,
+            other => other.unwrap(),
+        };
+        let rec = Counting::default();
+        disk.set_io(Box::new(rec.clone()));
+        // Slots out of order and not contiguous, as a free list hands them out.
+        let slots: Vec<u64> = (0..24u64).map(|i| (i * 7) % 40).collect();
+        let data: Vec<Vec<u8>> = (0..24).map(|i| shard(slot_bytes, i)).collect();
+        let parts: Vec<[&[u8]; 2]> = data.iter().map(|d| [&d[..1000], &d[1000..]]).collect();
+        let mut jobs: Vec<SlotWrite<'_>> = slots
+            .iter()
+            .zip(&parts)
+            .enumerate()
+            .map(|(i, (&slot, p))| SlotWrite {
+                slot,
+                src: p,
+                seed: BlockHash(i as u128),
+                result: None,
+            })
+            .collect();
+        disk.write_slots(&mut jobs);
+        for (i, j) in jobs.iter().enumerate() {
+            let sum = j.result.as_ref().unwrap().as_ref().unwrap();
+            assert_eq!(*sum, checksum(BlockHash(i as u128), &data[i]), "{i}");
+        }
+        let writes = std::mem::take(&mut rec.0.lock().unwrap().0);
+        assert!(writes.len() < 24, "several slots per transfer: {writes:?}");
+        assert!(
+            writes.iter().all(|w| w.2 <= BATCH_TRANSFER_MAX),
+            "{writes:?}"
+        );
+        assert_eq!(writes.iter().map(|w| w.1).sum::<usize>(), 24, "{writes:?}");
+
+        let mut out: Vec<Vec<u8>> = (0..24).map(|_| vec![0u8; slot_bytes]).collect();
+        let mut reads: Vec<SlotRead<'_>> = slots
+            .iter()
+            .zip(out.iter_mut())
+            .enumerate()
+            .map(|(i, (&slot, o))| {
+                let (a, b) = o.split_at_mut(5000);
+                SlotRead {
+                    slot,
+                    dst: vec![a, b],
+                    seed: BlockHash(i as u128),
+                    result: None,
+                }
+            })
+            .collect();
+        disk.read_slots(&mut reads);
+        for (i, r) in reads.iter().enumerate() {
+            let sum = r.result.as_ref().unwrap().as_ref().unwrap();
+            assert_eq!(*sum, checksum(BlockHash(i as u128), &data[i]), "{i}");
+        }
+        drop(reads);
+        assert!(out == data, "the batch read brought every byte back");
+        for (i, &slot) in slots.iter().enumerate() {
+            let mut one = vec![0u8; slot_bytes];
+            let sum = disk
+                .read_slot(slot, &mut [&mut one[..]], BlockHash(i as u128))
+                .unwrap();
+            assert_eq!(sum, checksum(BlockHash(i as u128), &data[i]));
+            assert!(one == data[i], "slot {slot}");
+        }
+        Some(())
+    }
+
+    #[test]
+    fn buffered_batches_round_trip_several_slots_per_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(batch_round_trip(IoMode::Buffered, dir.path()).is_some());
+    }
+
+    #[test]
+    fn direct_batches_round_trip_where_supported() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        if batch_round_trip(IoMode::Direct, dir.path()).is_none() {
+            eprintln!("O_DIRECT unsupported on {}", dir.path().display());
+        }
+    }
+
+    #[test]
+    fn a_failed_transfer_fails_the_slots_not_yet_written_and_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot_bytes = 256 << 10;
+        let (mut disk, _) = DiskTier::open(
+            &dir.path().join(DISK_SLAB_FILE),
+            slot_bytes,
+            16,
+            IoMode::Buffered,
+        )
+        .unwrap();
+        let rec = Counting::default();
+        disk.set_io(Box::new(rec.clone()));
+        let data: Vec<Vec<u8>> = (0..16).map(|i| shard(slot_bytes, i)).collect();
+        let parts: Vec<[&[u8]; 1]> = data.iter().map(|d| [&d[..]]).collect();
+        // 16 × 256 KiB: transfers of 1 MiB, 4 slots each; the second one fails.
+        rec.0.lock().unwrap().1 = 2;
+        let mut jobs: Vec<SlotWrite<'_>> = (0..16u64)
+            .map(|i| SlotWrite {
+                slot: i,
+                src: &parts[i as usize],
+                seed: BlockHash(i as u128),
+                result: None,
+            })
+            .collect();
+        // A bad slot in the batch fails alone, before anything moves.
+        jobs.push(SlotWrite {
+            slot: 99,
+            src: &parts[0],
+            seed: BlockHash(99),
+            result: None,
+        });
+        disk.write_slots(&mut jobs);
+        let ok: Vec<bool> = jobs
+            .iter()
+            .map(|j| matches!(j.result, Some(Ok(_))))
+            .collect();
+        assert_eq!(ok[..4], [true; 4], "the first transfer's slots are written");
+        assert!(ok[4..].iter().all(|o| !o), "{ok:?}");
+        for j in &jobs[4..16] {
+            let e = j.result.as_ref().unwrap().as_ref().unwrap_err();
+            assert!(matches!(e, TierError::Io { op: "write", .. }), "{e}");
+        }
+        assert!(matches!(
+            jobs[16].result,
+            Some(Err(TierError::SlotOutOfRange { slot: 99, .. }))
+        ));
+        let moved = rec.0.lock().unwrap().0.clone();
+        assert_eq!(moved[0], (DiskOp::Write, 4, 1 << 20), "{moved:?}");
+        assert!(
+            moved.len() <= 3,
+            "nothing submitted after the failure but the one in flight: {moved:?}"
+        );
+        // The tier goes on: the written slots read back, a new batch writes the rest.
+        for i in 0..4u64 {
+            let mut out = vec![0u8; slot_bytes];
+            disk.read_slot(i, &mut [&mut out[..]], BlockHash(i as u128))
+                .unwrap();
+            assert!(out == data[i as usize]);
+        }
+        let mut jobs: Vec<SlotWrite<'_>> = (4..16u64)
+            .map(|i| SlotWrite {
+                slot: i,
+                src: &parts[i as usize],
+                seed: BlockHash(i as u128),
+                result: None,
+            })
+            .collect();
+        disk.write_slots(&mut jobs);
+        assert!(jobs.iter().all(|j| matches!(j.result, Some(Ok(_)))));
     }
 }

@@ -7,9 +7,10 @@
 //! as little-endian `u64`s. [`crate::lock::TierLock::acquire`] starts a new incarnation (one
 //! more than the record's) under the rank's lock; the holder moves the epoch forward with
 //! [`Fence::advance_epoch`]. Every write to a slot or to the manifest checks first that the
-//! record still names the writer's own incarnation and epoch ([`Fence::check`]); a manifest is
-//! also checked again right before its rename replaces the file, and against the record's file
-//! (a record replaced on disk fences too). So a process that lost the lock (stopped, then
+//! record still names the writer's own incarnation and epoch ([`Fence::check`]); a manifest
+//! save is checked right before it overwrites a copy, also against the record's file (a record
+//! replaced on disk fences too), and carries the incarnation, so that a stale writer's save
+//! never outranks the new owner's. So a process that lost the lock (stopped, then
 //! overtaken by a new process for the same rank) changes nothing once it runs again: its next
 //! write is refused, and a fenced store refuses everything after. A copy already running when
 //! the fence moves may still finish writing its slot's bytes, but the stale writer never
@@ -204,7 +205,7 @@ impl Fence {
     }
 
     /// [`Fence::check`], and the record's path still names the file this writer mapped (what
-    /// a manifest save asks before it replaces the manifest).
+    /// a manifest save asks before it overwrites a copy).
     ///
     /// Errors: [`Fenced::Overtaken`], [`Fenced::Replaced`].
     pub fn check_file(&self) -> Result<(), Fenced> {

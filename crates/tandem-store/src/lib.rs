@@ -26,7 +26,8 @@
 //!   CUDA IPC handle, copied page by page straight to and from host slices.
 //! - [`layers`]: layerwise loads, one layer of every block at a time, checksums verified
 //!   before the last layer is signalled.
-//! - [`manifest`]: a rank's record of its shards, persisted atomically.
+//! - [`manifest`]: a rank's record of its shards, saved in turn into two copies (a torn save
+//!   leaves the other).
 //! - [`lock`]: [`lock::TierLock`], one process per rank's tiers (an exclusive lock taken before
 //!   anything is opened, held for the process's life).
 //! - [`fence`]: [`fence::Fence`], the incarnation and epoch every write to a slot or the

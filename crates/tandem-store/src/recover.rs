@@ -17,7 +17,7 @@ use crate::disk::{DiskTier, DISK_SLAB_FILE};
 use crate::fence::Fence;
 use crate::host::{HostTier, HOST_SLAB_FILE};
 use crate::lock::TierLock;
-use crate::manifest::{Manifest, ManifestError, MANIFEST_FILE};
+use crate::manifest::{Manifest, ManifestError, ManifestFile, MANIFEST_FILE};
 use crate::shm::FileOrigin;
 use crate::store::{LayoutChange, OpenReport, ScrubReport, Store, StoreConfig, StoreError};
 use crate::tier::Tier;
@@ -91,10 +91,10 @@ impl Store {
             })?;
             None
         };
-        let manifest_path = config.disk_dir.join(MANIFEST_FILE);
+        let manifest_file = ManifestFile::new(&config.disk_dir.join(MANIFEST_FILE));
         let mut report = OpenReport::default();
         let fresh = Manifest::new(config.rank, config.geometry(), config.layout.clone());
-        let old = match Manifest::load(&manifest_path) {
+        let old = match manifest_file.load() {
             Ok(Some(m)) if m.rank != config.rank => {
                 report.discarded_manifest = Some(format!("written by rank {}", m.rank));
                 fresh.clone()
@@ -130,7 +130,7 @@ impl Store {
             scratch: vec![0; config.shard_bytes],
             dirty: report.discarded_manifest.is_some(),
             manifest: fresh,
-            manifest_path,
+            manifest_file,
             host,
             disk,
             config,

@@ -24,7 +24,7 @@ use crate::disk::{DiskIo, DiskTier, IoMode};
 use crate::fence::{Fence, Fenced};
 use crate::host::HostTier;
 use crate::lock::{LockError, TierLock};
-use crate::manifest::{Geometry, Manifest, ManifestError};
+use crate::manifest::{Geometry, Manifest, ManifestError, ManifestFile};
 use crate::tier::{Tier, TierError, TierSlots};
 use tandem_proto::{LayoutFingerprint, RankBlocks, TierOp};
 
@@ -182,7 +182,7 @@ pub struct Store {
     pub(crate) host: Option<HostTier>,
     pub(crate) disk: Option<DiskTier>,
     pub(crate) manifest: Manifest,
-    pub(crate) manifest_path: PathBuf,
+    pub(crate) manifest_file: ManifestFile,
     pub(crate) dirty: bool,
     pub(crate) free_host: Vec<SlotId>,
     pub(crate) free_disk: Vec<SlotId>,
@@ -462,15 +462,21 @@ impl Store {
         if !self.dirty {
             return Ok(false);
         }
-        self.manifest
-            .save_fenced(&self.manifest_path, &self.fence)?;
+        self.manifest_file
+            .save_fenced(&self.manifest, &self.fence)?;
         self.dirty = false;
         Ok(true)
     }
 
-    /// The manifest file.
+    /// The manifest's name (its first copy; see [`ManifestFile`]).
     pub fn manifest_path(&self) -> &Path {
-        &self.manifest_path
+        self.manifest_file.path()
+    }
+
+    /// The manifest's two copies on disk; a clone saves in turn with this store's own saves
+    /// (the agent's writer thread saves through one).
+    pub fn manifest_file(&self) -> &ManifestFile {
+        &self.manifest_file
     }
 
     fn relocate(&mut self, hash: BlockHash, from: Tier, to: Tier) -> Result<Location, StoreError> {

@@ -249,3 +249,70 @@ fn a_load_batch_naming_one_page_twice_runs_item_by_item() {
         "the later item's bytes are last"
     );
 }
+
+#[test]
+fn disk_items_go_as_one_batch_verified_per_shard() {
+    let mut f = fixture();
+    // Disk room for 2: the third disk item finds no free slot, the repeat is refused.
+    let items = [
+        (BlockHash(40), Tier::Disk, PageId(0)),
+        (BlockHash(41), Tier::Host, PageId(1)),
+        (BlockHash(42), Tier::Disk, PageId(2)),
+        (BlockHash(40), Tier::Disk, PageId(3)),
+        (BlockHash(43), Tier::Disk, PageId(4)),
+    ];
+    let stored: Vec<Vec<u8>> = (0..5).map(|p| page(&f.engine, p)).collect();
+    let results = f
+        .store
+        .store_pages_batch(&items, &f.bufs, "eng", &InlineRunner);
+    assert_eq!(results[0].as_ref().unwrap().tier, Tier::Disk);
+    assert_eq!(results[1].as_ref().unwrap().tier, Tier::Host);
+    assert_eq!(results[2].as_ref().unwrap().tier, Tier::Disk);
+    assert!(
+        matches!(results[3], Err(StoreError::AlreadyStored { .. })),
+        "{:?}",
+        results[3]
+    );
+    assert!(
+        matches!(results[4], Err(StoreError::NoFreeSlot { .. })),
+        "{:?}",
+        results[4]
+    );
+    assert_eq!(f.store.free_slots(Tier::Disk), 0);
+    // Corrupt one byte of block 42's disk slot: its load fails and drops it, the other
+    // disk item of the same batch loads.
+    let slot = f.store.location(BlockHash(42)).unwrap().slot;
+    let slab = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(f._disk.path().join(tandem_store::disk::DISK_SLAB_FILE))
+        .unwrap();
+    let at = tandem_store::disk::DiskTier::slot_offset(SHARD, slot) + SHARD as u64 - 1;
+    let mut b = [0u8; 1];
+    slab.read_exact_at(&mut b, at).unwrap();
+    slab.write_all_at(&[b[0] ^ 0x10], at).unwrap();
+    f.engine.bytes_mut().fill(0);
+    let loads = [
+        (BlockHash(42), PageId(6)),
+        (BlockHash(41), PageId(7)),
+        (BlockHash(40), PageId(8)),
+    ];
+    let results = f
+        .store
+        .load_pages_batch(&loads, &mut f.bufs, "eng", &InlineRunner);
+    assert!(
+        matches!(results[0], Err(StoreError::ChecksumMismatch { .. })),
+        "{:?}",
+        results[0]
+    );
+    assert_eq!(results[1].as_ref().unwrap().tier, Tier::Host);
+    assert_eq!(results[2].as_ref().unwrap().tier, Tier::Disk);
+    assert!(page(&f.engine, 7) == stored[1]);
+    assert!(page(&f.engine, 8) == stored[0]);
+    assert!(!f.store.contains(BlockHash(42)));
+    assert_eq!(
+        f.store.free_slots(Tier::Disk),
+        1,
+        "the corrupt shard's slot is free"
+    );
+}
