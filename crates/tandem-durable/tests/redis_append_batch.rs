@@ -50,13 +50,16 @@ async fn a_refused_append_in_the_middle_of_a_batch_fails_alone_and_the_rest_keep
     let log = RedisLog::connect(&config(server.url())).await.unwrap();
     let old = log.next_epoch().await.unwrap();
     let new = log.next_epoch().await.unwrap();
+    let o: Vec<[TaskOutcome; 1]> = (0..5)
+        .map(|s| [ok(if s % 2 == 0 { new } else { old }, s)])
+        .collect();
     let before = log.append_batches();
     let (a, b, c, d, e) = tokio::join!(
-        log.append_step(new, Step(0), &[], &[ok(new, 0)]),
-        log.append_step(old, Step(1), &[], &[ok(old, 1)]),
-        log.append_step(new, Step(2), &[], &[ok(new, 2)]),
-        log.append_step(old, Step(3), &[], &[ok(old, 3)]),
-        log.append_step(new, Step(4), &[], &[ok(new, 4)]),
+        log.append_step(new, Step(0), &[], &o[0]),
+        log.append_step(old, Step(1), &[], &o[1]),
+        log.append_step(new, Step(2), &[], &o[2]),
+        log.append_step(old, Step(3), &[], &o[3]),
+        log.append_step(new, Step(4), &[], &o[4]),
     );
     assert_eq!(
         log.append_batches() - before,
@@ -95,14 +98,15 @@ async fn a_batch_without_an_answer_fails_each_append_by_its_deadline() {
         .append_step(epoch, Step(0), &[], &[ok(epoch, 0)])
         .await
         .unwrap();
+    let o: Vec<[TaskOutcome; 1]> = (1..4).map(|s| [ok(epoch, s)]).collect();
     let before = log.append_batches();
     signal(server.pid(), libc::SIGSTOP);
     let bound = Duration::from_millis(OP_TIMEOUT_MS * 10);
     let batch = async {
         tokio::join!(
-            log.append_step(epoch, Step(1), &[], &[ok(epoch, 1)]),
-            log.append_step(epoch, Step(2), &[], &[ok(epoch, 2)]),
-            log.append_step(epoch, Step(3), &[], &[ok(epoch, 3)]),
+            log.append_step(epoch, Step(1), &[], &o[0]),
+            log.append_step(epoch, Step(2), &[], &o[1]),
+            log.append_step(epoch, Step(3), &[], &o[2]),
         )
     };
     let answers = tokio::time::timeout(bound, batch).await;
