@@ -12,10 +12,12 @@
 //! multiplexed connection, as single appends were. An append that is alone when the task
 //! runs goes out alone: nothing is held back to wait for company.
 //!
-//! Why: one append per call cost about 6 µs of the client's CPU (a deadline timer, the
-//! connection's channel message and response timer, and a future polled again on every
-//! wake-up of the task that awaits a set of them); a batch pays those once, and the callers
-//! only wait on a one-shot channel. docs/BENCHMARKS.md, "Write-ahead cost (redis)".
+//! Why: one append per call cost 4 to 8 µs of the client's CPU with 8 or 32 in flight (a
+//! deadline timer, the connection's channel message and response timer, and a future polled
+//! again on every wake-up of the task that awaits a set of them); a batch pays those once,
+//! and the callers only wait on a one-shot channel (about half the CPU per append at 8 and
+//! 32 in flight; a task hop more with one in flight). docs/BENCHMARKS.md, "Write-ahead cost
+//! (redis)".
 //!
 //! Every queued append is answered: by its batch's answer, by the batch's
 //! [`DurableError::Timeout`] (deadline `op_timeout_ms` from when the batch was sent), or,
