@@ -127,11 +127,12 @@ pub struct AppendBench {
 }
 
 impl fmt::Display for AppendBench {
-    /// A table, one line per batch size.
+    /// A table, one line per batch size: one append in flight, [`PIPELINE_DEPTH`] and
+    /// [`DEEP_PIPELINE_DEPTH`] in flight, each with its ratio to pipelined XADD.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:>9} {:>6} {:>10} {:>10} {:>9} {:>9} {:>7} {:>12} {:>6} {:>12} {:>12} {:>6}",
+            "{:>9} {:>6} {:>10} {:>10} {:>9} {:>9} {:>7} {:>12} {:>6} {:>12} {:>6} {:>12} {:>6} {:>12}",
             "outcomes",
             "steps",
             "append p50",
@@ -142,13 +143,15 @@ impl fmt::Display for AppendBench {
             "events/s",
             "ratio",
             "piped ev/s",
-            "xadd ev/s",
-            "ratio"
+            "ratio",
+            "deep ev/s",
+            "ratio",
+            "xadd ev/s"
         )?;
         for r in &self.rows {
             writeln!(
                 f,
-                "{:>9} {:>6} {:>8.1}us {:>8.1}us {:>7.1}us {:>7.1}us {:>7.2} {:>12.0} {:>6.2} {:>12.0} {:>12.0} {:>6.2}",
+                "{:>9} {:>6} {:>8.1}us {:>8.1}us {:>7.1}us {:>7.1}us {:>7.2} {:>12.0} {:>6.2} {:>12.0} {:>6.2} {:>12.0} {:>6.2} {:>12.0}",
                 r.outcomes_per_step,
                 r.steps,
                 r.append_us_p50,
@@ -159,8 +162,10 @@ impl fmt::Display for AppendBench {
                 r.events_per_s,
                 r.events_ratio,
                 r.pipelined_events_per_s,
-                r.baseline_events_per_s,
-                r.pipelined_ratio
+                r.pipelined_ratio,
+                r.deep_pipelined_events_per_s,
+                r.deep_pipelined_ratio,
+                r.baseline_events_per_s
             )?;
         }
         Ok(())

@@ -191,6 +191,12 @@ impl Conn {
         self.target.masked().to_string()
     }
 
+    /// Whether this is a Redis Cluster connection (whose client may re-send a failed write
+    /// on its own, and routes a pipeline as a whole).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+
     /// Runs one command as operation `op`.
     pub(crate) async fn query<T: FromRedisValue>(&self, op: &'static str, cmd: &Cmd) -> Result<T> {
         self.run(op, self.op_timeout, move |mut c| async move {
@@ -211,6 +217,49 @@ impl Conn {
             pipe.query_async(&mut c).await
         })
         .await
+    }
+
+    /// Runs the commands of `pipe` as operation `op` in one round trip (one message to the
+    /// connection, one write, one deadline of `op_timeout_ms` for them all) and returns one
+    /// answer per command, in order: an error reply fails only its own command.
+    ///
+    /// # Errors
+    /// The whole call fails ([`DurableError::Timeout`], [`DurableError::Unavailable`]) when
+    /// the pipeline gets no complete answer within the deadline or the connection fails; and,
+    /// so that a Sentinel deployment asks for the primary again, when any command was
+    /// answered `READONLY` or `MASTERDOWN` (the server is no longer, or not yet, a primary:
+    /// every command of the pipeline went to it). Per command: [`DurableError::Rejected`]
+    /// for an error reply, and the mapping of the client's errors otherwise.
+    pub(crate) async fn each<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        pipe: &Pipeline,
+    ) -> Result<Vec<Result<T>>> {
+        let count = pipe.len();
+        let values = self
+            .run(op, self.op_timeout, move |mut c| async move {
+                let values = c.req_packed_commands(pipe, 0, count).await?;
+                if let Some(e) = values.iter().find_map(not_primary) {
+                    return Err(e);
+                }
+                Ok(values)
+            })
+            .await?;
+        let ms = duration_ms(self.op_timeout);
+        if values.len() != count {
+            return Err(DurableError::Rejected {
+                op,
+                reason: format!("{} answers to a pipeline of {count}", values.len()),
+            });
+        }
+        Ok(values
+            .into_iter()
+            .map(|v| {
+                v.extract_error()
+                    .and_then(redis::from_owned_redis_value)
+                    .map_err(|e| from_redis(&e, op, &self.target, ms))
+            })
+            .collect())
     }
 
     /// Runs a script invocation as operation `op` (EVALSHA; after a Redis restart or on a
@@ -303,6 +352,20 @@ impl ConnectionLike for AnyConn {
             AnyConn::Cluster(c) => c.get_db(),
             AnyConn::Sentinel(c) => c.get_db(),
         }
+    }
+}
+
+/// The client error of an answer that says its server is not a writable primary
+/// (`READONLY`, `MASTERDOWN`), `None` for any other answer.
+fn not_primary(v: &redis::Value) -> Option<redis::RedisError> {
+    match v {
+        redis::Value::ServerError(_) => v.clone().extract_error().err().filter(|e| {
+            matches!(
+                e.kind(),
+                redis::ErrorKind::ReadOnly | redis::ErrorKind::MasterDown
+            )
+        }),
+        _ => None,
     }
 }
 

@@ -4,11 +4,13 @@
 //!
 //! Owns the connection, the consumer groups' creation and the Redis commands behind every
 //! contract method; one file per contract ([`mod@stream`], [`mod@epochs`], [`mod@liveness`]),
-//! and [`mod@replication`] for the writes that wait for replicas.
+//! [`mod@replication`] for the writes that wait for replicas, and `appender` for the task that
+//! sends the write-ahead appends in batches.
 //! Recovery and trimming fold what they read with the same pure [`crate::RecoveryBuilder`]
 //! and [`crate::TrimScan`] as the in-memory twin. It never retries a command itself (see
 //! [`crate::conn`]).
 
+mod appender;
 pub mod epochs;
 pub mod liveness;
 pub mod replication;
@@ -106,6 +108,7 @@ pub struct RedisLog {
     pub(crate) next_epoch_script: Arc<Script>,
     pub(crate) join_script: Arc<Script>,
     pub(crate) wait: ReplicationWait,
+    pub(crate) appender: appender::Appender,
 }
 
 impl RedisLog {
@@ -123,7 +126,9 @@ impl RedisLog {
             std::time::Duration::ZERO
         };
         let conn = Conn::connect(&config.endpoint, config.timeouts, server_wait).await?;
+        let appender = appender::Appender::start(conn.clone());
         let log = RedisLog {
+            appender,
             conn,
             keys,
             world_size: config.world_size,
@@ -139,6 +144,13 @@ impl RedisLog {
     /// The key names this log uses.
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// Pipelines of appends sent so far by this log and its clones (each one round trip
+    /// carrying every `append_step` queued since the last; see `appender`). Appends without
+    /// a replication wait only. For metrics and tests.
+    pub fn append_batches(&self) -> u64 {
+        self.appender.batches()
     }
 
     /// The endpoint (server URL, cluster nodes or sentinels), credentials masked.

@@ -12,7 +12,8 @@
 //! the counter and writes a barrier entry `{e+1}-0` in one script, so from that moment every
 //! append of epoch `e` or older fails ([`DurableError::StaleEpoch`]) and every append that
 //! succeeded is already in the stream that the new epoch's recovery reads. The fence costs
-//! nothing on the hot path: the append is a plain XADD, no script.
+//! nothing on the hot path: the append is a plain XADD, no script (Redis spends about 1.2 µs
+//! on one, `INFO commandstats`, the same as on an XADD with id `*`).
 //!
 //! # A stream that is gone
 //!
@@ -56,7 +57,10 @@ impl CompletionStream for RedisLog {
 
     /// One XADD with id `{epoch}-*` (NOMKSTREAM: a stream that is gone is not created again
     /// here) in one round trip; a refused one costs one more round trip to read the current
-    /// epoch for the error.
+    /// epoch for the error. Without a replication wait and on a single primary (standalone or
+    /// Sentinel) the XADD goes through the log's appender (`appender`): appends queued
+    /// together go out as one pipeline, in call order, each with its own answer, under one
+    /// deadline per pipeline.
     async fn append_step(
         &self,
         epoch: Epoch,
@@ -81,9 +85,7 @@ impl CompletionStream for RedisLog {
             .arg(RECORD_VERSION)
             .arg(FIELD_RECORD)
             .arg(bytes);
-        let appended = if self.wait.replicas == 0 {
-            self.conn.query::<Option<String>>("append_step", &cmd).await
-        } else {
+        let appended = if self.wait.replicas > 0 {
             let stream = self.keys.completions.clone();
             self.replicated("append_step", cmd, move |id: &Option<String>| {
                 let mut undo = redis::cmd("XDEL");
@@ -91,6 +93,10 @@ impl CompletionStream for RedisLog {
                 Some(undo)
             })
             .await
+        } else if self.conn.is_cluster() {
+            self.conn.query::<Option<String>>("append_step", &cmd).await
+        } else {
+            self.appender.append(cmd).await
         };
         match appended {
             Ok(Some(id)) => StreamEntryId::parse(&id),
