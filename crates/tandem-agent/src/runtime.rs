@@ -148,6 +148,7 @@ pub async fn serve(
             heartbeat_interval_ms: settings.heartbeat_interval_ms,
             heartbeat_timeout_ms: settings.heartbeat_timeout_ms,
             stream_max_len: settings.config.redis.stream_max_len,
+            ack_interval_ms: settings.config.redis.ack_interval_ms,
         },
         clock.now_ms(),
     );

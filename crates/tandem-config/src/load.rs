@@ -25,6 +25,9 @@ pub const MAX_APPENDS_IN_FLIGHT: u32 = 1024;
 /// The largest `protocol.append_wait_ms` accepted, ms: one minute.
 pub const MAX_APPEND_WAIT_MS: u64 = 60_000;
 
+/// The largest `redis.ack_interval_ms` accepted, ms: one minute.
+pub const MAX_ACK_INTERVAL_MS: u64 = 60_000;
+
 /// Dotted-key overrides from CLI flags, applied last (e.g. `("group.tp_size", "4")`).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides(pub Vec<(String, String)>);
@@ -314,6 +317,15 @@ fn validate_redis(r: &crate::sections::RedisConfig) -> Result<(), ConfigError> {
             ),
         });
     }
+    if r.ack_interval_ms > MAX_ACK_INTERVAL_MS {
+        return Err(ConfigError::Value {
+            key: "redis.ack_interval_ms",
+            reason: format!(
+                "{} ms is above the {MAX_ACK_INTERVAL_MS} ms maximum",
+                r.ack_interval_ms
+            ),
+        });
+    }
     if r.wait_replicas > 0 && r.wait_timeout_ms == 0 {
         return Err(ConfigError::Value {
             key: "redis.wait_timeout_ms",
@@ -541,6 +553,19 @@ mod tests {
             err("[redis]\nwait_replicas = 1\nwait_timeout_ms = 0\n"),
             "invalid value for redis.wait_timeout_ms: must be at least 1 when redis.wait_replicas is set"
         );
+        assert_eq!(
+            err("[redis]\nack_interval_ms = 60001\n"),
+            "invalid value for redis.ack_interval_ms: 60001 ms is above the 60000 ms maximum"
+        );
+        for ms in [0, 60_000] {
+            let c = load_str(
+                &format!("[redis]\nack_interval_ms = {ms}\n"),
+                "f",
+                &Overrides::default(),
+            )
+            .unwrap();
+            assert_eq!(c.redis.ack_interval_ms, ms);
+        }
         let c = load_str(
             "[redis]\ncluster_nodes = [\"redis://a:1\", \"redis://b:2\"]\nwait_replicas = 1\n",
             "f",

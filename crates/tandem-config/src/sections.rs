@@ -256,6 +256,15 @@ pub struct RedisConfig {
     /// How long an append waits for those replicas, in milliseconds; past it the append
     /// fails, its outcomes stay unrevealed and the leader appends them again.
     pub wait_timeout_ms: u64,
+    /// Least time between two acknowledgements of a rank's completion-stream entries, in
+    /// milliseconds (0 to 60 000): an engine's acknowledgement of a step is recorded at once
+    /// and reaches Redis (a read and an `XACK`) at most this often, covering every step
+    /// acknowledged by then; never a step the engine has not acknowledged. 0: one per engine
+    /// acknowledgement (a Redis round trip per rank per step). A crash loses at most this
+    /// long's acknowledgements: the next epoch delivers those outcomes again and the engine
+    /// client drops the ones it already has. A rank's own setting (not in the configuration
+    /// fingerprint).
+    pub ack_interval_ms: u64,
 }
 
 impl Default for RedisConfig {
@@ -270,6 +279,7 @@ impl Default for RedisConfig {
             stream_max_len: 100_000,
             wait_replicas: 0,
             wait_timeout_ms: 500,
+            ack_interval_ms: 10,
         }
     }
 }

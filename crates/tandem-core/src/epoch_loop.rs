@@ -14,7 +14,12 @@
 //! entry checked by `EntryCheck`) and, on the leader, trimming it; acknowledging the entries an
 //! engine's acknowledgement covers, and, once the engine acknowledged frame 0, everything the
 //! reconciliation settled; an acknowledgement the log refused is made again every interval
-//! until it is taken (else a recovery would redeliver what the engine already applied). It
+//! until it is taken (else a recovery would redeliver what the engine already applied). An
+//! engine's acknowledgement only records its step: the log's acknowledgement (a read, then the
+//! acknowledgement of what the step covers) goes at most once per `ack_interval_ms`
+//! (`redis.ack_interval_ms`), at once when the last one is that old, else when it is (see
+//! [`LoopConfig::ack_interval_ms`]); acknowledgements are cumulative, so the one made covers
+//! every step recorded before it and never a step the engine did not acknowledge. It
 //! tells the running core how the log answers ([`Effect::LogHealth`]): a failed heartbeat
 //! makes the rank not ready, whatever its role, until one is written again; a read that finds
 //! the completion stream gone ([`tandem_durable::DurableError::StreamLost`]) is told too (the
@@ -64,6 +69,15 @@ pub struct LoopConfig {
     pub heartbeat_timeout_ms: u64,
     /// Entries the leader keeps in the completion stream at least (`redis.stream_max_len`).
     pub stream_max_len: u64,
+    /// Least time between two acknowledgements of this rank's engine's steps to the log, ms
+    /// (`redis.ack_interval_ms`). An engine's acknowledgement of a step is recorded at once;
+    /// the log's acknowledgement of the entries it covers (a read, then one acknowledgement)
+    /// goes at once when the last one went this long ago or more, else when it is this old, and
+    /// covers the newest step recorded by then. 0: one per engine acknowledgement (while one is
+    /// being made, the next covers all that arrive meanwhile). It delays nothing an engine
+    /// sees; a crash loses at most this long's acknowledgements, which the next recovery
+    /// redelivers and the engine client drops (docs/DESIGN.md, "The reconciliation").
+    pub ack_interval_ms: u64,
 }
 
 /// One call for the driver to make. Those marked *answered* take an [`Outcome`] back; the
@@ -283,6 +297,13 @@ struct Running {
     ack_through_retry: bool,
     /// The log's error last handed to the core ([`Effect::LogHealth`]); `None`: up.
     log_error: Option<String>,
+    /// The newest step of this epoch the engine acknowledged whose acknowledgement to the log
+    /// is not planned yet.
+    engine_acked: Option<Step>,
+    /// When that acknowledgement is due (ms); `None` while nothing waits.
+    ack_due_ms: Option<u64>,
+    /// When the last acknowledgement to the log was planned (ms); `None`: none yet.
+    last_ack_ms: Option<u64>,
     /// The core was told the completion stream is gone.
     stream_lost: bool,
     ticks: u64,
@@ -378,9 +399,17 @@ impl EpochLoop {
         Some(effect)
     }
 
-    /// When [`Self::handle_timeout`] must next be called (ms).
+    /// When [`Self::handle_timeout`] must next be called (ms): the next interval's tick or
+    /// wait, or an engine acknowledgement's turn to go to the log, whichever comes first.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.wake_ms
+        let ack = match &self.phase {
+            Phase::Running(run) => run.ack_due_ms,
+            _ => None,
+        };
+        match (self.wake_ms, ack) {
+            (Some(w), Some(a)) => Some(w.min(a)),
+            (w, a) => w.or(a),
+        }
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -426,6 +455,11 @@ impl EpochLoop {
 
     /// The time is `now_ms`: a wait is over.
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        if let Phase::Running(run) = &self.phase {
+            if run.ack_due_ms.is_some_and(|t| now_ms >= t) {
+                self.plan_ack(now_ms);
+            }
+        }
         if self.wake_ms.is_none_or(|t| now_ms < t) {
             return;
         }
@@ -442,7 +476,6 @@ impl EpochLoop {
 
     /// An event of the running epoch's core.
     pub fn handle_event(&mut self, event: &Event, now_ms: u64) {
-        let _ = now_ms;
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
@@ -470,17 +503,18 @@ impl EpochLoop {
                 self.lost_history = Some((in_flight.clone(), unrevealed.clone()));
             }
             Event::EngineAcked { epoch, step } if *epoch == r.epoch && self.config.durable => {
-                // Read what was appended since the last tick, so that the acknowledgement
-                // covers every entry the engine has now applied. Acknowledgements are
-                // cumulative: one waiting read covers the newest (while the log hangs, one
-                // read per frame would queue up ahead of the heartbeats).
-                let waiting = self.queue.iter_mut().find_map(|p| match p {
-                    Planned::ReadForAck(s) => Some(s),
-                    _ => None,
-                });
-                match waiting {
-                    Some(s) => *s = (*s).max(*step),
-                    None => self.queue.push_back(Planned::ReadForAck(*step)),
+                // Recorded only: acknowledgements are cumulative, so the log's acknowledgement
+                // goes at most once per interval and covers the newest step recorded by then
+                // (one per step was a read, and often an XACK, per rank per step).
+                r.engine_acked = Some(r.engine_acked.map_or(*step, |s| s.max(*step)));
+                if r.ack_due_ms.is_none() {
+                    let due = r.last_ack_ms.map_or(now_ms, |last| {
+                        now_ms.max(last.saturating_add(self.config.ack_interval_ms))
+                    });
+                    r.ack_due_ms = Some(due);
+                }
+                if r.ack_due_ms.is_some_and(|t| t <= now_ms) {
+                    self.plan_ack(now_ms);
                 }
             }
             _ => {}
@@ -789,11 +823,37 @@ impl EpochLoop {
             ack_through,
             ack_through_retry: false,
             log_error: None,
+            engine_acked: None,
+            ack_due_ms: None,
+            last_ack_ms: None,
             stream_lost: false,
             ticks: 0,
         }));
         if self.config.durable {
             self.tick(now_ms);
+        }
+    }
+
+    /// The engine's newest acknowledged step goes to the log now: read what was appended
+    /// since, so that the acknowledgement covers every entry the engine has applied, then
+    /// acknowledge what that step covers. One waiting read covers the newest step (while the
+    /// log hangs, reads must not queue up ahead of the heartbeats).
+    fn plan_ack(&mut self, now_ms: u64) {
+        let Phase::Running(run) = &mut self.phase else {
+            return;
+        };
+        run.ack_due_ms = None;
+        let Some(step) = run.engine_acked.take() else {
+            return;
+        };
+        run.last_ack_ms = Some(now_ms);
+        let waiting = self.queue.iter_mut().find_map(|p| match p {
+            Planned::ReadForAck(s) => Some(s),
+            _ => None,
+        });
+        match waiting {
+            Some(s) => *s = (*s).max(step),
+            None => self.queue.push_back(Planned::ReadForAck(step)),
         }
     }
 

@@ -9,7 +9,7 @@ use tandem_core::{
 };
 use tandem_durable::{
     CompletionStream, DurableError, EpochStore, Heartbeat, LivenessStore, ManualClock, MemoryLog,
-    Recovery, StartedTask, WallClock,
+    Recovery, StartedTask, StreamEntryId, WallClock,
 };
 use tandem_proto::{
     BlockHash, Epoch, OutcomeResult, PageId, Rank, RankBlocks, RequestId, Step, TaskId, TaskKind,
@@ -25,6 +25,7 @@ fn config(rank: u32, durable: bool) -> LoopConfig {
         heartbeat_interval_ms: 100,
         heartbeat_timeout_ms: 1_000,
         stream_max_len: 10,
+        ack_interval_ms: 10,
     }
 }
 
@@ -40,6 +41,10 @@ struct Driver {
     down: bool,
     /// Reads find the completion stream gone.
     lost: bool,
+    /// Reads of the completion stream the loop asked for.
+    reads: usize,
+    /// The ids of every acknowledgement the loop asked for, in order.
+    acks: Vec<Vec<StreamEntryId>>,
 }
 
 impl Driver {
@@ -56,6 +61,8 @@ impl Driver {
             now_ms: 0,
             down: false,
             lost: false,
+            reads: 0,
+            acks: Vec::new(),
         }
     }
 
@@ -63,6 +70,11 @@ impl Driver {
     async fn run(&mut self, l: &mut EpochLoop) -> Vec<Effect> {
         let mut done = Vec::new();
         while let Some(effect) = l.poll_effect() {
+            match &effect {
+                Effect::ReadNew { .. } => self.reads += 1,
+                Effect::Ack { ids } => self.acks.push(ids.clone()),
+                _ => {}
+            }
             let s = |r: tandem_durable::Result<()>| r.map_err(|e| e.to_string());
             let rank = self.rank;
             let down = || "redis ack timed out after 1000 ms".to_string();
@@ -768,4 +780,166 @@ fn a_heartbeat_goes_beside_a_call_the_log_has_not_answered() {
             ..
         }
     )));
+}
+
+/// Issue 15: every engine acknowledgement made the loop read the stream (and acknowledge what
+/// it covered): a Redis round trip or two per rank per step. Acknowledgements are cumulative,
+/// so they now reach the log at most once per `ack_interval_ms`, and still every one of them.
+#[tokio::test(flavor = "current_thread")]
+async fn engine_acknowledgements_reach_the_log_at_most_once_per_interval() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    d.advance(&mut l, 0).await;
+    assert_eq!(l.running(), Some(e1));
+    let (reads, acks) = (d.reads, d.acks.len());
+    // 200 steps, one per ms, each with an entry in the stream, each acknowledged by the engine.
+    for s in 0..200 {
+        d.log
+            .append_step(e1, Step(s), &[store_start(s)], &[ok(s)])
+            .await
+            .unwrap();
+        l.handle_event(
+            &Event::EngineAcked {
+                epoch: e1,
+                step: Step(s),
+            },
+            d.now_ms,
+        );
+        d.advance(&mut l, 1).await;
+    }
+    let (reads, acks) = (d.reads - reads, d.acks.len() - acks);
+    // 200 ms at 10 ms: at most one acknowledgement (and its read) at 0, 10, ..., 200 ms, plus
+    // the two ticks' reads; one per step would be 200 of each.
+    assert!((10..=21).contains(&acks), "{acks} acknowledgements");
+    assert!(reads <= 21 + 2, "{reads} reads");
+    // The last steps' acknowledgement goes when its interval ends: nothing stays pending.
+    d.advance(&mut l, 10).await;
+    assert!(d.log.pending(Rank(1)).await.unwrap().is_empty());
+    let rec = d.log.recover().await.unwrap();
+    assert_eq!(
+        rec.acknowledged_by_rank[1].len(),
+        200,
+        "every outcome the engine acknowledged is acknowledged for its rank"
+    );
+}
+
+/// The cadence, on the loop alone: an engine acknowledgement after a quiet interval goes to
+/// the log at once; the ones within the next interval are recorded and go together when it
+/// ends, as one read for the newest step.
+#[test]
+fn an_engine_ack_after_a_quiet_interval_goes_at_once_and_later_ones_wait_for_its_end() {
+    let mut c = config(1, true);
+    c.follow = false;
+    let mut l = EpochLoop::new(c, 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Recovered(Ok(Box::default())), 0);
+    l.poll_effect();
+    l.handle_outcome(Outcome::Blocks(None), 0);
+    let epoch = l.running().expect("running");
+    // The first tick, answered.
+    while let Some(e) = l.poll_effect() {
+        match e {
+            Effect::Heartbeat { .. } => l.handle_outcome(Outcome::HeartbeatWritten(Ok(())), 0),
+            Effect::ReadNew { .. } => l.handle_outcome(Outcome::Read(Ok(Vec::new())), 0),
+            _ => {}
+        }
+    }
+    let ack = |l: &mut EpochLoop, step, now| {
+        l.handle_event(
+            &Event::EngineAcked {
+                epoch,
+                step: Step(step),
+            },
+            now,
+        )
+    };
+    let reads = |l: &mut EpochLoop, now| {
+        let mut n = 0;
+        while let Some(e) = l.poll_effect() {
+            if let Effect::ReadNew { .. } = e {
+                n += 1;
+                l.handle_outcome(Outcome::Read(Ok(Vec::new())), now);
+            }
+        }
+        n
+    };
+    ack(&mut l, 0, 20);
+    assert_eq!(reads(&mut l, 20), 1, "after a quiet interval: at once");
+    for (step, now) in [(1, 21), (2, 23), (3, 29)] {
+        ack(&mut l, step, now);
+        assert_eq!(
+            reads(&mut l, now),
+            0,
+            "step {step} at {now} ms: recorded only"
+        );
+    }
+    assert_eq!(
+        l.poll_timeout(),
+        Some(30),
+        "due one interval after the last"
+    );
+    l.handle_timeout(29);
+    assert_eq!(reads(&mut l, 29), 0);
+    l.handle_timeout(30);
+    assert_eq!(reads(&mut l, 30), 1, "steps 1 to 3 in one read");
+    assert_eq!(l.poll_timeout(), Some(100), "nothing waits: the next tick");
+    l.handle_timeout(45);
+    assert_eq!(reads(&mut l, 45), 0);
+    ack(&mut l, 4, 45);
+    assert_eq!(
+        reads(&mut l, 45),
+        1,
+        "the interval since the last one passed: at once"
+    );
+}
+
+/// The stream holds entries of steps the engine has not acknowledged yet (the leader runs
+/// ahead, the tick reads them): however the engine's acknowledgements are spaced, no entry is
+/// acknowledged before the engine acknowledged the frame of its step, since recovery trusts
+/// these acknowledgements (a redelivery the rank's core leaves out of frame 0 must have
+/// reached the engine).
+#[tokio::test(flavor = "current_thread")]
+async fn acknowledged_entries_never_run_ahead_of_the_engine() {
+    let mut d = Driver::new(2, 1);
+    let e1 = d.log.next_epoch().await.unwrap();
+    let mut l = EpochLoop::new(config(1, true), 0);
+    d.advance(&mut l, 0).await;
+    let mut step_of = std::collections::BTreeMap::new();
+    for s in 0..60 {
+        let id = d
+            .log
+            .append_step(e1, Step(s), &[store_start(s)], &[ok(s)])
+            .await
+            .unwrap();
+        step_of.insert(id, s);
+    }
+    // The tick reads all 60 entries before the engine acknowledged any.
+    d.advance(&mut l, 100).await;
+    assert_eq!(d.log.pending(Rank(1)).await.unwrap().len(), 60);
+    for s in 0..60u64 {
+        l.handle_event(
+            &Event::EngineAcked {
+                epoch: e1,
+                step: Step(s),
+            },
+            d.now_ms,
+        );
+        // Irregular gaps, some shorter and some longer than the interval.
+        d.advance(&mut l, [1, 3, 0, 12, 7, 25, 2][s as usize % 7])
+            .await;
+        for id in d.acks.iter().flatten() {
+            assert!(
+                step_of[id] <= s,
+                "entry of step {} acknowledged when the engine had acknowledged step {s}",
+                step_of[id]
+            );
+        }
+    }
+    d.advance(&mut l, 10).await;
+    assert!(
+        d.log.pending(Rank(1)).await.unwrap().is_empty(),
+        "and every entry is acknowledged once the engine acknowledged its step"
+    );
+    assert!(d.acks.len() < 60, "{} acknowledgements", d.acks.len());
 }

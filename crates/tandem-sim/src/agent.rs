@@ -23,9 +23,9 @@ use tandem_proto::wire::handshake::{GroupSecret, Membership, PROTOCOL_VERSION};
 use tandem_proto::{ConfigFingerprint, Epoch, Frame, GroupId, Rank, TaskId};
 
 use crate::config::{
-    Broken, APPENDS_IN_FLIGHT, APPEND_WAIT_MS, BIND_TIMEOUT_MS, DISK_BLOCKS, HEARTBEAT_INTERVAL_MS,
-    HEARTBEAT_TIMEOUT_MS, HOST_BLOCKS, LOG_SLOW_MAX_MS, RETENTION_STEPS, WALL_BASE_MS,
-    WINDOW_STEPS,
+    Broken, ACK_INTERVAL_MS, APPENDS_IN_FLIGHT, APPEND_WAIT_MS, BIND_TIMEOUT_MS, DISK_BLOCKS,
+    HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS, HOST_BLOCKS, LOG_SLOW_MAX_MS, RETENTION_STEPS,
+    WALL_BASE_MS, WINDOW_STEPS,
 };
 use crate::store::Copy;
 use crate::world::{Ev, World};
@@ -150,6 +150,7 @@ impl World {
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
             heartbeat_timeout_ms: HEARTBEAT_TIMEOUT_MS,
             stream_max_len: 64,
+            ack_interval_ms: ACK_INTERVAL_MS,
         };
         self.note(|| format!("rank {r}: agent {inc} starts"));
         self.agents[r as usize] = Some(Agent {

@@ -59,6 +59,10 @@ pub const WALL_BASE_MS: u64 = 1_700_000_000_000;
 /// A follower heartbeats its leader this often, and the epoch loop ticks this often, ms.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
 
+/// The least time between two acknowledgements of a rank's stream entries to the log, ms
+/// (`redis.ack_interval_ms`): several engine acknowledgements share one.
+pub const ACK_INTERVAL_MS: u64 = 10;
+
 /// The leader judges a follower silent after this long; the supervisor a rank, ms.
 pub const HEARTBEAT_TIMEOUT_MS: u64 = 1_000;
 
