@@ -65,7 +65,11 @@ fn report(g: &mut Group, r: usize) {
 fn a_leader_alone_copies_when_a_task_starts_and_reveals_it_finished_in_its_start_frame() {
     let mut g = group(1, 8, 5);
     let a = started(g.store(10, &[1]));
-    assert_eq!(copies(&g, 0), vec![a], "copied at the request, before any seal");
+    assert_eq!(
+        copies(&g, 0),
+        vec![a],
+        "copied at the request, before any seal"
+    );
     let f = g.step();
     assert_eq!((starts(&f), outcomes(&f)), (vec![a], vec![a]));
     assert_eq!(copies(&g, 0), vec![a], "the seal copies nothing again");
@@ -102,7 +106,10 @@ fn an_outcome_known_while_its_start_is_appended_rides_one_more_append() {
     assert_eq!(g.reply(0, call), None, "the end_step waits for the ride");
     let ride = g.pending_appends.front().expect("one more append");
     assert!(ride.started.is_empty());
-    assert_eq!(ride.finished.iter().map(|o| o.task).collect::<Vec<_>>(), vec![a]);
+    assert_eq!(
+        ride.finished.iter().map(|o| o.task).collect::<Vec<_>>(),
+        vec![a]
+    );
     g.answer_append();
     match g.reply(0, call) {
         Some(EngineReply::Frame(f)) => {
@@ -154,7 +161,14 @@ fn an_outcome_never_reaches_the_log_before_its_start_even_when_the_start_is_refu
     g.refuse_append("redis timed out");
     g.end_step();
     let again = g.pending_appends.front().expect("appended again");
-    assert_eq!(again.started.iter().map(|s| s.start.task).collect::<Vec<_>>(), vec![a]);
+    assert_eq!(
+        again
+            .started
+            .iter()
+            .map(|s| s.start.task)
+            .collect::<Vec<_>>(),
+        vec![a]
+    );
     assert_eq!(
         again.finished.iter().map(|o| o.task).collect::<Vec<_>>(),
         vec![a],
@@ -198,7 +212,10 @@ fn with_followers_only_the_leader_copies_before_the_frame() {
     let mut g = group(2, 8, 5);
     let a = started(g.store(10, &[1]));
     assert_eq!(copies(&g, 0), vec![a]);
-    assert!(copies(&g, 1).is_empty(), "a follower copies from the frame only");
+    assert!(
+        copies(&g, 1).is_empty(),
+        "a follower copies from the frame only"
+    );
     let f = g.step();
     assert_eq!((starts(&f), outcomes(&f)), (vec![a], vec![]));
     assert_eq!(copies(&g, 1), vec![a]);

@@ -335,7 +335,11 @@ mod tests {
         assert!(q.failed(a.id));
         let again = q.poll().unwrap();
         assert_eq!(again.started, vec![start(0)]);
-        assert_eq!(again.outcomes, vec![ok(7), done(0)], "start and outcome together");
+        assert_eq!(
+            again.outcomes,
+            vec![ok(7), done(0)],
+            "start and outcome together"
+        );
     }
 
     #[test]
