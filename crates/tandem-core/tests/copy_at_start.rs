@@ -208,17 +208,17 @@ fn the_early_copy_follows_the_tier_operations_decided_before_it_and_the_seal_rep
 }
 
 #[test]
-fn with_followers_only_the_leader_copies_before_the_frame() {
+fn with_followers_the_leader_copies_at_the_seal_and_followers_from_the_frame() {
     let mut g = group(2, 8, 5);
     let a = started(g.store(10, &[1]));
-    assert_eq!(copies(&g, 0), vec![a]);
     assert!(
-        copies(&g, 1).is_empty(),
-        "a follower copies from the frame only"
+        copies(&g, 0).is_empty(),
+        "with followers the leader copies at the seal"
     );
+    assert!(copies(&g, 1).is_empty());
     let f = g.step();
     assert_eq!((starts(&f), outcomes(&f)), (vec![a], vec![]));
-    assert_eq!(copies(&g, 1), vec![a]);
+    assert_eq!((copies(&g, 0), copies(&g, 1)), (vec![a], vec![a]));
     let f = g.step();
     assert_eq!(outcomes(&f), vec![a]);
 }

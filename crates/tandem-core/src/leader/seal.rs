@@ -27,12 +27,13 @@ pub(super) struct Early {
 }
 
 impl LeaderCore {
-    /// This rank's copy of `start`, a task started now with page ids (not layerwise): it goes
-    /// to the store at once, behind the open step's tier operations recorded so far (the order
-    /// the seal would hand them in), instead of when the frame is sealed. The leader's engine
-    /// wrote a store's pages before asking and hands a load's pages over with the request, so
-    /// nothing waits for the frame on this rank; every other rank still copies only from the
-    /// frame (and, on a follower, once its engine acknowledged it). The shard's report may so
+    /// This rank's copy of `start`, a task started now with page ids (not layerwise) in a group
+    /// of one rank: it goes to the store at once, behind the open step's tier operations
+    /// recorded so far (the order the seal would hand them in), instead of when the frame is
+    /// sealed. The leader's engine wrote a store's pages before asking and hands a load's pages
+    /// over with the request, so nothing waits for the frame. (With followers the leader copies
+    /// at the seal: the task waits for their shards, which they copy only from the frame, once
+    /// their engine acknowledged it.) The shard's report may so
     /// come before the start is durable: its outcome is appended after the start
     /// (`PersistQueue::poll`), and revealed only once durable, in the frame that starts the
     /// task at the earliest (invariants 3 and 5).

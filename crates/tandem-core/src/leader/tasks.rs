@@ -195,7 +195,8 @@ impl LeaderCore {
         }
         // Without page ids every rank binds its own pages, the leader's engine too; with them,
         // this rank copies now.
-        let early = (!unbound).then(|| (hashes.clone(), pages.clone(), tiers.clone()));
+        let early =
+            (!unbound && self.alone(sh)).then(|| (hashes.clone(), pages.clone(), tiers.clone()));
         let unbound = unbound.then(|| hashes.clone());
         let task = self.leader.start_store(request, hashes, pages, tiers);
         if let Some(blocks) = unbound {
@@ -289,7 +290,7 @@ impl LeaderCore {
         self.give_back_load_pins(extra);
         let unbound = page_ids.is_empty().then(|| block_hashes.clone());
         // With page ids this rank copies now; a layerwise load once its plan is in the frame.
-        let early = (unbound.is_none() && layerwise.is_none())
+        let early = (unbound.is_none() && layerwise.is_none() && self.alone(sh))
             .then(|| (block_hashes.clone(), page_ids.clone()));
         let task = match layerwise {
             None => self.leader.start_load(request, block_hashes, page_ids),
@@ -320,6 +321,15 @@ impl LeaderCore {
             self.copy_at_start(sh, TaskKind::Load, start);
         }
         Ok(EngineReply::Started { task })
+    }
+
+    /// Whether this leader is the group's only rank: its shard is the whole task, so copying
+    /// it when the task starts can finish the task in the frame that starts it. With followers
+    /// the task waits for their shards, which they copy from the frame: the leader copies at
+    /// the seal, off the start's path (measured: copying at the request only added CPU to the
+    /// start's path on a shared machine).
+    fn alone(&self, sh: &Shared) -> bool {
+        sh.config.world_size == 1
     }
 
     fn give_back_load_pins(&mut self, pins: Vec<Held>) {
