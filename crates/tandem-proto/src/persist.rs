@@ -108,23 +108,47 @@ impl PersistQueue {
         self.finished.push(outcome);
     }
 
-    /// The next batch to append: everything started or finished and not yet batched, unless
-    /// the limit of batches is in flight or nothing is waiting.
+    /// The next batch to append: everything started and not yet batched, and the outcomes
+    /// finished so far up to the first one whose start is in a batch still in flight (that
+    /// outcome, and every later one, waits for a later batch: an outcome is never durable
+    /// before its start, even when the batch holding the start fails and a later one holding
+    /// the outcome lands). `None` while the limit of batches is in flight or nothing can go.
     pub fn poll(&mut self) -> Option<PersistBatch> {
-        if self.in_flight.len() >= self.limit
-            || (self.finished.is_empty() && self.started.is_empty())
-        {
+        if self.in_flight.len() >= self.limit {
             return None;
         }
+        let ready = self.outcomes_ready();
+        if ready == 0 && self.started.is_empty() {
+            return None;
+        }
+        let later = self.finished.split_off(ready);
         let batch = PersistBatch {
             id: BatchId(self.next_id),
             epoch: self.epoch,
             started: std::mem::take(&mut self.started),
-            outcomes: std::mem::take(&mut self.finished),
+            outcomes: std::mem::replace(&mut self.finished, later),
         };
         self.next_id += 1;
         self.in_flight.push_back(batch.clone());
         Some(batch)
+    }
+
+    /// How many of the waiting outcomes, from the first, may go in the next batch: those
+    /// before the first whose task's start is in a batch in flight (a task whose copy finished
+    /// before its start was confirmed: the leader copies its own shard when the task starts).
+    fn outcomes_ready(&self) -> usize {
+        let in_flight = |o: &TaskOutcome| {
+            self.in_flight
+                .iter()
+                .any(|b| b.started.iter().any(|s| s.start.task == o.task))
+        };
+        if self.in_flight.iter().all(|b| b.started.is_empty()) {
+            return self.finished.len();
+        }
+        self.finished
+            .iter()
+            .position(in_flight)
+            .unwrap_or(self.finished.len())
     }
 
     /// The batch `id` is durable: its starts and outcomes may be revealed. Returns how many
@@ -267,6 +291,55 @@ mod tests {
         q.persisted(again.id).unwrap();
         assert_eq!(q.take_durable_started(), vec![start(0), start(1)]);
         assert!(q.poll().is_none());
+    }
+
+    fn done(seq: u64) -> TaskOutcome {
+        TaskOutcome {
+            kind: TaskKind::Load,
+            ..ok(seq)
+        }
+    }
+
+    #[test]
+    fn an_outcome_never_goes_out_before_its_start_is_confirmed() {
+        let mut q = PersistQueue::new(Epoch(1));
+        q.set_limit(4);
+        q.push_started(start(0));
+        let a = q.poll().unwrap();
+        // Task 0 finished while its start is in flight; a refusal after it keeps its order.
+        q.push_finished(done(0));
+        q.push_finished(ok(9));
+        assert_eq!(q.poll(), None, "the outcome waits for its start's batch");
+        assert_eq!(q.not_durable().count(), 2);
+        q.persisted(a.id).unwrap();
+        let b = q.poll().unwrap();
+        assert_eq!(b.outcomes, vec![done(0), ok(9)]);
+        assert!(b.started.is_empty());
+    }
+
+    #[test]
+    fn a_failed_start_goes_out_again_with_its_outcome() {
+        let mut q = PersistQueue::new(Epoch(1));
+        q.set_limit(4);
+        q.push_finished(ok(7));
+        q.push_started(start(0));
+        let a = q.poll().unwrap();
+        q.push_finished(done(0));
+        q.push_started(start(1));
+        let b = q.poll().unwrap();
+        assert_eq!(
+            (b.started.clone(), b.outcomes.clone()),
+            (vec![start(1)], vec![]),
+            "a later start goes, the outcome of a start in flight does not"
+        );
+        assert!(q.failed(a.id));
+        let again = q.poll().unwrap();
+        assert_eq!(again.started, vec![start(0)]);
+        assert_eq!(
+            again.outcomes,
+            vec![ok(7), done(0)],
+            "start and outcome together"
+        );
     }
 
     #[test]

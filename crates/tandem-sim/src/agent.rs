@@ -302,7 +302,7 @@ impl World {
         let starts: Vec<TaskId> = a.started.iter().map(|s| s.start.task).collect();
         let outcomes: Vec<TaskId> = a.finished.iter().map(|o| o.task).collect();
         if result.is_ok() {
-            self.check.appended(&starts, &outcomes);
+            self.check.appended(&starts, &outcomes, self.now);
         }
         self.note(|| format!("rank {r}: append step {} -> {result:?}", a.step));
         let told = match self.cfg.broken {

@@ -12,7 +12,8 @@
 //! 2. a frame reveals a start or an outcome only after the log took it (an append answered
 //!    `Ok` by the completion log, before the seal), and the frame's own starts and outcomes
 //!    only once an append holding them was answered `Ok` to the leader's core (with several
-//!    appends out, answered in the order they went out);
+//!    appends out, answered in the order they went out); the log never takes a task's start
+//!    after its outcome;
 //! 3. each task's outcome reaches each engine once, counting restarts, and is the same
 //!    everywhere: no engine sees a task's result flip, no task started stays unsettled by a
 //!    later epoch, no start is applied twice;
@@ -69,8 +70,17 @@ impl Checker {
         }
     }
 
-    /// The log took a step record at `now_ms`.
-    pub fn appended(&mut self, starts: &[TaskId], outcomes: &[TaskId]) {
+    /// The log took a step record at `now_ms`. Rule 2 also holds the log itself to the
+    /// write-ahead order: a task's start is never taken after its outcome (the leader copies its
+    /// own shard when a task starts, so an outcome can be known before its start is durable;
+    /// it must still go out with or after the start).
+    pub fn appended(&mut self, starts: &[TaskId], outcomes: &[TaskId], now_ms: u64) {
+        for t in starts {
+            if !self.durable_starts.contains(t) && self.durable_outcomes.contains(t) {
+                let what = format!("the log took the start of task {t} after its outcome");
+                self.fail(2, now_ms, what);
+            }
+        }
         self.durable_starts.extend(starts.iter().copied());
         self.durable_outcomes.extend(outcomes.iter().copied());
     }

@@ -13,6 +13,9 @@
 //! own append at most `append_wait_ms`, and without a time bound for every append stamped `s`
 //! or earlier. With one append in flight that is the append of the step itself. Frame 0's
 //! aborts and a drain are stamped with their own step and waited for without a time bound.
+//! When its own append is answered within that wait, what finished while it was out (the
+//! leader copies its shard when a task starts, so a quick task of a group of one rank is done
+//! by then) rides one more append, stamped like it, which the `end_step` waits for the same way.
 //!
 //! The driver answers `handle_appended` once per append, in the order they went out. A refused
 //! append's starts and outcomes are queued again, first; later appends stand on their own
@@ -55,6 +58,9 @@ pub(super) struct AppendWait {
     wanted: Option<u64>,
     /// See `wanted`; `None`: no time bound.
     until_ms: Option<u64>,
+    /// Whether what finishes while `wanted` is out may still go out in one more append that
+    /// this `end_step` waits for too (once per `end_step`).
+    ride: bool,
 }
 
 /// The appends out, oldest first, and the `end_step` waiting for some of them.
@@ -174,6 +180,7 @@ impl LeaderCore {
             required,
             wanted,
             until_ms,
+            ride: wanted.is_some(),
         });
         self.maybe_end_wait(sh, now_ms);
     }
@@ -220,6 +227,7 @@ impl LeaderCore {
                         tracing::error!(error = %e, "persist batch refused");
                     }
                 }
+                self.ride(sh, &a, now_ms);
             }
             Err(reason) => {
                 if self.log_error.is_none() {
@@ -250,6 +258,36 @@ impl LeaderCore {
         self.maybe_end_wait(sh, now_ms);
         // A seal the window held may have waited for this append.
         self.retry_end_waits(sh, now_ms);
+    }
+
+    /// The waiting `end_step`'s own append `own` was answered `Ok` within its
+    /// `append_wait_ms`: what finished while it was out (a task of this very step whose copies
+    /// all ended before its start was durable, or any other outcome) goes out at once in one
+    /// more append, stamped like `own`, and the `end_step` waits for it as for its own
+    /// (without a time bound if that stamp is the step itself). So a task whose every shard is
+    /// done before its start's append is answered finishes in the frame that starts it. Once
+    /// per `end_step`.
+    fn ride(&mut self, sh: &mut Shared, own: &InFlight, now_ms: u64) {
+        let max = sh.config.max_appends_in_flight.max(1) as usize;
+        let rides = self.appends.wait.as_ref().is_some_and(|w| {
+            w.ride && w.wanted == Some(own.seq) && w.until_ms.is_none_or(|t| now_ms < t)
+        });
+        if !rides || self.appends.out.len() >= max {
+            return;
+        }
+        let Some(batch) = self.leader.poll_persist() else {
+            return;
+        };
+        let seq = self.issue(sh, own.stamp, Some(&batch), Vec::new());
+        let Some(step) = self.appends.wait.as_ref().map(|w| w.step) else {
+            return;
+        };
+        let required = self.appends.blocking(step);
+        if let Some(w) = &mut self.appends.wait {
+            w.ride = false;
+            w.wanted = Some(seq);
+            w.required = required;
+        }
     }
 
     /// The waiting `end_step` seals once the appends it waits for are answered.

@@ -42,6 +42,7 @@ use crate::output::{CallRef, ConnId, Output, Peer};
 use crate::shared::{leader_refusal, Shared};
 use crate::status::{NotReady, RankStatus, RoleCounters, TaskCounts};
 use appends::{Appends, Flush};
+use seal::Early;
 use window::WindowWatch;
 
 /// A pin held by the core. Cloning it duplicates the token, which only a copy of the whole
@@ -111,6 +112,8 @@ pub struct LeaderCore {
     end_waits: Vec<EndWait>,
     /// The write-ahead appends in flight and the `end_step` waiting for one.
     appends: Appends,
+    /// What this rank's store was handed before the open step's seal.
+    early: Early,
     /// The previous epoch's in-flight tasks, aborted; appended with the first record.
     aborted_pending: Vec<TaskOutcome>,
     /// Why the completion log refused the last append, while it does.
@@ -170,6 +173,7 @@ impl LeaderCore {
             binds: PageBinds::new(config.bind_timeout_ms),
             end_waits: Vec::new(),
             appends: Appends::default(),
+            early: Early::default(),
             aborted_pending: std::mem::take(&mut start.aborted),
             log_error: None,
             rebuild: if config.durable {
@@ -449,7 +453,7 @@ impl LeaderCore {
             } => self
                 .check_step(step)
                 .and_then(|()| tasks::check_lists(&block_hashes, &page_ids))
-                .and_then(|()| self.store(request, block_hashes, page_ids)),
+                .and_then(|()| self.store(sh, request, block_hashes, page_ids)),
             EngineRequest::Load {
                 step,
                 request,
@@ -459,7 +463,7 @@ impl LeaderCore {
             } => self
                 .check_step(step)
                 .and_then(|()| tasks::check_lists(&block_hashes, &page_ids))
-                .and_then(|()| self.load(request, block_hashes, page_ids, None)),
+                .and_then(|()| self.load(sh, request, block_hashes, page_ids, None)),
             EngineRequest::LoadLayerwise {
                 step,
                 request,
@@ -479,7 +483,7 @@ impl LeaderCore {
                 timeout_set
                     .and_then(|()| self.check_step(step))
                     .and_then(|()| tasks::check_lists(&block_hashes, &page_ids))
-                    .and_then(|()| self.load(request, block_hashes, page_ids, Some(plan)))
+                    .and_then(|()| self.load(sh, request, block_hashes, page_ids, Some(plan)))
             }
             EngineRequest::EndStep {
                 step, deadline_ms, ..

@@ -6,8 +6,10 @@
 //! hold. Without a log, starts and outcomes count as durable at once. A seal refused by the
 //! full window waits, until its deadline, for an acknowledgement that opens it.
 
+use std::collections::BTreeSet;
+
 use tandem_proto::engine::{AgentError, EngineReply};
-use tandem_proto::{Frame, LeaderError, Message, Step, TaskKind, TaskStart};
+use tandem_proto::{Frame, LeaderError, Message, Step, TaskId, TaskKind, TaskStart};
 
 use super::appends::Flush;
 use super::{EndWait, LeaderCore};
@@ -15,7 +17,42 @@ use crate::binds::Due;
 use crate::output::{CallRef, Peer, StoreCommand};
 use crate::shared::{leader_refusal, Shared};
 
+/// What this rank's store was handed before the open step is sealed: the open step's tier
+/// operations up to `ops`, and the copies of the tasks in `tasks` (started with page ids, not
+/// sealed yet). The seal hands over only the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(super) struct Early {
+    ops: usize,
+    tasks: BTreeSet<TaskId>,
+}
+
 impl LeaderCore {
+    /// This rank's copy of `start`, a task started now with page ids (not layerwise) in a group
+    /// of one rank: it goes to the store at once, behind the open step's tier operations
+    /// recorded so far (the order the seal would hand them in), instead of when the frame is
+    /// sealed. The leader's engine wrote a store's pages before asking and hands a load's pages
+    /// over with the request, so nothing waits for the frame. (With followers the leader copies
+    /// at the seal: the task waits for their shards, which they copy only from the frame, once
+    /// their engine acknowledged it.) The shard's report may so
+    /// come before the start is durable: its outcome is appended after the start
+    /// (`PersistQueue::poll`), and revealed only once durable, in the frame that starts the
+    /// task at the earliest (invariants 3 and 5).
+    pub(super) fn copy_at_start(&mut self, sh: &mut Shared, kind: TaskKind, start: TaskStart) {
+        let epoch = self.leader.epoch();
+        let ops = self.leader.open_tier_ops();
+        if ops.len() > self.early.ops {
+            let ops = ops[self.early.ops..].to_vec();
+            self.early.ops += ops.len();
+            sh.store(StoreCommand::ApplyTierOps { epoch, ops });
+        }
+        self.early.tasks.insert(start.task);
+        let tasks = vec![start];
+        sh.store(match kind {
+            TaskKind::Load => StoreCommand::CopyLoads { epoch, tasks },
+            TaskKind::Store => StoreCommand::CopyStores { epoch, tasks },
+        });
+    }
+
     /// `end_step(step)` of call `call`, waiting at most until `deadline_ms` for the window;
     /// `flush` says how long it waits for the write-ahead.
     pub(super) fn end_step(
@@ -89,10 +126,11 @@ impl LeaderCore {
         }
     }
 
-    /// Seal `step`, send the frame to every admitted follower and start this rank's copies:
-    /// tier operations first, then loads and stores. The leader's engine wrote its store pages
-    /// before asking, so they are copied at once; a task started without page ids once the
-    /// leader's engine bound its pages (its deadline starts now).
+    /// Seal `step`, send the frame to every admitted follower and start this rank's copies not
+    /// started yet: tier operations first (those not handed over already), then loads and
+    /// stores. A task started with page ids was copied when it started
+    /// ([`Self::copy_at_start`]); a layerwise load now, with its plan; a task started without
+    /// page ids once the leader's engine bound its pages (its deadline starts now).
     fn seal(&mut self, sh: &mut Shared, step: Step, now_ms: u64) -> Result<Frame, LeaderError> {
         let sealed = self.leader.seal(step, now_ms);
         self.watch_window(now_ms);
@@ -110,8 +148,9 @@ impl LeaderCore {
         let epoch = frame.epoch;
         // Layerwise plans are known before this rank's copies are issued.
         sh.layer_frame(&frame);
-        if !frame.tier_ops.is_empty() {
-            let ops = frame.tier_ops.clone();
+        let sent = std::mem::take(&mut self.early.ops).min(frame.tier_ops.len());
+        if frame.tier_ops.len() > sent {
+            let ops = frame.tier_ops[sent..].to_vec();
             sh.store(StoreCommand::ApplyTierOps { epoch, ops });
         }
         let loads = self.due(TaskKind::Load, &frame.loads, now_ms);
@@ -135,6 +174,9 @@ impl LeaderCore {
     fn due(&mut self, kind: TaskKind, tasks: &[TaskStart], now_ms: u64) -> Vec<TaskStart> {
         let mut now = Vec::with_capacity(tasks.len());
         for t in tasks {
+            if self.early.tasks.remove(&t.task) {
+                continue; // copied when it started
+            }
             self.binds.arrived(t, now_ms);
             if let Due::Copy(t) = self.binds.due(kind, t.clone()) {
                 now.push(t);

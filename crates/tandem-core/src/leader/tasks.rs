@@ -15,7 +15,7 @@
 use tandem_proto::engine::{AgentError, BindError, EngineReply};
 use tandem_proto::{
     BlockHash, LookupResult, OutcomeResult, PageId, RequestId, StepRequest, TaskId, TaskKind,
-    TaskOutcome,
+    TaskOutcome, TaskStart,
 };
 
 use super::{Held, LeaderCore, LookupHold, TaskPins};
@@ -156,6 +156,7 @@ impl LeaderCore {
     /// Start a store of the blocks not already cached; a full tier refuses the task.
     pub(super) fn store(
         &mut self,
+        sh: &mut Shared,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
@@ -192,11 +193,24 @@ impl LeaderCore {
                 }
             }
         }
-        // Without page ids every rank binds its own pages, the leader's engine too.
+        // Without page ids every rank binds its own pages, the leader's engine too; with them,
+        // this rank copies now.
+        let early =
+            (!unbound && self.alone(sh)).then(|| (hashes.clone(), pages.clone(), tiers.clone()));
         let unbound = unbound.then(|| hashes.clone());
         let task = self.leader.start_store(request, hashes, pages, tiers);
         if let Some(blocks) = unbound {
             self.binds.expect(task, blocks);
+        }
+        if let Some((block_hashes, page_ids, tiers)) = early {
+            let start = TaskStart {
+                task,
+                request,
+                block_hashes,
+                page_ids,
+                tiers,
+            };
+            self.copy_at_start(sh, TaskKind::Store, start);
         }
         self.counts.started[0] += 1;
         self.tasks.insert(
@@ -229,6 +243,7 @@ impl LeaderCore {
     /// rank, as the plan the frame carries says.
     pub(super) fn load(
         &mut self,
+        sh: &mut Shared,
         request: RequestId,
         block_hashes: Vec<BlockHash>,
         page_ids: Vec<PageId>,
@@ -274,6 +289,9 @@ impl LeaderCore {
         let extra = pinned.split_off(block_hashes.len());
         self.give_back_load_pins(extra);
         let unbound = page_ids.is_empty().then(|| block_hashes.clone());
+        // With page ids this rank copies now; a layerwise load once its plan is in the frame.
+        let early = (unbound.is_none() && layerwise.is_none() && self.alone(sh))
+            .then(|| (block_hashes.clone(), page_ids.clone()));
         let task = match layerwise {
             None => self.leader.start_load(request, block_hashes, page_ids),
             Some((layers, timeout)) => {
@@ -292,7 +310,26 @@ impl LeaderCore {
                 pins: pinned,
             },
         );
+        if let Some((block_hashes, page_ids)) = early {
+            let start = TaskStart {
+                task,
+                request,
+                block_hashes,
+                page_ids,
+                tiers: Vec::new(),
+            };
+            self.copy_at_start(sh, TaskKind::Load, start);
+        }
         Ok(EngineReply::Started { task })
+    }
+
+    /// Whether this leader is the group's only rank: its shard is the whole task, so copying
+    /// it when the task starts can finish the task in the frame that starts it. With followers
+    /// the task waits for their shards, which they copy from the frame: the leader copies at
+    /// the seal, off the start's path (measured: copying at the request only added CPU to the
+    /// start's path on a shared machine).
+    fn alone(&self, sh: &Shared) -> bool {
+        sh.config.world_size == 1
     }
 
     fn give_back_load_pins(&mut self, pins: Vec<Held>) {

@@ -383,6 +383,12 @@ impl Leader {
         self.open.tier_ops.push(op);
     }
 
+    /// The tier operations recorded in the open step so far, in order (the frame sealing it
+    /// carries them; the leader's own store may apply them earlier, in the same order).
+    pub fn open_tier_ops(&self) -> &[TierOp] {
+        &self.open.tier_ops
+    }
+
     /// Fence a message's epoch, counting rejections.
     fn fence(&mut self, theirs: Epoch) -> Result<(), LeaderError> {
         let ours = self.config.epoch;
