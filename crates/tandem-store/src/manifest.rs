@@ -332,7 +332,8 @@ impl ManifestFile {
 
     /// Writes `manifest` over the copy that does not hold the newest good save, in place, and
     /// `fdatasync`s it (the directory is synced too when the copy was created). A save that
-    /// fails leaves the other copy as it was; the next save overwrites the failed one again.
+    /// fails leaves the other copy as it was (and removes a copy it created: a torn first save
+    /// must not read as a corrupt manifest); the next save overwrites the failed one again.
     ///
     /// Errors: [`ManifestError::Io`].
     pub fn save(&self, manifest: &Manifest) -> Result<(), ManifestError> {
@@ -435,8 +436,21 @@ impl ManifestFile {
             // Grow in steps, so that the next saves rewrite blocks already allocated.
             bytes.resize(bytes.len().div_ceil(GROW) * GROW, 0);
         }
-        file.write_all_at(&bytes, 0).map_err(io("write"))?;
-        file.sync_data().map_err(io("sync"))?;
+        let written = file
+            .write_all_at(&bytes, 0)
+            .map_err(io("write"))
+            .and_then(|()| file.sync_data().map_err(io("sync")));
+        if let Err(e) = written {
+            if had == 0 {
+                // A copy this save created holds nothing valid: remove it, so that a rank that
+                // never saved a manifest still opens as one with none (a torn first copy would
+                // read as a corrupt manifest, and open would have to save a fresh one: on a
+                // full file system it cannot, and the rank could not start).
+                drop(file);
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
         drop(file);
         if had == 0 {
             // The copy may be new: its directory entry must be durable too.
