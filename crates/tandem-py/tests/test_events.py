@@ -210,9 +210,14 @@ class Subscriber(threading.Thread):
         with self.lock:
             return dict(self.view)
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Ends the loop and waits for it: its counters are then final (a catch-up counts its
+        gap before it repairs it, so they may be read mid-update while the loop runs)."""
         self.stop_flag.set()
         self.join(timeout=10)
+
+    def stop(self) -> None:
+        self.halt()
         self.sub.close(linger=0)
         self.ctx.term()
 
@@ -286,6 +291,7 @@ def test_a_subscriber_repairs_every_gap_and_ends_with_the_group_index(tmp_path: 
             f"gaps {sub.gaps} repaired {sub.repaired} at a restart {sub.restart_gaps}"
         )
         assert len(index) > 0
+        sub.halt()
         assert sub.cleared >= 3, "one AllBlocksCleared per epoch (three epochs)"
         assert sub.dropped > 0 and sub.repaired > 0 and sub.repaired + sub.restart_gaps == sub.gaps
         assert sub.unrepaired == [], sub.unrepaired
