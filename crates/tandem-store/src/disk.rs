@@ -602,22 +602,22 @@ impl DiskTier {
         quarter.clamp(self.chunk, self.chunk.max(BATCH_TRANSFER_MAX))
     }
 
-    /// Writes every job's shard into its slot as one batch: the slots' pieces move through
-    /// the staging buffers in one pipeline, several slots' pieces packed into one transfer
-    /// (one hand-off to the [`DiskIo`] each), two transfers in flight across slot boundaries.
-    /// Each job's checksum is computed as its bytes are copied into a buffer; each job gets
-    /// its own result, as [`TierSlots::write_slot`] would return it. After an I/O error or a
-    /// missed deadline, every job not entirely written fails with it.
-    pub fn write_slots(&mut self, jobs: &mut [SlotWrite<'_>]) {
+    /// The pieces of a batch of jobs `(slot, bytes, result)`, in job order, each at most one
+    /// transfer long, and that transfer's length (bytes); a job whose slot or size is refused
+    /// gets its error in `result` and no piece. Shared by [`DiskTier::write_slots`] and
+    /// [`DiskTier::read_slots`].
+    fn plan_batch<'r, T: 'r>(
+        &self,
+        jobs: impl Iterator<Item = (SlotId, usize, &'r mut Option<Result<T, TierError>>)>,
+    ) -> (Vec<Piece>, usize) {
         let mut pieces = Vec::new();
-        for (j, job) in jobs.iter_mut().enumerate() {
-            let total = job.src.iter().map(|s| s.len()).sum();
-            match check_slot(Tier::Disk, job.slot, self.capacity, self.slot_bytes, total) {
+        for (j, (slot, total, result)) in jobs.enumerate() {
+            match check_slot(Tier::Disk, slot, self.capacity, self.slot_bytes, total) {
                 Ok(()) => {
                     let span = self.transfer_len(total);
-                    self.split(j, job.slot, 0, span, total, usize::MAX, &mut pieces);
+                    self.split(j, slot, 0, span, total, usize::MAX, &mut pieces);
                 }
-                Err(e) => job.result = Some(Err(e)),
+                Err(e) => *result = Some(Err(e)),
             }
         }
         let total: usize = pieces.iter().map(|p| p.n).sum();
@@ -626,6 +626,20 @@ impl DiskTier {
         for p in &pieces {
             self.split(p.job, p.slot, 0, p.n, p.take, max, &mut resplit);
         }
+        (resplit, max)
+    }
+
+    /// Writes every job's shard into its slot as one batch: the slots' pieces move through
+    /// the staging buffers in one pipeline, several slots' pieces packed into one transfer
+    /// (one hand-off to the [`DiskIo`] each), two transfers in flight across slot boundaries.
+    /// Each job's checksum is computed as its bytes are copied into a buffer; each job gets
+    /// its own result, as [`TierSlots::write_slot`] would return it. After an I/O error or a
+    /// missed deadline, every job not entirely written fails with it.
+    pub fn write_slots(&mut self, jobs: &mut [SlotWrite<'_>]) {
+        let (resplit, max) = self.plan_batch(jobs.iter_mut().map(|job| {
+            let total = job.src.iter().map(|s| s.len()).sum();
+            (job.slot, total, &mut job.result)
+        }));
         let mut hashers: Vec<Option<ShardHasher>> = jobs
             .iter()
             .map(|j| j.result.is_none().then(|| ShardHasher::new(j.seed)))
@@ -649,23 +663,10 @@ impl DiskTier {
     /// [`DiskTier::write_slots`]): each job's result is what [`TierSlots::read_slot`] would
     /// return for it, the checksum of the bytes copied out (the caller verifies it).
     pub fn read_slots(&mut self, jobs: &mut [SlotRead<'_>]) {
-        let mut pieces = Vec::new();
-        for (j, job) in jobs.iter_mut().enumerate() {
+        let (resplit, max) = self.plan_batch(jobs.iter_mut().map(|job| {
             let total = job.dst.iter().map(|d| d.len()).sum();
-            match check_slot(Tier::Disk, job.slot, self.capacity, self.slot_bytes, total) {
-                Ok(()) => {
-                    let span = self.transfer_len(total);
-                    self.split(j, job.slot, 0, span, total, usize::MAX, &mut pieces);
-                }
-                Err(e) => job.result = Some(Err(e)),
-            }
-        }
-        let total: usize = pieces.iter().map(|p| p.n).sum();
-        let max = self.batch_transfer(total);
-        let mut resplit = Vec::with_capacity(pieces.len());
-        for p in &pieces {
-            self.split(p.job, p.slot, 0, p.n, p.take, max, &mut resplit);
-        }
+            (job.slot, total, &mut job.result)
+        }));
         let mut hashers: Vec<Option<ShardHasher>> = jobs
             .iter()
             .map(|j| j.result.is_none().then(|| ShardHasher::new(j.seed)))
