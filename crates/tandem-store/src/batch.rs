@@ -112,38 +112,12 @@ impl Store {
         region: &str,
         runner: &dyn CopyRunner,
     ) -> Vec<Result<Location, StoreError>> {
-        let shard = self.config.shard_bytes;
         let mut out: Vec<Option<Result<Location, StoreError>>> =
             items.iter().map(|_| None).collect();
-        let mut planned: Vec<(usize, SlotId)> = Vec::with_capacity(items.len());
         let mut seen = HashSet::with_capacity(items.len());
-        if self.fence.check().is_ok() && self.host.is_some() {
-            for (i, &(hash, tier, page)) in items.iter().enumerate() {
-                if tier != Tier::Host {
-                    continue;
-                }
-                if let Some(loc) = self.location(hash) {
-                    out[i] = Some(Err(StoreError::AlreadyStored {
-                        hash,
-                        tier: loc.tier,
-                    }));
-                    continue;
-                }
-                if !seen.insert(hash) {
-                    out[i] = Some(Err(StoreError::AlreadyStored { hash, tier }));
-                    continue;
-                }
-                if let Err(e) = buffers.pages(region, &[page], shard as u64) {
-                    out[i] = Some(Err(e.into()));
-                    continue;
-                }
-                match self.take_slot(tier) {
-                    Ok(slot) => planned.push((i, slot)),
-                    Err(e) => out[i] = Some(Err(e)),
-                }
-            }
-        }
-        let disk_planned = self.plan_disk_stores(items, &mut out, &mut seen, buffers, region);
+        let planned = self.plan_stores(Tier::Host, items, &mut out, &mut seen, buffers, region);
+        let disk_planned =
+            self.plan_stores(Tier::Disk, items, &mut out, &mut seen, buffers, region);
         let checksums = self.run_store_jobs(items, &planned, buffers, region, runner);
         let fenced = self.fence.check().is_err();
         for (&(i, slot), sum) in planned.iter().zip(checksums) {
@@ -183,10 +157,12 @@ impl Store {
             .collect()
     }
 
-    /// Validates the disk-tier items of a store batch (as the host ones) and takes their
-    /// slots; a refused item gets its result in `out`.
-    fn plan_disk_stores(
+    /// Validates the items of a store batch bound for `tier` (fence, duplicate block, page,
+    /// free slot) and takes their slots, in item order; a refused item gets its result in
+    /// `out`. Nothing is planned when the fence is lost or the tier is absent.
+    fn plan_stores(
         &mut self,
+        tier_of_batch: Tier,
         items: &[(BlockHash, Tier, PageId)],
         out: &mut [Option<Result<Location, StoreError>>],
         seen: &mut HashSet<BlockHash>,
@@ -195,11 +171,18 @@ impl Store {
     ) -> Vec<(usize, SlotId)> {
         let shard = self.config.shard_bytes;
         let mut planned = Vec::new();
-        if self.fence.check().is_err() || self.disk.is_none() {
+        let present = match tier_of_batch {
+            Tier::Host => self.host.is_some(),
+            Tier::Disk => self.disk.is_some(),
+            // Other tiers go through the single-shard call.
+            #[allow(unreachable_patterns)]
+            _ => false,
+        };
+        if self.fence.check().is_err() || !present {
             return planned;
         }
         for (i, &(hash, tier, page)) in items.iter().enumerate() {
-            if tier != Tier::Disk {
+            if tier != tier_of_batch {
                 continue;
             }
             if let Some(loc) = self.location(hash) {
