@@ -12,9 +12,15 @@
 //! until the late transfer ends, when the tier takes work again by itself. A frozen disk
 //! therefore costs one deadline, never a hung actor.
 //!
+//! A task's load may take the shards whose bytes the page cache already holds straight into
+//! the engine's pages on the StoreActor's side (`preadv2` with `RWF_NOWAIT`, which ends with
+//! `EAGAIN` instead of waiting for the device: [`tandem_store::disk::CachedReader`]); only the
+//! rest comes through here.
+//!
 //! It decides nothing about blocks: which shard failed, and what the group does about it, is
-//! the StoreActor's report and the leader's rule. It must never run a transfer on the
-//! StoreActor's thread, or let a late transfer touch anything but its own buffer.
+//! the StoreActor's report and the leader's rule. It must never run a transfer that may wait
+//! for the device on the StoreActor's thread, or let a late transfer touch anything but its
+//! own buffer.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -209,6 +215,13 @@ impl DiskIo for DeadlineIo {
         self.outstanding -= 1;
         tracing::info!(op = %t.op(), slot = t.slot(), ok = late.is_ok(), "an overdue disk transfer ended late; its result was not used");
         Some(t)
+    }
+
+    /// A read of bytes the page cache holds never waits for the device (`RWF_NOWAIT`), so it
+    /// needs no deadline and may run on the StoreActor's side; not while a disk fault is armed
+    /// (a test's faults apply to every read).
+    fn cache_reads(&self) -> bool {
+        !crate::fault::disk_fault_armed()
     }
 }
 

@@ -179,7 +179,7 @@ mod hook {
         })
     }
 
-    fn disk_armed() -> Option<DiskFault> {
+    pub(super) fn disk_armed() -> Option<DiskFault> {
         from_env(&DISK, DISK_VAR, parse_disk)
     }
 
@@ -271,6 +271,17 @@ pub fn disk_transfer(write: bool, pages: u64) -> Option<std::io::Error> {
         let _ = (write, pages);
         None
     }
+}
+
+/// Whether a disk fault is armed (with the `fault-hooks` feature; otherwise never): every disk
+/// read then goes through the disk I/O thread, where the fault applies, none straight from the
+/// page cache (`DeadlineIo::cache_reads`).
+#[inline]
+pub fn disk_fault_armed() -> bool {
+    #[cfg(feature = "fault-hooks")]
+    return hook::disk_armed().is_some();
+    #[cfg(not(feature = "fault-hooks"))]
+    false
 }
 
 #[cfg(test)]

@@ -7,42 +7,76 @@
 //! exactly those of [`Store::store_pages`] and [`Store::load_pages`], made in item order before
 //! any copy (validation) and after every copy (records); only the copies themselves (engine
 //! page ↔ host slot, checksum in the same pass) are the runner's. Items of the disk tier go to
-//! the disk tier as one batch ([`crate::disk::DiskTier::write_slots`] / `read_slots`: one
-//! pipeline through its staging buffers, several shards per transfer, so one hand-off to its
-//! I/O thread per transfer, not per shard chunk), on the caller's thread. It never spawns a
-//! thread (the runner is the caller's) and never decides placement.
+//! the disk tier as one batch: stores straight from the engine's pages
+//! ([`crate::disk::DiskTier::write_slots_kept`]: several shards per `pwritev` on the tier's
+//! I/O, checksummed on the caller's thread meanwhile), loads of shards the page cache holds
+//! straight into the engine's pages on the runner ([`crate::disk::CachedReader`], a
+//! `preadv2(RWF_NOWAIT)` per piece, checksummed as it lands), the other loads through the
+//! tier's staging pipeline ([`crate::disk::DiskTier::read_slots`]). It never spawns a thread
+//! (the runner is the caller's) and never decides placement.
 
 use std::collections::HashSet;
 
 use crate::block::{BlockHash, Location, SlotId};
 use crate::buffer::{EngineBuffers, PageId};
 use crate::checksum::{copy_parts, Checksum, ShardHasher};
-use crate::disk::{SlotRead, SlotWrite};
+use crate::disk::{CachedReader, SlotRead, SlotWrite};
 use crate::store::{Store, StoreError};
 use crate::tier::{Tier, TierError};
 
-/// One shard copy of a batch: `src` into `dst`, the shard's checksum computed in the same pass.
-/// Every field borrows either the engine's pages or a host slot, disjoint from every other
-/// job's, so jobs may run on any threads in any order.
+/// One shard copy of a batch: `src` into `dst` (engine page ↔ host slot), or a disk slot
+/// whose bytes the page cache holds straight into an engine page, the shard's checksum
+/// computed in the same pass. Every field borrows either the engine's pages, a host slot or
+/// the disk tier's file, disjoint from every other job's, so jobs may run on any threads in
+/// any order.
 #[derive(Debug)]
 pub struct CopyJob<'a> {
-    dst: &'a mut [u8],
-    src: &'a [u8],
+    work: Work<'a>,
     seed: BlockHash,
     checksum: Option<Checksum>,
 }
 
-impl CopyJob<'_> {
+/// What a [`CopyJob`] moves.
+#[derive(Debug)]
+enum Work<'a> {
+    /// A copy between two mappings (engine page, host slot).
+    Copy { dst: &'a mut [u8], src: &'a [u8] },
+    /// A disk slot read with `RWF_NOWAIT` ([`CachedReader`]): no checksum when some of its
+    /// bytes are not cached (the item then reads through the disk tier's I/O).
+    Cached {
+        dst: &'a mut [u8],
+        reader: &'a CachedReader<'a>,
+        slot: SlotId,
+    },
+}
+
+impl<'a> CopyJob<'a> {
+    fn copy(dst: &'a mut [u8], src: &'a [u8], seed: BlockHash) -> Self {
+        CopyJob {
+            work: Work::Copy { dst, src },
+            seed,
+            checksum: None,
+        }
+    }
+
     /// Bytes this job copies.
     pub fn bytes(&self) -> usize {
-        self.src.len()
+        match &self.work {
+            Work::Copy { src, .. } => src.len(),
+            Work::Cached { dst, .. } => dst.len(),
+        }
     }
 
     /// Copy and checksum (a second call does it again, with the same result).
     pub fn run(&mut self) {
-        let mut hasher = ShardHasher::new(self.seed);
-        copy_parts(&mut [&mut *self.dst], &[self.src], &mut hasher);
-        self.checksum = Some(hasher.finish());
+        self.checksum = match &mut self.work {
+            Work::Copy { dst, src } => {
+                let mut hasher = ShardHasher::new(self.seed);
+                copy_parts(&mut [&mut **dst], &[*src], &mut hasher);
+                Some(hasher.finish())
+            }
+            Work::Cached { dst, reader, slot } => reader.read(*slot, dst, self.seed),
+        };
     }
 }
 
@@ -208,9 +242,10 @@ impl Store {
         planned
     }
 
-    /// Writes the planned disk-tier items as one batch ([`DiskTier::write_slots`]: one
-    /// pipeline through the staging buffers, several shards per transfer) and records them
-    /// once the fence still holds; a failed item's slot is free again.
+    /// Writes the planned disk-tier items as one batch straight from the engine's pages
+    /// ([`DiskTier::write_slots_kept`]: several shards per `pwritev`, checksummed while the
+    /// I/O writes them; through the staging buffers in direct mode) and records them once the
+    /// fence still holds; a failed item's slot is free again.
     fn run_disk_stores(
         &mut self,
         items: &[(BlockHash, Tier, PageId)],
@@ -241,8 +276,11 @@ impl Store {
                 jobbed.push(k);
             }
         }
-        if let Some(disk) = self.disk.as_mut() {
-            disk.write_slots(&mut jobs);
+        let kept = buffers.kept(region);
+        match (self.disk.as_mut(), kept) {
+            (Some(disk), Some(kept)) => disk.write_slots_kept(&mut jobs, &kept),
+            (Some(disk), None) => disk.write_slots(&mut jobs),
+            (None, _) => {}
         }
         let mut results: Vec<Option<Result<Checksum, TierError>>> =
             planned.iter().map(|_| None).collect();
@@ -281,36 +319,69 @@ impl Store {
         }
     }
 
-    /// Reads the disk-tier items of a load batch as one batch ([`DiskTier::read_slots`]) and
-    /// verifies each; `None` when the batch cannot be made (a page named twice or out of
-    /// range: item by item then).
+    /// Reads the disk-tier items of a load batch and verifies each: the shards whose bytes the
+    /// page cache holds go straight into the engine's pages on `runner` (a `preadv2` with
+    /// `RWF_NOWAIT` per piece, checksummed right after it lands: no staging copy, no hand-off
+    /// to the I/O thread, and never a wait for the device), the others as one batch through
+    /// the tier's I/O ([`DiskTier::read_slots`], deadlines and errors as ever). `None` when
+    /// the batch cannot be made (a page named twice or out of range: item by item then).
     fn run_disk_loads(
         &mut self,
         items: &[(BlockHash, PageId)],
         planned: &[(usize, Location)],
         buffers: &mut EngineBuffers,
         region: &str,
+        runner: &dyn CopyRunner,
     ) -> Option<Vec<Result<Location, StoreError>>> {
         if planned.is_empty() {
             return None;
         }
         let shard = self.config.shard_bytes;
         let pages: Vec<PageId> = planned.iter().map(|&(i, _)| items[i].1).collect();
-        let dsts = buffers
+        let mut dsts = buffers
             .pages_mut(region, &pages, (shard * pages.len()) as u64)
             .ok()?;
-        let mut jobs: Vec<SlotRead<'_>> = planned
-            .iter()
-            .zip(dsts)
-            .map(|(&(i, loc), dst)| SlotRead {
-                slot: loc.slot,
-                dst: vec![dst],
-                seed: items[i].0,
-                result: None,
-            })
-            .collect();
-        self.disk.as_mut()?.read_slots(&mut jobs);
-        let sums: Vec<_> = jobs.into_iter().map(|j| j.result).collect();
+        let disk = self.disk.as_mut()?;
+        let mut sums: Vec<Option<Result<Checksum, TierError>>> =
+            planned.iter().map(|_| None).collect();
+        if let Some(reader) = disk.cached_reader() {
+            let mut jobs: Vec<CopyJob<'_>> = planned
+                .iter()
+                .zip(dsts.iter_mut())
+                .map(|(&(i, loc), dst)| CopyJob {
+                    work: Work::Cached {
+                        dst,
+                        reader: &reader,
+                        slot: loc.slot,
+                    },
+                    seed: items[i].0,
+                    checksum: None,
+                })
+                .collect();
+            runner.run_all(&mut jobs);
+            for (sum, job) in sums.iter_mut().zip(&jobs) {
+                *sum = job.checksum.map(Ok);
+            }
+        }
+        let mut rest = Vec::new();
+        let mut jobs: Vec<SlotRead<'_>> = Vec::new();
+        for (k, ((&(i, loc), dst), sum)) in planned.iter().zip(dsts).zip(&sums).enumerate() {
+            if sum.is_none() {
+                rest.push(k);
+                jobs.push(SlotRead {
+                    slot: loc.slot,
+                    dst: vec![dst],
+                    seed: items[i].0,
+                    result: None,
+                });
+            }
+        }
+        if !jobs.is_empty() {
+            disk.read_slots(&mut jobs);
+        }
+        for (k, job) in rest.into_iter().zip(jobs) {
+            sums[k] = job.result;
+        }
         Some(
             planned
                 .iter()
@@ -351,12 +422,7 @@ impl Store {
             let Ok(src) = buffers.pages(region, &[page], shard as u64) else {
                 return vec![None; planned.len()];
             };
-            jobs.push(CopyJob {
-                dst,
-                src: src[0],
-                seed: hash,
-                checksum: None,
-            });
+            jobs.push(CopyJob::copy(dst, src[0], hash));
         }
         runner.run_all(&mut jobs);
         jobs.into_iter().map(|j| j.checksum).collect()
@@ -412,7 +478,7 @@ impl Store {
             } else {
                 Vec::new()
             };
-        if let Some(results) = self.run_disk_loads(items, &disk_planned, buffers, region) {
+        if let Some(results) = self.run_disk_loads(items, &disk_planned, buffers, region, runner) {
             for (&(i, _), r) in disk_planned.iter().zip(results) {
                 out[i] = Some(r);
             }
@@ -450,12 +516,7 @@ impl Store {
         for (&(i, loc), dst) in planned.iter().zip(dsts) {
             let start = (loc.slot as usize).checked_mul(shard)?;
             let src = slab.get(start..start.checked_add(shard)?)?;
-            jobs.push(CopyJob {
-                dst,
-                src,
-                seed: items[i].0,
-                checksum: None,
-            });
+            jobs.push(CopyJob::copy(dst, src, items[i].0));
         }
         runner.run_all(&mut jobs);
         Some(jobs.into_iter().map(|j| j.checksum).collect())
@@ -483,12 +544,7 @@ mod tests {
     fn a_job_copies_and_checksums() {
         let src: Vec<u8> = (0..100u8).collect();
         let mut dst = vec![0u8; 100];
-        let mut job = CopyJob {
-            dst: &mut dst,
-            src: &src,
-            seed: BlockHash(7),
-            checksum: None,
-        };
+        let mut job = CopyJob::copy(&mut dst, &src, BlockHash(7));
         assert_eq!(job.bytes(), 100);
         job.run();
         assert_eq!(

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::shm::{ShmError, ShmFile};
 
@@ -131,7 +132,9 @@ pub enum BufferError {
 #[derive(Debug)]
 struct Region {
     spec: RegionSpec,
-    map: Option<ShmFile>,
+    /// Shared with the disk tier's transfers that write straight from it
+    /// ([`EngineBuffers::kept`]): the mapping lives until the last of them has ended.
+    map: Option<Arc<ShmFile>>,
 }
 
 /// The agent's registry of engine regions.
@@ -189,7 +192,7 @@ impl EngineBuffers {
             })?;
         // Copies to and from engine pages never wait on a first-touch fault.
         file.populate();
-        region.map = Some(file);
+        region.map = Some(Arc::new(file));
         Ok(())
     }
 
@@ -208,7 +211,7 @@ impl EngineBuffers {
                 source,
             })?;
         file.populate();
-        region.map = Some(file);
+        region.map = Some(Arc::new(file));
         Ok(())
     }
 
@@ -279,16 +282,26 @@ impl EngineBuffers {
         })?;
         check_pages(spec, pages, shard_bytes, true)?;
         let page = spec.page_size_bytes as usize;
-        let base = map.bytes_mut().as_mut_ptr();
+        let base = map.as_mut_ptr();
         Ok(pages
             .iter()
             .map(|&p| {
                 // SAFETY: every page id is in range (so the slice lies inside the mapping) and
                 // the ids are distinct (checked above), so the slices do not overlap; they
-                // borrow `self` mutably for their whole lifetime.
+                // borrow `self` mutably for their whole lifetime, so no view of `pages` is
+                // alive. (A disk transfer holding the mapping past its deadline only has the
+                // kernel read it, outside Rust's view, as the engine's own writes are.)
                 unsafe { std::slice::from_raw_parts_mut(base.add(p.0 as usize * page), page) }
             })
             .collect())
+    }
+
+    /// Region `name`'s mapping as memory a disk-tier batch write may read from on another
+    /// thread, past its deadline even ([`crate::disk::Kept`]); `None` when the region is not
+    /// registered or not mapped.
+    pub fn kept(&self, name: &str) -> Option<crate::disk::Kept> {
+        let map = self.regions.get(name)?.map.as_ref()?;
+        Some(crate::disk::Kept::shm(map.clone()))
     }
 
     fn mapped(&self, name: &str) -> Result<(&RegionSpec, &ShmFile), BufferError> {

@@ -18,11 +18,24 @@
 //! pieces of several slots are packed into one transfer of up to 1 MiB (a quarter of the batch
 //! at least one chunk; one `pwrite`/`pread` per run of slots that follow each other in the
 //! file), so the hand-offs to the [`DiskIo`] are per transfer, not per slot, and the two
-//! transfers in flight overlap across slot boundaries. Buffered mode (the default) goes through the page cache with
+//! transfers in flight overlap across slot boundaries.
+//!
+//! Two batch paths skip the staging copy in buffered mode. A batch write from a mapping the
+//! caller hands over as [`Kept`] (the engine's pool: [`DiskTier::write_slots_kept`]) writes
+//! with `pwritev` straight from the engine's pages, each transfer holding a clone of the
+//! mapping's owner so that a late one still reads mapped memory, and checksums each transfer's
+//! bytes on the calling thread while the [`DiskIo`] writes them. A batch read
+//! ([`DiskTier::cached_reader`], [`CachedReader`]) takes the slots whose bytes the page cache
+//! holds straight into the caller's memory with `preadv2(RWF_NOWAIT)`, on the caller's threads
+//! and without the [`DiskIo`]: such a read never waits for the device (a page not cached ends
+//! it with `EAGAIN`, and that slot is read through the [`DiskIo`] as before), so it needs no
+//! deadline; a read into the caller's memory that could wait is never made, since a late one
+//! would land in a page its owner was told had failed. Buffered mode (the default) goes through the page cache with
 //! `pwrite`/`pread` (`std::os::unix::fs::FileExt`); direct mode opens the file with O_DIRECT.
 //! docs/BENCHMARKS.md has the measurement that made buffered the default.
 //!
-//! Why staging buffers: a transfer owns every byte it touches, so a [`DiskIo`] may run it
+//! Why staging buffers (for single slots, range reads, reads not in the page cache and direct
+//! mode): a transfer owns every byte it touches, so a [`DiskIo`] may run it
 //! on another thread and give up waiting at a deadline (the agent's `DeadlineIo` does) without
 //! a late `pread` landing in an engine page, or a late `pwrite` reading one that was unmapped.
 //! While an overdue transfer (or one submitted after it) holds a buffer, every slot operation
@@ -114,7 +127,7 @@ pub struct DiskTransfer {
     /// The first slot it moves bytes of.
     slot: SlotId,
     file: Arc<File>,
-    buf: MmapMut,
+    mem: Memory,
     /// Bytes moved: the buffer's first `len` bytes.
     len: usize,
     /// Where the buffer's bytes go (come from), in buffer order: (file offset, bytes). One per
@@ -159,19 +172,152 @@ impl DiskTransfer {
         let mut i = 0;
         while i < self.segments.len() {
             let (offset, mut n) = self.segments[i];
+            let first = i;
             i += 1;
             while i < self.segments.len() && self.segments[i].0 == offset + n as u64 {
                 n += self.segments[i].1;
                 i += 1;
             }
-            match self.op {
-                DiskOp::Write => self.file.write_all_at(&self.buf[at..at + n], offset)?,
-                DiskOp::Read => self.file.read_exact_at(&mut self.buf[at..at + n], offset)?,
+            match (&mut self.mem, self.op) {
+                (Memory::Staging(buf), DiskOp::Write) => {
+                    self.file.write_all_at(&buf[at..at + n], offset)?
+                }
+                (Memory::Staging(buf), DiskOp::Read) => {
+                    self.file.read_exact_at(&mut buf[at..at + n], offset)?
+                }
+                (Memory::Kept { parts, .. }, DiskOp::Write) => {
+                    write_parts_at(&self.file, &parts[first..i], offset)?
+                }
+                (Memory::Kept { .. }, DiskOp::Read) => {
+                    return Err(std::io::Error::other(
+                        "a read into kept memory (the tier never makes one)",
+                    ))
+                }
             }
             at += n;
         }
         Ok(())
     }
+}
+
+/// The memory a transfer moves bytes from or into.
+#[derive(Debug)]
+enum Memory {
+    /// One of the tier's staging buffers (reads, and writes of staged batches).
+    Staging(MmapMut),
+    /// The caller's mapping, kept mapped by the transfer's clone of its owner ([`Kept`]) for
+    /// as long as the transfer lives, even past a missed deadline (writes only): one
+    /// (address, bytes) part per segment, in order, each inside the mapping.
+    Kept {
+        parts: Vec<(usize, usize)>,
+        _owner: Arc<dyn std::any::Any + Send + Sync>,
+    },
+}
+
+impl Memory {
+    /// The staging buffer to take home, if it is one.
+    fn into_staging(self) -> Option<MmapMut> {
+        match self {
+            Memory::Staging(buf) => Some(buf),
+            Memory::Kept { .. } => None,
+        }
+    }
+}
+
+/// A mapping a batch write may hand to the [`DiskIo`] without staging the bytes
+/// ([`DiskTier::write_slots_kept`]): the shards' pages are written with `pwritev` straight from
+/// it, and each transfer holds a clone of `owner`, so that a transfer finishing late (past its
+/// deadline) still reads mapped memory, never memory unmapped or mapped anew in between.
+#[derive(Clone)]
+pub struct Kept {
+    owner: Arc<dyn std::any::Any + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Kept {
+    /// The whole of `map`'s mapping, kept mapped by `map` itself.
+    pub fn shm(map: Arc<crate::shm::ShmFile>) -> Self {
+        let (start, len) = (map.bytes().as_ptr() as usize, map.len());
+        Kept {
+            owner: map,
+            start,
+            len,
+        }
+    }
+
+    /// Whether `part` lies inside the kept mapping.
+    fn holds(&self, part: &[u8]) -> bool {
+        let at = part.as_ptr() as usize;
+        at >= self.start && at + part.len() <= self.start + self.len
+    }
+}
+
+/// `pwritev` of every byte of `parts` (addresses and lengths, concatenated in order) at
+/// `offset`, continued after a short write and retried on `EINTR`.
+fn write_parts_at(file: &File, parts: &[(usize, usize)], offset: u64) -> std::io::Result<()> {
+    /// At most this many parts per call (IOV_MAX is 1024 on Linux).
+    const IOV: usize = 64;
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .map(|&(at, n)| libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: n,
+        })
+        .collect();
+    let mut first = 0usize;
+    let mut pos = offset;
+    while first < iov.len() {
+        if iov[first].iov_len == 0 {
+            first += 1;
+            continue;
+        }
+        let count = (iov.len() - first).min(IOV);
+        let at = libc::off_t::try_from(pos)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        // SAFETY: every iovec covers bytes of a mapping the transfer keeps alive (`Kept`); the
+        // call only reads them.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iov[first..].as_ptr(),
+                count as libc::c_int,
+                at,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
+        }
+        let mut left = n as usize;
+        pos += left as u64;
+        while left > 0 {
+            let v = &mut iov[first];
+            let take = left.min(v.iov_len);
+            v.iov_base = (v.iov_base as usize + take) as *mut libc::c_void;
+            v.iov_len -= take;
+            left -= take;
+            if v.iov_len == 0 {
+                first += 1;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a [`DiskIo`] did with the transfer waited for.
@@ -199,6 +345,15 @@ pub trait DiskIo: Send + std::fmt::Debug {
     /// of no use: the operation was already reported failed); `None` while none has ended or
     /// none is kept.
     fn reclaim(&mut self) -> Option<DiskTransfer>;
+
+    /// Whether a batch read may take the bytes the page cache already holds straight into the
+    /// caller's memory, on the caller's threads, with `preadv2(RWF_NOWAIT)` (see
+    /// [`DiskTier::cached_reader`]): such a read never waits for the device, so it needs no
+    /// deadline, but it does not go through this I/O. False by default (an I/O that injects
+    /// faults, or counts reads, sees every read); [`InlineIo`] and the agent's I/O say true.
+    fn cache_reads(&self) -> bool {
+        false
+    }
 }
 
 /// Runs every transfer on the calling thread, when it is waited for, without a deadline
@@ -227,6 +382,99 @@ impl DiskIo for InlineIo {
     fn reclaim(&mut self) -> Option<DiskTransfer> {
         None
     }
+
+    fn cache_reads(&self) -> bool {
+        true
+    }
+}
+
+/// Bytes of one `preadv2(RWF_NOWAIT)` of a cached read, checksummed right after it while they
+/// are still in this core's cache (a quarter of a 1 MiB shard; the L2 here is 2 MiB).
+const CACHED_PIECE: usize = 256 << 10;
+
+/// Reads slots of the tier file straight into the caller's memory when the page cache holds
+/// their bytes, never waiting for the device (`preadv2` with `RWF_NOWAIT`: a page not in the
+/// cache ends the read with `EAGAIN`). Borrowed from the tier by [`DiskTier::cached_reader`]
+/// for one batch; `Sync`, so the batch's slots may be read on several threads.
+#[derive(Debug)]
+pub struct CachedReader<'a> {
+    file: &'a File,
+    stride: u64,
+    slot_bytes: usize,
+    capacity: u64,
+    /// Set when the file system refuses `RWF_NOWAIT` reads: the tier stops trying.
+    unsupported: &'a std::sync::atomic::AtomicBool,
+}
+
+impl CachedReader<'_> {
+    /// Reads the whole shard of `slot` into `dst` (exactly one shard long) and returns its
+    /// checksum seeded with `seed`, or `None` when some of its bytes are not in the page cache
+    /// (or the read fails, or the file system has no `RWF_NOWAIT`): `dst` then holds an
+    /// unspecified prefix of the shard, and the caller reads the slot through the tier's
+    /// [`DiskIo`] instead ([`DiskTier::read_slots`]), which reports errors and deadlines.
+    /// Each piece is checksummed right after it lands, while it is in cache.
+    pub fn read(&self, slot: SlotId, dst: &mut [u8], seed: BlockHash) -> Option<Checksum> {
+        if slot >= self.capacity || dst.len() != self.slot_bytes {
+            return None;
+        }
+        let base = slot * self.stride;
+        let mut hasher = ShardHasher::new(seed);
+        let mut at = 0usize;
+        while at < dst.len() {
+            let end = (at + CACHED_PIECE).min(dst.len());
+            let piece = &mut dst[at..end];
+            let n = read_nowait(self.file, piece, base + at as u64);
+            match n {
+                Ok(n) if n == piece.len() => {}
+                Ok(_) => return None,
+                Err(e) => {
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                    ) {
+                        self.unsupported
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return None;
+                }
+            }
+            hasher.update(&dst[at..end]);
+            at = end;
+        }
+        Some(hasher.finish())
+    }
+}
+
+/// One `preadv2(RWF_NOWAIT)` of `dst.len()` bytes at `offset`, retried on `EINTR` and
+/// continued after a short read that made progress; returns the bytes read (fewer than asked
+/// when the rest is not cached or the file ends).
+fn read_nowait(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let rest = &mut dst[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        // SAFETY: one iovec over `rest`, a live exclusive slice; the call only writes into it.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => break,
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => break,
+                    _ if done > 0 => break,
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// The overdue transfer a stalled tier waits for.
@@ -300,6 +548,8 @@ pub struct DiskTier {
     io: Box<dyn DiskIo>,
     /// The transfer that missed its deadline, while buffers are held.
     overdue: Option<Overdue>,
+    /// Set once the file system refused an `RWF_NOWAIT` read ([`CachedReader`]).
+    nowait_refused: std::sync::atomic::AtomicBool,
 }
 
 impl DiskTier {
@@ -393,6 +643,7 @@ impl DiskTier {
                 held: 0,
                 io: Box::new(InlineIo::default()),
                 overdue: None,
+                nowait_refused: std::sync::atomic::AtomicBool::new(false),
             },
             origin,
         ))
@@ -415,13 +666,39 @@ impl DiskTier {
         self.io = io;
     }
 
+    /// A reader of the slots whose bytes the page cache holds, straight into the caller's
+    /// memory ([`CachedReader`]), for one batch; `None` (every read goes through the
+    /// [`DiskIo`]) in direct mode, when the I/O does not allow it ([`DiskIo::cache_reads`]),
+    /// when the file system refused such a read before, or while an overdue transfer holds a
+    /// staging buffer (the tier is stalled: the reads fail as every other operation does).
+    pub fn cached_reader(&mut self) -> Option<CachedReader<'_>> {
+        while self.held > 0 {
+            let Some(t) = self.io.reclaim() else { break };
+            self.buffers.extend(t.mem.into_staging());
+            self.held -= 1;
+        }
+        let refused = self
+            .nowait_refused
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if self.mode != IoMode::Buffered || !self.io.cache_reads() || refused || self.held > 0 {
+            return None;
+        }
+        Some(CachedReader {
+            file: &self.file,
+            stride: self.stride,
+            slot_bytes: self.slot_bytes,
+            capacity: self.capacity,
+            unsupported: &self.nowait_refused,
+        })
+    }
+
     /// Every staging buffer, the ones of overdue transfers that have ended taken back.
     ///
     /// Errors: [`TierError::DiskStalled`] while an overdue transfer still holds one.
     fn take_buffers(&mut self, op: DiskOp, slot: SlotId) -> Result<Vec<MmapMut>, TierError> {
         while self.held > 0 {
             let Some(t) = self.io.reclaim() else { break };
-            self.buffers.push(t.buf);
+            self.buffers.extend(t.mem.into_staging());
             self.held -= 1;
         }
         if self.held > 0 {
@@ -539,7 +816,7 @@ impl DiskTier {
                     op,
                     slot: pieces[from].slot,
                     file: self.file.clone(),
-                    buf,
+                    mem: Memory::Staging(buf),
                     len,
                     segments,
                 });
@@ -549,21 +826,24 @@ impl DiskTier {
                 break;
             };
             match self.io.wait() {
-                Submitted::Done(mut t, Ok(())) => {
+                Submitted::Done(t, Ok(())) => {
+                    let Some(mut buf) = t.mem.into_staging() else {
+                        continue;
+                    };
                     if failed.is_none() {
                         if op == DiskOp::Read {
                             let mut at = 0usize;
                             for p in &pieces[carried.clone()] {
-                                each(p, &mut t.buf[at..at + p.take]);
+                                each(p, &mut buf[at..at + p.take]);
                                 at += p.n;
                             }
                         }
                         moved = carried.end;
                     }
-                    free.push(t.buf);
+                    free.push(buf);
                 }
                 Submitted::Done(t, Err(e)) => {
-                    free.push(t.buf);
+                    free.extend(t.mem.into_staging());
                     failed.get_or_insert(e);
                 }
                 Submitted::Overdue { deadline_ms } => {
@@ -657,6 +937,140 @@ impl DiskTier {
             result,
             hashers,
         );
+    }
+
+    /// Writes every job's shard into its slot as one batch straight from the caller's mapping
+    /// `kept` (buffered mode, every part of every shard inside `kept`; otherwise this is
+    /// [`DiskTier::write_slots`]): no staging copy. Pieces of several slots go into one
+    /// transfer (one `pwritev` per run of slots that follow each other in the file, its
+    /// iovecs the engine's pages), two transfers in flight, and each transfer's bytes are
+    /// checksummed on this thread while the [`DiskIo`] writes them. Results and failures as
+    /// [`DiskTier::write_slots`]. The checksum is of the bytes this thread read from the pages
+    /// and the file gets the bytes the kernel read: the same bytes unless someone writes the
+    /// pages during the store (an engine must not); if it does, the load's verification fails
+    /// and the shard is dropped, never served.
+    pub fn write_slots_kept(&mut self, jobs: &mut [SlotWrite<'_>], kept: &Kept) {
+        let inside = jobs.iter().all(|j| j.src.iter().all(|p| kept.holds(p)));
+        if self.mode != IoMode::Buffered || !inside {
+            return self.write_slots(jobs);
+        }
+        let (pieces, max) = self.plan_batch(jobs.iter_mut().map(|job| {
+            let total = job.src.iter().map(|s| s.len()).sum();
+            (job.slot, total, &mut job.result)
+        }));
+        let mut hashers: Vec<Option<ShardHasher>> = jobs
+            .iter()
+            .map(|j| j.result.is_none().then(|| ShardHasher::new(j.seed)))
+            .collect();
+        let (moved, result) = self.run_kept(&pieces, max, kept, jobs, &mut hashers);
+        self.settle(
+            jobs.iter_mut().map(|j| &mut j.result),
+            &pieces,
+            moved,
+            result,
+            hashers,
+        );
+    }
+
+    /// The pipeline of [`DiskTier::write_slots_kept`]: `pieces` packed into transfers of at
+    /// most `max` bytes that write from `kept`, [`BUFFERS`] in flight, each checksummed into
+    /// `hashers` once submitted. Returns the moved prefix and the first error, as
+    /// [`DiskTier::run_pieces`] does.
+    fn run_kept(
+        &mut self,
+        pieces: &[Piece],
+        max: usize,
+        kept: &Kept,
+        jobs: &[SlotWrite<'_>],
+        hashers: &mut [Option<ShardHasher>],
+    ) -> (usize, Result<(), TierError>) {
+        let Some(first) = pieces.first() else {
+            return (0, Ok(()));
+        };
+        // No buffer is used, but none may be out: a slot is never written while an overdue
+        // transfer (which may write the same slot) has not ended.
+        match self.take_buffers(DiskOp::Write, first.slot) {
+            Ok(free) => self.buffers = free,
+            Err(e) => return (0, Err(e)),
+        }
+        let mut in_flight: VecDeque<std::ops::Range<usize>> = VecDeque::with_capacity(BUFFERS);
+        let mut next = 0usize;
+        let mut moved = 0usize;
+        let mut failed: Option<std::io::Error> = None;
+        loop {
+            while failed.is_none() && next < pieces.len() && in_flight.len() < BUFFERS {
+                let from = next;
+                let mut len = 0usize;
+                let mut segments = Vec::new();
+                let mut parts = Vec::new();
+                while next < pieces.len() && (next == from || len + pieces[next].n <= max) {
+                    let p = &pieces[next];
+                    let mut offset = p.offset;
+                    for part in parts_range(jobs[p.job].src, p.at, p.n) {
+                        segments.push((offset, part.len()));
+                        parts.push((part.as_ptr() as usize, part.len()));
+                        offset += part.len() as u64;
+                    }
+                    len += p.n;
+                    next += 1;
+                }
+                self.io.submit(DiskTransfer {
+                    op: DiskOp::Write,
+                    slot: pieces[from].slot,
+                    file: self.file.clone(),
+                    mem: Memory::Kept {
+                        parts,
+                        _owner: kept.owner.clone(),
+                    },
+                    len,
+                    segments,
+                });
+                in_flight.push_back(from..next);
+                // The checksum of what was just submitted, while the I/O writes it.
+                for p in &pieces[from..next] {
+                    if let Some(h) = hashers[p.job].as_mut() {
+                        for part in parts_range(jobs[p.job].src, p.at, p.take) {
+                            h.update(part);
+                        }
+                    }
+                }
+            }
+            let Some(carried) = in_flight.pop_front() else {
+                break;
+            };
+            match self.io.wait() {
+                Submitted::Done(_, Ok(())) => {
+                    if failed.is_none() {
+                        moved = carried.end;
+                    }
+                }
+                Submitted::Done(_, Err(e)) => {
+                    failed.get_or_insert(e);
+                }
+                Submitted::Overdue { deadline_ms } => {
+                    // The I/O keeps this transfer and every one submitted after it.
+                    self.held = in_flight.len() + 1;
+                    let slot = pieces[carried.start].slot;
+                    self.overdue = Some(Overdue {
+                        op: DiskOp::Write,
+                        slot,
+                        deadline_ms,
+                    });
+                    return (
+                        moved,
+                        Err(TierError::DiskDeadline {
+                            op: DiskOp::Write.as_str(),
+                            slot,
+                            deadline_ms,
+                        }),
+                    );
+                }
+            }
+        }
+        match failed {
+            Some(e) => (moved, Err(io(&self.path, DiskOp::Write.as_str())(e))),
+            None => (moved, Ok(())),
+        }
     }
 
     /// Reads every job's slot into its destination as one batch (see
@@ -1138,6 +1552,76 @@ mod tests {
     }
 
     #[test]
+    fn an_overdue_kept_write_keeps_the_pages_mapped_and_stalls_the_tier_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot_bytes = 64 << 10;
+        let (mut disk, _) = DiskTier::open(
+            &dir.path().join(DISK_SLAB_FILE),
+            slot_bytes,
+            8,
+            IoMode::Buffered,
+        )
+        .unwrap();
+        let script = Scripted::default();
+        disk.set_io(Box::new(script.clone()));
+        let mut pool =
+            crate::shm::ShmFile::create(&dir.path().join("pool"), 2 * slot_bytes as u64).unwrap();
+        pool.bytes_mut().fill(0x3c);
+        let pool = Arc::new(pool);
+        let kept = Kept::shm(pool.clone());
+        let parts: Vec<[&[u8]; 1]> = pool.bytes().chunks_exact(slot_bytes).map(|p| [p]).collect();
+        script.0.lock().unwrap().hold_next = true;
+        let mut jobs: Vec<SlotWrite<'_>> = (0..2u64)
+            .map(|i| SlotWrite {
+                slot: i + 4,
+                src: &parts[i as usize],
+                seed: BlockHash(i as u128),
+                result: None,
+            })
+            .collect();
+        disk.write_slots_kept(&mut jobs, &kept);
+        for j in &jobs {
+            let e = j.result.as_ref().unwrap().as_ref().unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "disk tier: write of slot 4 missed its deadline of 25 ms"
+            );
+        }
+        drop(jobs);
+        drop(parts);
+        drop(kept);
+        assert!(
+            Arc::strong_count(&pool) > 1,
+            "the overdue transfer holds the pages' mapping"
+        );
+        let data = vec![1u8; slot_bytes];
+        let src = [&data[..]];
+        let mut more = vec![SlotWrite {
+            slot: 6,
+            src: &src,
+            seed: BlockHash(9),
+            result: None,
+        }];
+        disk.write_slots_kept(&mut more, &Kept::shm(pool.clone()));
+        let e = more[0].result.take().unwrap().unwrap_err();
+        assert!(matches!(e, TierError::DiskStalled { .. }), "{e}");
+        assert!(
+            disk.cached_reader().is_none(),
+            "no cached read while stalled"
+        );
+        script.0.lock().unwrap().released = true;
+        let mut out = vec![0u8; slot_bytes];
+        disk.read_slot(5, &mut [&mut out[..]], BlockHash(1))
+            .unwrap();
+        assert!(out.iter().all(|&b| b == 0x3c), "the late write landed");
+        assert_eq!(
+            Arc::strong_count(&pool),
+            1,
+            "reclaimed: the mapping is the pool's alone"
+        );
+    }
+
+    #[test]
     fn an_overdue_chunk_holds_every_buffer_until_all_are_reclaimed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DISK_SLAB_FILE);
@@ -1595,5 +2079,202 @@ mod batch_tests {
             .collect();
         disk.write_slots(&mut jobs);
         assert!(jobs.iter().all(|j| matches!(j.result, Some(Ok(_)))));
+    }
+
+    /// `n` shards of `slot_bytes` in one shared-memory file (the engine's pool), kept.
+    fn kept_pool(dir: &Path, slot_bytes: usize, n: u64) -> (Arc<crate::shm::ShmFile>, Kept) {
+        let mut pool =
+            crate::shm::ShmFile::create(&dir.join("pool"), slot_bytes as u64 * n).unwrap();
+        for (i, page) in pool.bytes_mut().chunks_exact_mut(slot_bytes).enumerate() {
+            page.copy_from_slice(&shard(slot_bytes, i as u64));
+        }
+        let pool = Arc::new(pool);
+        let kept = Kept::shm(pool.clone());
+        (pool, kept)
+    }
+
+    #[test]
+    fn a_batch_written_straight_from_kept_pages_reads_back_from_the_cache_and_through_the_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot_bytes = (256 << 10) + 4096;
+        let (mut disk, _) = DiskTier::open(
+            &dir.path().join(DISK_SLAB_FILE),
+            slot_bytes,
+            32,
+            IoMode::Buffered,
+        )
+        .unwrap();
+        let rec = Counting::default();
+        disk.set_io(Box::new(rec.clone()));
+        let (pool, kept) = kept_pool(dir.path(), slot_bytes, 12);
+        // Slots out of order, some following each other in the file (one pwritev for a run).
+        let slots: Vec<u64> = vec![3, 4, 5, 9, 0, 1, 20, 21, 22, 23, 30, 11];
+        let parts: Vec<[&[u8]; 1]> = pool.bytes().chunks_exact(slot_bytes).map(|p| [p]).collect();
+        let mut jobs: Vec<SlotWrite<'_>> = slots
+            .iter()
+            .zip(&parts)
+            .enumerate()
+            .map(|(i, (&slot, p))| SlotWrite {
+                slot,
+                src: p,
+                seed: BlockHash(i as u128 + 1),
+                result: None,
+            })
+            .collect();
+        disk.write_slots_kept(&mut jobs, &kept);
+        for (i, j) in jobs.iter().enumerate() {
+            let sum = j.result.as_ref().unwrap().as_ref().unwrap();
+            assert_eq!(
+                *sum,
+                checksum(BlockHash(i as u128 + 1), &shard(slot_bytes, i as u64))
+            );
+        }
+        let writes = std::mem::take(&mut rec.0.lock().unwrap().0);
+        assert!(
+            writes.len() < slots.len(),
+            "several slots per transfer: {writes:?}"
+        );
+        assert_eq!(writes.iter().map(|w| w.2).sum::<usize>(), 12 * slot_bytes);
+        assert_eq!(
+            Arc::strong_count(&pool),
+            2,
+            "no transfer keeps the pages once the batch is done"
+        );
+        drop(jobs);
+        // Through the I/O (this one does not allow cached reads) ...
+        assert!(disk.cached_reader().is_none());
+        for (i, &slot) in slots.iter().enumerate() {
+            let mut out = vec![0u8; slot_bytes];
+            let sum = disk
+                .read_slot(slot, &mut [&mut out[..]], BlockHash(i as u128 + 1))
+                .unwrap();
+            assert_eq!(sum, checksum(BlockHash(i as u128 + 1), &out));
+            assert!(out == shard(slot_bytes, i as u64), "slot {slot}");
+        }
+        // ... and from the page cache, straight into the destination, with the same checksum.
+        disk.set_io(Box::new(InlineIo::default()));
+        let reader = disk.cached_reader().expect("buffered, inline I/O");
+        for (i, &slot) in slots.iter().enumerate() {
+            let mut out = vec![0u8; slot_bytes];
+            let sum = reader
+                .read(slot, &mut out, BlockHash(i as u128 + 1))
+                .expect("just written: in the page cache");
+            assert_eq!(
+                sum,
+                checksum(BlockHash(i as u128 + 1), &shard(slot_bytes, i as u64))
+            );
+            assert!(out == shard(slot_bytes, i as u64), "slot {slot}");
+        }
+        let mut short = vec![0u8; slot_bytes - 1];
+        assert!(reader.read(3, &mut short, BlockHash(1)).is_none());
+        let mut out = vec![0u8; slot_bytes];
+        assert!(
+            reader.read(32, &mut out, BlockHash(1)).is_none(),
+            "out of range"
+        );
+    }
+
+    #[test]
+    fn a_failed_kept_write_fails_the_slots_not_yet_written_with_the_typed_error_and_loses_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot_bytes = 256 << 10;
+        let (mut disk, _) = DiskTier::open(
+            &dir.path().join(DISK_SLAB_FILE),
+            slot_bytes,
+            16,
+            IoMode::Buffered,
+        )
+        .unwrap();
+        let rec = Counting::default();
+        disk.set_io(Box::new(rec.clone()));
+        let (pool, kept) = kept_pool(dir.path(), slot_bytes, 16);
+        let parts: Vec<[&[u8]; 1]> = pool.bytes().chunks_exact(slot_bytes).map(|p| [p]).collect();
+        // 16 × 256 KiB: transfers of 1 MiB, 4 slots each; the second one fails (EIO).
+        rec.0.lock().unwrap().1 = 2;
+        let mut jobs: Vec<SlotWrite<'_>> = (0..16u64)
+            .map(|i| SlotWrite {
+                slot: i,
+                src: &parts[i as usize],
+                seed: BlockHash(i as u128),
+                result: None,
+            })
+            .collect();
+        disk.write_slots_kept(&mut jobs, &kept);
+        let ok: Vec<bool> = jobs
+            .iter()
+            .map(|j| matches!(j.result, Some(Ok(_))))
+            .collect();
+        assert_eq!(ok[..4], [true; 4], "the first transfer's slots are written");
+        for j in &jobs[4..] {
+            let e = j.result.as_ref().unwrap().as_ref().unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    TierError::Io {
+                        tier: Tier::Disk,
+                        op: "write",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        assert!(
+            rec.0.lock().unwrap().0.len() <= 3,
+            "nothing submitted after the failure but the one in flight"
+        );
+        // Nothing written is lost, and the tier goes on: a new batch writes the rest.
+        for i in 0..4u64 {
+            let mut out = vec![0u8; slot_bytes];
+            disk.read_slot(i, &mut [&mut out[..]], BlockHash(i as u128))
+                .unwrap();
+            assert!(out == shard(slot_bytes, i));
+        }
+        let mut jobs: Vec<SlotWrite<'_>> = (4..16u64)
+            .map(|i| SlotWrite {
+                slot: i,
+                src: &parts[i as usize],
+                seed: BlockHash(i as u128),
+                result: None,
+            })
+            .collect();
+        disk.write_slots_kept(&mut jobs, &kept);
+        assert!(jobs.iter().all(|j| matches!(j.result, Some(Ok(_)))));
+        for i in 0..16u64 {
+            let mut out = vec![0u8; slot_bytes];
+            let sum = disk
+                .read_slot(i, &mut [&mut out[..]], BlockHash(i as u128))
+                .unwrap();
+            assert_eq!(sum, checksum(BlockHash(i as u128), &shard(slot_bytes, i)));
+        }
+    }
+
+    #[test]
+    fn parts_outside_the_kept_mapping_are_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot_bytes = 64 << 10;
+        let (mut disk, _) = DiskTier::open(
+            &dir.path().join(DISK_SLAB_FILE),
+            slot_bytes,
+            4,
+            IoMode::Buffered,
+        )
+        .unwrap();
+        let (_pool, kept) = kept_pool(dir.path(), slot_bytes, 1);
+        let outside = shard(slot_bytes, 7);
+        let src = [&outside[..]];
+        let mut jobs = vec![SlotWrite {
+            slot: 2,
+            src: &src,
+            seed: BlockHash(7),
+            result: None,
+        }];
+        disk.write_slots_kept(&mut jobs, &kept);
+        let sum = jobs[0].result.take().unwrap().unwrap();
+        assert_eq!(sum, checksum(BlockHash(7), &outside));
+        let mut out = vec![0u8; slot_bytes];
+        disk.read_slot(2, &mut [&mut out[..]], BlockHash(7))
+            .unwrap();
+        assert!(out == outside);
     }
 }

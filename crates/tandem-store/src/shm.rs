@@ -237,6 +237,14 @@ impl ShmFile {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.map
     }
+
+    /// The mapping's first byte, writable, without borrowing the bytes: for views made
+    /// while other holders of the same `Arc<ShmFile>` exist (the engine's pool, shared with
+    /// the disk tier's transfers that keep it mapped). Writing through it is up to the caller
+    /// (the views must not overlap one another or a `bytes()` borrow).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.map.as_ptr().cast_mut()
+    }
 }
 
 fn create_file(path: &Path, size: u64, truncate: bool) -> Result<File, ShmError> {

@@ -316,3 +316,35 @@ fn disk_items_go_as_one_batch_verified_per_shard() {
         "the corrupt shard's slot is free"
     );
 }
+
+#[test]
+fn disk_loads_take_cached_bytes_on_the_runners_threads_and_the_rest_through_the_io() {
+    let mut f = fixture();
+    let items = [
+        (BlockHash(50), Tier::Disk, PageId(0)),
+        (BlockHash(51), Tier::Disk, PageId(1)),
+    ];
+    let stored: Vec<Vec<u8>> = (0..2).map(|p| page(&f.engine, p)).collect();
+    for r in f
+        .store
+        .store_pages_batch(&items, &f.bufs, "eng", &InlineRunner)
+    {
+        assert_eq!(r.unwrap().tier, Tier::Disk);
+    }
+    // Page-cache hits: read on the runner's threads (ThreadPerJob checks it is not the
+    // caller's), straight into the engine's pages, verified.
+    let loads = [(BlockHash(50), PageId(4)), (BlockHash(51), PageId(5))];
+    for r in f
+        .store
+        .load_pages_batch(&loads, &mut f.bufs, "eng", &ThreadPerJob)
+    {
+        assert_eq!(r.unwrap().tier, Tier::Disk);
+    }
+    assert!(page(&f.engine, 4) == stored[0] && page(&f.engine, 5) == stored[1]);
+    // A runner that reads nothing: every shard comes through the tier's I/O instead.
+    let loads = [(BlockHash(51), PageId(8)), (BlockHash(50), PageId(9))];
+    for r in f.store.load_pages_batch(&loads, &mut f.bufs, "eng", &Lazy) {
+        assert_eq!(r.unwrap().tier, Tier::Disk);
+    }
+    assert!(page(&f.engine, 8) == stored[1] && page(&f.engine, 9) == stored[0]);
+}
