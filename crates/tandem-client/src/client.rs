@@ -15,12 +15,14 @@
 //! socket only for what the ring cannot answer (so every refusal is the agent's, as before).
 //! `TANDEM_FRAME_RING=0` in the environment turns it off (every frame on the socket).
 
-use std::io::Write;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::{send, SendFlags};
 use tandem_proto::frame::{Frame, LookupResult};
 use tandem_proto::ids::{BlockHash, Epoch, PageId, RequestId, Step, TaskId};
 
@@ -778,21 +780,25 @@ impl EngineClient {
             else {
                 return Err(timeout(started));
             };
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(WireError::Io)?;
+            match ready(&self.stream, PollFlags::IN, left) {
+                Ok(true) => {}
+                // Timed out or interrupted: the deadline is checked above.
+                Ok(false) => continue,
+                Err(e) => return Err(self.break_with(e.to_string())),
+            }
             let at = self.inbox.len();
             self.inbox.resize(at + READ_CHUNK, 0);
             // `recvmsg`: a `FrameRing` answer brings a descriptor with its bytes.
-            let got = crate::fdpass::recv_with_fds(&self.stream, &mut self.inbox[at..]).map(|r| {
-                self.fds_in.extend(r.fds);
-                r.bytes
-            });
+            let got =
+                crate::fdpass::recv_with_fds_now(&self.stream, &mut self.inbox[at..]).map(|r| {
+                    self.fds_in.extend(r.fds);
+                    r.bytes
+                });
             self.inbox.truncate(at + *got.as_ref().unwrap_or(&0));
             match got {
                 Ok(0) => return Err(self.break_with("the agent closed the connection".into())),
                 Ok(_) => {}
-                Err(e) if timed_out(&e) => return Err(timeout(started)),
+                Err(e) if timed_out(&e) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.break_with(e.to_string())),
             }
@@ -836,7 +842,8 @@ impl EngineClient {
     }
 
     /// Write the outbox until it is empty (`Ok(true)`) or `give_up` passes (`Ok(false)`);
-    /// `Err` names a socket failure.
+    /// `Err` names a socket failure. Writes never block (`MSG_DONTWAIT`); a full socket is
+    /// waited for with `poll`, so no socket option is set per call.
     fn flush(&mut self, give_up: Instant) -> Result<bool, String> {
         while !self.outbox.is_empty() {
             let Some(left) = give_up
@@ -845,17 +852,21 @@ impl EngineClient {
             else {
                 return Ok(false);
             };
-            self.stream
-                .set_write_timeout(Some(left))
-                .map_err(|e| e.to_string())?;
-            match self.stream.write(&self.outbox) {
+            match send(
+                &self.stream,
+                &self.outbox,
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            ) {
                 Ok(0) => return Err("the agent closed the connection".into()),
                 Ok(n) => {
                     self.outbox.drain(..n);
                 }
-                Err(e) if timed_out(&e) => return Ok(false),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
+                Err(Errno::AGAIN) => {
+                    // Full: wait for room (or the deadline, checked above).
+                    ready(&self.stream, PollFlags::OUT, left).map_err(|e| e.to_string())?;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(std::io::Error::from(e).to_string()),
             }
         }
         Ok(true)
@@ -879,7 +890,7 @@ enum FdSendError {
 /// Whether the agent closed its end of `stream` (checked between futex sleeps: a reply that
 /// waits to be read is not a hang-up).
 fn hung_up(stream: &UnixStream) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::event::poll;
     let mut fds = [PollFd::new(stream, PollFlags::RDHUP)];
     let zero = rustix::event::Timespec {
         tv_sec: 0,
@@ -891,6 +902,31 @@ fn hung_up(stream: &UnixStream) -> bool {
             .revents()
             .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR),
         Err(_) => false,
+    }
+}
+
+/// Wait at most `left` until `stream` is ready for `flags` (or hung up, or failed: the read or
+/// write that follows says which): `Ok(false)` when the time ran out or a signal interrupted.
+///
+/// Replies are waited for with `poll`, never in a blocking `recvmsg` under `SO_RCVTIMEO`, for
+/// two reasons measured on the frame path (docs/BENCHMARKS.md, "Frame latency"): no socket
+/// option to set per call (two `setsockopt` calls fewer), and a thread blocked in `recvmsg` is
+/// woken, for nothing, when the agent reads the request (the kernel signals write space on the
+/// same wait queue), which costs the agent's read an extra wake-up and this thread a context
+/// switch; `poll` for input is not woken by a write-space signal.
+///
+/// # Errors
+/// `poll`'s own error (not a timeout or a signal).
+fn ready(stream: &UnixStream, flags: PollFlags, left: Duration) -> std::io::Result<bool> {
+    let mut fds = [PollFd::new(stream, flags)];
+    let timeout = rustix::event::Timespec {
+        tv_sec: left.as_secs() as i64,
+        tv_nsec: i64::from(left.subsec_nanos()),
+    };
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(0) | Err(Errno::INTR) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -68,14 +68,22 @@ pub struct Received {
 /// # Errors
 /// The socket's error.
 pub fn recv_with_fds(socket: impl AsFd, buf: &mut [u8]) -> std::io::Result<Received> {
+    recv_flags(socket, buf, RecvFlags::CMSG_CLOEXEC)
+}
+
+/// [`recv_with_fds`] that never blocks, whatever the socket's mode (`MSG_DONTWAIT`):
+/// `WouldBlock` when nothing is there.
+///
+/// # Errors
+/// The socket's error.
+pub fn recv_with_fds_now(socket: impl AsFd, buf: &mut [u8]) -> std::io::Result<Received> {
+    recv_flags(socket, buf, RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT)
+}
+
+fn recv_flags(socket: impl AsFd, buf: &mut [u8], flags: RecvFlags) -> std::io::Result<Received> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_READ))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = recvmsg(
-        socket,
-        &mut [IoSliceMut::new(buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
+    let got = recvmsg(socket, &mut [IoSliceMut::new(buf)], &mut control, flags)?;
     let mut fds = Vec::new();
     for message in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = message {

@@ -16,7 +16,7 @@ use tandem_client::api::{AgentError, CallId, EngineReply, EngineRequest};
 use tandem_client::wire::{encode, encode_call, read_call};
 use tandem_client::{ClientError, EngineClient};
 use tandem_proto::frame::Frame;
-use tandem_proto::ids::{Epoch, Step};
+use tandem_proto::ids::{BlockHash, Epoch, RequestId, Step};
 
 /// How the stand-in treats one `frame` call.
 #[derive(Clone, Copy, Debug)]
@@ -212,4 +212,58 @@ fn replies_for_no_call_break_the_connection() {
         );
         agent.join().unwrap();
     }
+}
+
+/// A request the agent does not read (its socket full) ends in `Timeout` by the call's
+/// deadline, not in a hang; the part left unsent goes first with the next call, and once the
+/// agent reads again the connection carries on in step (the late reply is discarded).
+#[test]
+fn a_request_the_agent_does_not_read_times_out_and_the_connection_goes_on() {
+    let (_dir, path, l) = listener();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let agent = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let (_, call) = read_call::<EngineRequest>(&mut s).expect("hello");
+        s.write_all(&encode_call(&welcome(), call.unwrap()).unwrap())
+            .unwrap();
+        refuse_ring(&mut s);
+        // Read nothing until the client's first call gave up.
+        wait.recv().expect("go");
+        for _ in 0..2 {
+            let (req, call) = read_call::<EngineRequest>(&mut s).expect("a whole request");
+            let reply = match req {
+                EngineRequest::Lookup { block_hashes, .. } => {
+                    EngineReply::Error(AgentError::BadRequest {
+                        reason: format!("{} hashes", block_hashes.len()),
+                    })
+                }
+                EngineRequest::Frame { step, .. } => frame_reply(step),
+                other => panic!("{other:?}"),
+            };
+            s.write_all(&encode_call(&reply, call.unwrap()).unwrap())
+                .unwrap();
+        }
+        let _ = read_call::<EngineRequest>(&mut s);
+    });
+    let mut c = EngineClient::connect(&path, 1, Duration::from_secs(5)).expect("connect");
+    // Long enough for the request to be encoded (a debug build) and its first part sent.
+    c.set_reply_slack(Duration::from_secs(1));
+    // More than a Unix socket buffers: the write must wait for room, and cannot get it.
+    let hashes: Vec<BlockHash> = (0..150_000u128).map(BlockHash).collect();
+    match c.lookup(Step(0), RequestId(1), hashes) {
+        Err(ClientError::Timeout {
+            request: "lookup",
+            call,
+            ..
+        }) => assert_eq!(call, CallId(3)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    go.send(()).expect("stand-in waits");
+    let f = c
+        .frame(Step(7), Duration::from_secs(5))
+        .expect("the next call");
+    assert_eq!(f.step, Step(7));
+    assert_eq!(c.late_replies(), 1);
+    drop(c);
+    agent.join().expect("stand-in");
 }
