@@ -1,5 +1,10 @@
 //! The engine socket server. One request at a time per connection, each answered once, in
 //! order, under the call id the request named (a bare request without one is answered bare).
+//! A request for the `ProtocolActor` (every one but a hello, `FrameRing` and the store's) hands
+//! the actor the socket with it, and the actor writes the reply itself when the socket takes it
+//! whole (`protocol::DirectReply`): the reply moves in the same turn as the core's output, with
+//! no task hop first. This task waits for that call's answer before it reads the next request,
+//! so the socket has one writer at a time; what the actor could not write, it writes.
 //!
 //! A malformed request is answered with `BadRequest` under [`CallId::NONE`] (its own id cannot
 //! be read from a body that does not decode) and the connection closes (the byte stream cannot
@@ -13,17 +18,18 @@
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use actix::Addr;
 use tandem_client::api::{AgentError, BufferSource, CallId, EngineReply, EngineRequest};
 use tandem_client::fdpass::{recv_with_fds, send_with_fd, FdLedger, MessageFds};
 use tandem_client::wire::{decode_call, encode, encode_call, split_message, WireError};
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::Interest;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 
 use crate::protocol::ring::SharedRing;
-use crate::protocol::{EngineCall, EngineDisconnected};
+use crate::protocol::{Answered, DirectReply, EngineCall, EngineDisconnected};
 use crate::router::Router;
 use crate::store_actor::{PoolSource, RegisterBuffer, RegisterDevice, StoreActor};
 
@@ -93,19 +99,22 @@ pub async fn serve(
 }
 
 async fn serve_one(
-    mut stream: UnixStream,
+    stream: UnixStream,
     router: &Router,
     store: &Addr<StoreActor>,
     ring: &Option<SharedRing>,
     attached: &mut bool,
 ) -> Result<(), WireError> {
+    // Shared with the protocol actor, which writes a reply itself while this task waits for
+    // the call's answer (`DirectReply`): one writer at a time, as requests are one at a time.
+    let stream = Arc::new(stream);
     let mut inbound = Inbound::new();
     loop {
         let (payload, fds) = match inbound.next(&stream).await {
             Ok(Some(message)) => message,
             Ok(None) => return Ok(()),
             Err(e @ WireError::TooLarge { .. }) => {
-                reply(&mut stream, Some(CallId::NONE), &bad_request(&e)).await?;
+                reply(&stream, Some(CallId::NONE), &bad_request(&e)).await?;
                 return Err(e);
             }
             Err(e) => return Err(e),
@@ -113,21 +122,32 @@ async fn serve_one(
         let (req, call) = match decode_call::<EngineRequest>(&payload) {
             Ok(r) => r,
             Err(e) => {
-                reply(&mut stream, Some(CallId::NONE), &bad_request(&e)).await?;
+                reply(&stream, Some(CallId::NONE), &bad_request(&e)).await?;
                 return Err(e);
             }
         };
         if matches!(req, EngineRequest::FrameRing) {
-            reply_ring(&mut stream, call, ring).await?;
+            reply_ring(&stream, call, ring).await?;
             continue;
         }
         let hello = matches!(
             req,
             EngineRequest::Hello { .. } | EngineRequest::HelloVersioned { .. }
         );
-        let answer = route(req, fds, router, store).await;
-        *attached |= hello && matches!(answer, EngineReply::Welcome { .. });
-        reply(&mut stream, call, &answer).await?;
+        // A hello's answer is read here (it attaches the connection), so it is not written
+        // by the actor.
+        let direct = (!hello).then(|| DirectReply {
+            stream: stream.clone(),
+            call,
+        });
+        match route(req, fds, router, store, direct).await {
+            Answered::Written => {}
+            Answered::Rest(bytes) => write_all(&stream, &bytes).await?,
+            Answered::Reply(answer) => {
+                *attached |= hello && matches!(answer, EngineReply::Welcome { .. });
+                reply(&stream, call, &answer).await?;
+            }
+        }
     }
 }
 
@@ -213,12 +233,15 @@ fn pool_source(source: BufferSource, mut fds: MessageFds) -> Result<PoolSource, 
     }
 }
 
+/// Carry out one request: the store's own requests here, every other by the protocol actor,
+/// which may write the reply itself to `direct` ([`Answered::Written`]).
 async fn route(
     req: EngineRequest,
     fds: MessageFds,
     router: &Router,
     store: &Addr<StoreActor>,
-) -> EngineReply {
+    direct: Option<DirectReply>,
+) -> Answered {
     let unavailable = |e: actix::MailboxError| {
         EngineReply::Error(AgentError::NotReady {
             reason: format!("agent is restarting: {e}"),
@@ -238,17 +261,14 @@ async fn route(
             "engine passed descriptors with a request that takes none; closed them"
         );
     }
-    match req {
+    let reply = match req {
         EngineRequest::RegisterBuffer {
             source,
             size_bytes,
             page_size_bytes,
-        } => {
-            let source = match pool_source(source, fds) {
-                Ok(s) => s,
-                Err(e) => return EngineReply::Error(e),
-            };
-            match store
+        } => match pool_source(source, fds) {
+            Err(e) => EngineReply::Error(e),
+            Ok(source) => match store
                 .send(RegisterBuffer {
                     source,
                     size_bytes,
@@ -259,8 +279,8 @@ async fn route(
                 Ok(Ok(pages)) => EngineReply::Registered { pages },
                 Ok(Err(e)) => EngineReply::Error(e),
                 Err(e) => unavailable(e),
-            }
-        }
+            },
+        },
         EngineRequest::RegisterDevice {
             ordinal,
             ipc_handle,
@@ -281,19 +301,24 @@ async fn route(
         },
         req => {
             let Some(protocol) = router.current() else {
-                return EngineReply::Error(AgentError::NotReady {
+                return Answered::Reply(EngineReply::Error(AgentError::NotReady {
                     reason: "the agent is between epochs".into(),
-                });
+                }));
             };
             let (tx, rx) = oneshot::channel();
-            protocol.do_send(EngineCall { req, reply: tx });
-            rx.await.unwrap_or_else(|_| {
-                EngineReply::Error(AgentError::NotReady {
+            protocol.do_send(EngineCall {
+                req,
+                reply: tx,
+                direct,
+            });
+            return rx.await.unwrap_or_else(|_| {
+                Answered::Reply(EngineReply::Error(AgentError::NotReady {
                     reason: "agent is restarting".into(),
-                })
-            })
+                }))
+            });
         }
-    }
+    };
+    Answered::Reply(reply)
 }
 
 fn bad_request(e: &WireError) -> EngineReply {
@@ -305,7 +330,7 @@ fn bad_request(e: &WireError) -> EngineReply {
 /// Answer `FrameRing`: the ring's geometry, with its descriptor on the reply's first byte; an
 /// agent without a ring refuses (the engine reads frames on the socket).
 async fn reply_ring(
-    stream: &mut UnixStream,
+    stream: &UnixStream,
     call: Option<CallId>,
     ring: &Option<SharedRing>,
 ) -> Result<(), WireError> {
@@ -338,19 +363,17 @@ async fn reply_ring(
         Some(call) => encode_call(&answer, call)?,
         None => encode(&answer)?,
     };
-    let shared: &UnixStream = stream;
-    let sent = shared
+    let sent = stream
         .async_io(Interest::WRITABLE, || {
-            send_with_fd(shared, &bytes, fd.as_fd())
+            send_with_fd(stream, &bytes, fd.as_fd())
         })
         .await?;
-    stream.write_all(&bytes[sent..]).await?;
-    Ok(())
+    write_all(stream, &bytes[sent..]).await
 }
 
 /// Write `answer` under `call` (bare when the request named no call).
 async fn reply(
-    stream: &mut UnixStream,
+    stream: &UnixStream,
     call: Option<CallId>,
     answer: &EngineReply,
 ) -> Result<(), WireError> {
@@ -358,6 +381,19 @@ async fn reply(
         Some(call) => encode_call(answer, call)?,
         None => encode(answer)?,
     };
-    stream.write_all(&bytes).await?;
+    write_all(stream, &bytes).await
+}
+
+/// Write all of `bytes` to the (shared) engine socket, waiting for room as needed.
+async fn write_all(stream: &UnixStream, mut bytes: &[u8]) -> Result<(), WireError> {
+    while !bytes.is_empty() {
+        let n = stream
+            .async_io(Interest::WRITABLE, || stream.try_write(bytes))
+            .await?;
+        if n == 0 {
+            return Err(WireError::Io(std::io::ErrorKind::WriteZero.into()));
+        }
+        bytes = &bytes[n..];
+    }
     Ok(())
 }

@@ -9,7 +9,7 @@ use tandem_proto::Rank;
 use tokio::sync::oneshot;
 
 use super::{
-    AdmitPeer, AgentStatus, Drain, EngineCall, EngineDisconnected, FromPeer, GetStatus,
+    AdmitPeer, AgentStatus, Answered, Drain, EngineCall, EngineDisconnected, FromPeer, GetStatus,
     LeaderLinked, LeaderLost, LogHealth, PeerLost, ProtocolActor, StopEpoch,
 };
 use crate::store_actor::{LayersCopied, ShardDone};
@@ -19,7 +19,7 @@ impl Handler<EngineCall> for ProtocolActor {
     /// An engine request: answered now or when its wait ends (the pool's size told first).
     fn handle(&mut self, msg: EngineCall, ctx: &mut Context<Self>) {
         let end_step = matches!(msg.req, EngineRequest::EndStep { .. });
-        let call = self.call(msg.reply, end_step);
+        let call = self.call(msg.reply, msg.direct, end_step);
         let pool = self.wiring.pool.get();
         self.input(ctx, |core, now| {
             core.handle_pool(pool);
@@ -124,16 +124,16 @@ impl Handler<Drain> for ProtocolActor {
     /// Seal the open step (leader) before a shutdown; done when sealed (or not needed).
     fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = oneshot::channel();
-        let call = self.call(tx, false);
+        let call = self.call(tx, None, false);
         self.input(ctx, |core, now| core.handle_drain(call, now));
         Box::pin(async move {
             match rx.await {
-                Ok(EngineReply::Frame(f)) => tracing::info!(
+                Ok(Answered::Reply(EngineReply::Frame(f))) => tracing::info!(
                     step = f.step.0,
                     outcomes = f.finished.len(),
                     "drained: open step sealed"
                 ),
-                Ok(EngineReply::Error(e)) => {
+                Ok(Answered::Reply(EngineReply::Error(e))) => {
                     tracing::warn!(error = %e, "drain could not seal the open step")
                 }
                 _ => {}

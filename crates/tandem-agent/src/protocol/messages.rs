@@ -2,27 +2,54 @@
 //! queries and the end of an epoch. Each declares its reply type; the handlers live with the
 //! actor.
 
+use std::sync::Arc;
+
 use actix::Message;
-use tandem_client::api::{EngineReply, EngineRequest};
+use tandem_client::api::{CallId, EngineReply, EngineRequest};
 use tandem_proto::ids::Rank;
 use tandem_proto::wire::handshake::{HandshakeError, Nonce};
 use tandem_proto::wire::{Hello, Message as WireMessage};
 use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
 use super::status::AgentStatus;
 use crate::peer::io::MessageReader;
 use crate::peer::link::PeerLink;
 
-/// One engine request; the reply goes back on `reply` exactly once (possibly later, for a
+/// One engine request; the answer goes back on `reply` exactly once (possibly later, for a
 /// request that waits).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EngineCall {
     /// The request.
     pub req: EngineRequest,
-    /// Where the one reply goes.
-    pub reply: oneshot::Sender<EngineReply>,
+    /// Where the one answer goes.
+    pub reply: oneshot::Sender<Answered>,
+    /// The engine's socket, when the actor may write the reply itself.
+    pub direct: Option<DirectReply>,
+}
+
+/// The engine socket a reply may be written to at once, from the place that produced it, and
+/// the call id it goes under. Its endpoint waits for the [`Answered`] of this call before it
+/// reads the next request, so the actor is the socket's only writer meanwhile.
+#[derive(Clone, Debug)]
+pub struct DirectReply {
+    /// The engine's connection.
+    pub stream: Arc<UnixStream>,
+    /// The id the request named (`None`: answered bare).
+    pub call: Option<CallId>,
+}
+
+/// How an [`EngineCall`] was answered.
+#[derive(Debug)]
+pub enum Answered {
+    /// The whole reply is on the engine's socket (written by the actor).
+    Written,
+    /// The reply's encoded bytes the socket did not take at once, for the endpoint to write.
+    Rest(Vec<u8>),
+    /// The reply, for the endpoint to encode and write.
+    Reply(EngineReply),
 }
 
 /// The engine's connection closed.

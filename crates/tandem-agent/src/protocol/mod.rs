@@ -3,11 +3,13 @@
 //! It holds a [`RankCore`] (`tandem-core`), feeds it every input with the agent's `now_ms`
 //! (engine calls, peer messages and losses, this rank's shard results, append and manifest
 //! results, one timer at the core's `poll_timeout`) and carries out every output in order:
-//! replies to the engine call they name, commands to the `StoreActor`, messages on peer links
+//! replies to the engine call they name (written to the engine's socket right here when the
+//! socket takes them, else handed to its endpoint: `direct`), commands to the `StoreActor`, messages on peer links
 //! (in their own order, after an engine answer of the same input: `outbox`), appends to the
 //! completion stream and manifest reads (their results fed back), events to the runtime. It holds no rule: every decision is the core's. A new epoch gets a new
 //! ProtocolActor and a new core: nothing of an old epoch's protocol resumes.
 //!
+//! - `direct`: an engine's reply written to its socket from the place that produced it.
 //! - `handlers`: one handler per message, each an input of the core.
 //! - `inbound`: a follower's reading of its leader's connection, inside the actor.
 //! - `messages`: the messages it takes (re-exported here).
@@ -17,6 +19,7 @@
 //! - `outbox`: peer messages in order, written in one pass after the engine's answer.
 //! - [`ring`]: the frames engine reads are answered with, published into the rank's frame ring.
 
+mod direct;
 mod handlers;
 mod inbound;
 pub mod index_blocks;
@@ -73,10 +76,11 @@ pub struct Wiring {
     pub ring: Option<ring::SharedRing>,
 }
 
-/// One engine call being carried: where its reply goes, and when an `end_step` arrived (for
-/// the frame latency histogram).
+/// One engine call being carried: where its answer goes (and the socket its reply may be
+/// written to at once), and when an `end_step` arrived (for the frame latency histogram).
 struct Pending {
-    reply: oneshot::Sender<EngineReply>,
+    reply: oneshot::Sender<Answered>,
+    direct: Option<DirectReply>,
     end_step_at: Option<Instant>,
 }
 
@@ -134,12 +138,24 @@ impl ProtocolActor {
         }
     }
 
-    /// A new engine call; its reply goes to `reply`.
-    fn call(&mut self, reply: oneshot::Sender<EngineReply>, end_step: bool) -> CallRef {
+    /// A new engine call; its answer goes to `reply`, its reply's bytes to `direct` when given.
+    fn call(
+        &mut self,
+        reply: oneshot::Sender<Answered>,
+        direct: Option<DirectReply>,
+        end_step: bool,
+    ) -> CallRef {
         let call = CallRef(self.next_call);
         self.next_call += 1;
         let end_step_at = end_step.then(Instant::now);
-        self.calls.insert(call, Pending { reply, end_step_at });
+        self.calls.insert(
+            call,
+            Pending {
+                reply,
+                direct,
+                end_step_at,
+            },
+        );
         call
     }
 
@@ -155,15 +171,15 @@ impl ProtocolActor {
     /// Carry out every output of the core, in order (peer messages after the engine's answer,
     /// see `outbox`), then arm the timer for its deadline.
     fn flush(&mut self, ctx: &mut Context<Self>) {
+        // An answer the endpoint still has to write: peer messages wait until it has.
         let mut answered = false;
         while let Some(out) = self.core.poll_output() {
             match out {
                 Output::Reply { call, reply } => {
-                    answered = true;
                     if let (Some(tap), EngineReply::Frame(f)) = (&mut self.cache_events, &reply) {
                         tap.sealed(f);
                     }
-                    self.reply(call, reply)
+                    answered |= !self.reply(call, reply);
                 }
                 Output::Store(command) => self.wiring.store.do_send(Carry {
                     command,
@@ -191,14 +207,26 @@ impl ProtocolActor {
         self.arm(ctx);
     }
 
-    fn reply(&mut self, call: CallRef, reply: EngineReply) {
+    /// Answer `call`: its reply is written to the engine's socket at once when the call came
+    /// with one and the socket takes it whole (returns `true`); otherwise what is left goes to
+    /// the endpoint, which writes it (`false`). A reply for no call returns `true`: nothing
+    /// waits on it.
+    fn reply(&mut self, call: CallRef, reply: EngineReply) -> bool {
         let Some(p) = self.calls.remove(&call) else {
-            return tracing::error!(%call, "a reply for no call");
+            tracing::error!(%call, "a reply for no call");
+            return true;
         };
         if let (Some(t), EngineReply::Frame(_)) = (p.end_step_at, &reply) {
             self.wiring.metrics.observe_frame_latency(t.elapsed());
         }
-        let _ = p.reply.send(reply);
+        let answer = match &p.direct {
+            Some(direct) => direct::write(direct, reply),
+            None => Answered::Reply(reply),
+        };
+        let written = matches!(answer, Answered::Written);
+        // The endpoint is gone when this fails (the engine disconnected): nobody to answer.
+        let _ = p.reply.send(answer);
+        written
     }
 
     /// Append a step record, then hand the result to the core. Appends go out at once, in the
@@ -285,7 +313,9 @@ impl ProtocolActor {
             let reason = reason.to_string();
             let _ = p
                 .reply
-                .send(EngineReply::Error(AgentError::NotReady { reason }));
+                .send(Answered::Reply(EngineReply::Error(AgentError::NotReady {
+                    reason,
+                })));
         }
     }
 }

@@ -4,9 +4,12 @@
 //! Owns the order of peer messages and link closes. Every message is encoded once and written
 //! to every link it goes to in one pass ([`PeerLink::send_encoded`] writes at once unless the
 //! socket would block). When the outputs of one input answer an engine call too (the leader's
-//! `end_step` that seals a frame; a follower's `ack`), the peer messages wait until the engine
-//! endpoint's task has written that answer: the actor yields once, and the endpoint's task,
-//! woken by the answer, runs first. So the leader's engine is not answered behind the fan-out.
+//! `end_step` that seals a frame; a follower's `ack`), that answer is on the engine's socket
+//! before the peer messages go: usually the actor wrote it itself a moment before (`direct`),
+//! and the messages go at once; when the endpoint's task still has to write it (the socket did
+//! not take it whole, or the call came without a socket), the actor yields once, and the
+//! endpoint's task, woken by the answer, runs first. So the leader's engine is not answered
+//! behind the fan-out.
 //! Nothing that matters is reordered: a frame is durable before any output reveals it, and an
 //! engine's answer and a peer's message are independent of each other. Messages and closes
 //! stay in the order the core gave them, across inputs: once something waits, everything after
@@ -60,8 +63,9 @@ impl ProtocolActor {
         self.outbox.waiting.push_back(Outgoing::Close(conn));
     }
 
-    /// After one input's outputs: write what waits now, or, when an engine call was answered
-    /// (`answered`), on the actor's next turn, after the endpoint wrote the answer.
+    /// After one input's outputs: write what waits now, or, when an engine call's answer is
+    /// left for its endpoint to write (`answered`), on the actor's next turn, after the
+    /// endpoint wrote it.
     pub(super) fn send_outbox(&mut self, answered: bool, ctx: &mut Context<Self>) {
         if self.outbox.scheduled || self.outbox.waiting.is_empty() {
             return;
