@@ -1,7 +1,8 @@
 //! The floors a data-path case is held to, measured in the same run with the same bytes:
 //! a plain memcpy between two shared-memory files of the working set's size (engine pages and
-//! host slab are both such files), and plain positional writes and reads of one shard per call
-//! to a preallocated file in the disk tier's directory. Owns these two measurements only.
+//! host slab are both such files), alone or as N copies at once (one per rank of a group), and
+//! plain positional writes and reads of one shard per call to a preallocated file in the disk
+//! tier's directory. Owns these measurements only.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -44,41 +45,124 @@ fn shm(dir: &Path, name: &str, bytes: u64) -> Result<ShmFile, DatapathError> {
 
 /// memcpy of `blocks` shards of `shard_bytes`, one `copy_from_slice` per shard, between two
 /// shared-memory files created in `dir` (removed afterwards): pages → slab for store, slab →
-/// pages for load, best of three passes each.
+/// pages for load, best of three passes each. One thread, nothing else copying: the floor
+/// issue 20's goal names.
 ///
 /// # Errors
 /// [`DatapathError::Io`] when a file cannot be created or mapped.
 pub fn copy_floor(dir: &Path, shard_bytes: usize, blocks: usize) -> Result<Floor, DatapathError> {
+    concurrent_copy_floor(dir, shard_bytes, blocks, 1)
+}
+
+/// The copy floor of a group of `copies` ranks on this machine: `copies` memcpys at once, one
+/// thread each, every thread moving its own `blocks` shards of `shard_bytes` between its own
+/// two shared-memory files (each rank's bytes, as every rank's agent copies its shard of the
+/// same task at the same time). GB/s per copy = one copy's bytes over the wall time from the
+/// first thread's start to the last one's end (the bench's per-rank figure is one rank's bytes
+/// over the phase's wall time); best of three passes each way. With `copies` ≤ 1 this is
+/// [`copy_floor`]. On a machine with fewer cores or less memory bandwidth than `copies` copies
+/// need, it is below the single-thread floor; that difference is the machine's, not the path's.
+///
+/// # Errors
+/// [`DatapathError::Io`] when a file cannot be created or mapped, or a thread not started.
+pub fn concurrent_copy_floor(
+    dir: &Path,
+    shard_bytes: usize,
+    blocks: usize,
+    copies: usize,
+) -> Result<Floor, DatapathError> {
+    let copies = copies.max(1);
     let bytes = (shard_bytes * blocks) as u64;
     let tmp = tempfile::Builder::new()
         .prefix("datapath-floor-")
         .tempdir_in(dir)
         .map_err(io("baseline dir"))?;
-    let mut pages = shm(tmp.path(), "pages", bytes)?;
-    let mut slab = shm(tmp.path(), "slab", bytes)?;
-    pages.bytes_mut().fill(0x5a);
+    let mut pairs = Vec::with_capacity(copies);
+    for c in 0..copies {
+        let mut pages = shm(tmp.path(), &format!("pages{c}"), bytes)?;
+        let slab = shm(tmp.path(), &format!("slab{c}"), bytes)?;
+        pages.bytes_mut().fill(0x5a);
+        pairs.push((pages, slab));
+    }
     let mut best = Floor::default();
     for _ in 0..PASSES {
-        let t = Instant::now();
-        for (d, s) in slab
-            .bytes_mut()
-            .chunks_exact_mut(shard_bytes)
-            .zip(pages.bytes().chunks_exact(shard_bytes))
-        {
-            d.copy_from_slice(s);
-        }
-        best.store_gbps = best.store_gbps.max(gbps(bytes, t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        for (d, s) in pages
-            .bytes_mut()
-            .chunks_exact_mut(shard_bytes)
-            .zip(slab.bytes().chunks_exact(shard_bytes))
-        {
-            d.copy_from_slice(s);
-        }
-        best.load_gbps = best.load_gbps.max(gbps(bytes, t.elapsed().as_secs_f64()));
+        let secs = together(&mut pairs, |(pages, slab)| {
+            shards(slab.bytes_mut(), pages.bytes(), shard_bytes)
+        })?;
+        best.store_gbps = best.store_gbps.max(gbps(bytes, secs));
+        let secs = together(&mut pairs, |(pages, slab)| {
+            shards(pages.bytes_mut(), slab.bytes(), shard_bytes)
+        })?;
+        best.load_gbps = best.load_gbps.max(gbps(bytes, secs));
     }
     Ok(best)
+}
+
+/// One `copy_from_slice` per shard of `shard_bytes`.
+fn shards(dst: &mut [u8], src: &[u8], shard_bytes: usize) {
+    for (d, s) in dst
+        .chunks_exact_mut(shard_bytes)
+        .zip(src.chunks_exact(shard_bytes))
+    {
+        d.copy_from_slice(s);
+    }
+}
+
+/// Run `copy` on every item at once, one thread each (the caller's thread alone for one item),
+/// released together; seconds from the first start to the last end.
+fn together<T: Send>(items: &mut [T], copy: impl Fn(&mut T) + Sync) -> Result<f64, DatapathError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::RwLock;
+    if let [only] = items {
+        let t = Instant::now();
+        copy(only);
+        return Ok(t.elapsed().as_secs_f64());
+    }
+    let n = items.len();
+    // Threads start once the gate's write guard drops; a thread that could not be spawned
+    // sets `abort`, and the others then return without copying.
+    let gate = RwLock::new(());
+    let abort = AtomicBool::new(false);
+    let (gate, abort, copy) = (&gate, &abort, &copy);
+    let spans = std::thread::scope(|scope| {
+        let closed = gate.write().unwrap_or_else(|p| p.into_inner());
+        let mut handles = Vec::with_capacity(n);
+        let mut failed = None;
+        for (i, item) in items.iter_mut().enumerate() {
+            let started = std::thread::Builder::new()
+                .name(format!("floor-copy-{i}"))
+                .spawn_scoped(scope, move || {
+                    drop(gate.read().unwrap_or_else(|p| p.into_inner()));
+                    if abort.load(Ordering::SeqCst) {
+                        return None;
+                    }
+                    let t = Instant::now();
+                    copy(item);
+                    Some((t, Instant::now()))
+                });
+            match started {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    abort.store(true, Ordering::SeqCst);
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        drop(closed);
+        let spans: Vec<_> = handles
+            .into_iter()
+            .filter_map(|h| h.join().ok().flatten())
+            .collect();
+        failed.map_or(Ok(spans), Err)
+    })
+    .map_err(io("floor copy thread"))?;
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    match (first, last) {
+        (Some(a), Some(b)) if spans.len() == n => Ok(b.duration_since(a).as_secs_f64()),
+        _ => Err(DatapathError::Check("a floor copy thread panicked".into())),
+    }
 }
 
 /// `write_all_at` then `read_exact_at` of one shard per call, `blocks` shards from a

@@ -12,7 +12,8 @@
 //! # Layout
 //! - `engines`: [`drive_case`], the leader's store then load of the working set, lookups and
 //!   the control floor, the followers' frame readers, the content checks.
-//! - `baseline`: [`copy_floor`] (memcpy between shared-memory buffers of the same shape) and
+//! - `baseline`: [`copy_floor`] (memcpy between shared-memory buffers of the same shape, one
+//!   thread), [`concurrent_copy_floor`] (the same, one copy per rank at once) and
 //!   [`disk_floor`] (pwrite / pread of the same bytes, shard by shard, in the same directory).
 //! - `figures`: [`Latency`], [`PhaseFigures`], [`CaseFigures`].
 //! - `trace`: each follower thread's last call and reply, for the report of a case that
@@ -23,7 +24,7 @@ mod engines;
 mod figures;
 mod trace;
 
-pub use baseline::{copy_floor, disk_floor, Floor};
+pub use baseline::{concurrent_copy_floor, copy_floor, disk_floor, Floor};
 pub use engines::{drive_case, DriveOptions, StatusProbe};
 pub use figures::{CaseFigures, Latency, PhaseFigures};
 
