@@ -213,3 +213,41 @@ pub fn disk_floor(
     }
     Ok(best)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every item is copied, once each, on its own thread, and the span covers them all.
+    #[test]
+    fn together_runs_every_copy() {
+        let mut items: Vec<(Vec<u8>, Vec<u8>, u32)> = (0..3u8)
+            .map(|i| (vec![i + 1; 4096], vec![0; 4096], 0))
+            .collect();
+        let secs = together(&mut items, |(src, dst, runs)| {
+            dst.copy_from_slice(src);
+            *runs += 1;
+        })
+        .unwrap();
+        assert!(secs >= 0.0);
+        for (src, dst, runs) in &items {
+            assert_eq!((src, *runs), (dst, 1));
+        }
+        let mut one = [(vec![7u8; 8], vec![0u8; 8])];
+        together(&mut one, |(s, d)| d.copy_from_slice(s)).unwrap();
+        assert_eq!(one[0].1, vec![7u8; 8]);
+    }
+
+    /// Two copies at once through shared-memory files give a floor in both directions; one
+    /// copy is the single-thread floor's measurement.
+    #[test]
+    fn the_concurrent_floor_measures_both_directions() {
+        let dir = tempfile::tempdir().unwrap();
+        for copies in [1, 2] {
+            let f = concurrent_copy_floor(dir.path(), 64 << 10, 4, copies).unwrap();
+            assert!(f.store_gbps > 0.0 && f.load_gbps > 0.0, "{copies}: {f:?}");
+        }
+        // The files are gone afterwards.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
