@@ -87,16 +87,54 @@ impl StreamEntry {
     }
 }
 
-/// Encodes a record for the `rec` field.
+/// Bytes of the stack buffer [`encode_with`] encodes into: a step record of up to a few
+/// hundred outcomes, or of a few starts.
+const STACK_RECORD_BYTES: usize = 4096;
+
+/// About the bytes of a step record, to size its command at once and to choose where
+/// [`encode_with`] encodes it: postcard takes 1 to 10 bytes per integer, a few per outcome
+/// and more per start (its block hashes and pages). An upper guess for outcomes, a rough one
+/// for starts: a short guess costs a reallocation or a second encoding, nothing else.
+pub(crate) fn record_bytes_hint(record: &StepRecordRef<'_>) -> usize {
+    24 + record.finished.len() * 24
+        + record
+            .started
+            .iter()
+            .map(|s| 48 + 10 * (s.start.block_hashes.len() + s.start.page_ids.len()))
+            .sum::<usize>()
+}
+
+/// Encodes a record for the `rec` field and hands its bytes to `write` (which copies them
+/// into the command being built): postcard, the same bytes as the owned [`StepRecord`]. A
+/// record that [`record_bytes_hint`] says fits [`STACK_RECORD_BYTES`] is encoded on the
+/// stack, so the usual append allocates no buffer for its record; a larger one (or one that
+/// turns out not to fit) in a `Vec`.
 ///
 /// # Errors
 /// [`DurableError::Corrupt`] if serialization fails (it does not for these types; the
 /// variant keeps the call panic-free).
-pub(crate) fn encode(record: &StepRecordRef<'_>) -> Result<Vec<u8>> {
-    postcard::to_allocvec(record).map_err(|e| DurableError::Corrupt {
+pub(crate) fn encode_with<R>(
+    record: &StepRecordRef<'_>,
+    write: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
+    if record_bytes_hint(record) <= STACK_RECORD_BYTES {
+        let mut stack = [0u8; STACK_RECORD_BYTES];
+        match postcard::to_slice(record, &mut stack) {
+            Ok(bytes) => return Ok(write(bytes)),
+            Err(postcard::Error::SerializeBufferFull) => {}
+            Err(e) => return Err(encode_error(record, &e)),
+        }
+    }
+    postcard::to_allocvec(record)
+        .map(|bytes| write(&bytes))
+        .map_err(|e| encode_error(record, &e))
+}
+
+fn encode_error(record: &StepRecordRef<'_>, e: &postcard::Error) -> DurableError {
+    DurableError::Corrupt {
         id: format!("epoch {} step {}", record.epoch, record.step),
         reason: format!("cannot encode step record: {e}"),
-    })
+    }
 }
 
 /// The fields of one entry, as read: `v`, `rec` and `barrier` where present.
@@ -173,12 +211,15 @@ mod tests {
     #[test]
     fn borrowed_encoding_decodes_as_owned() {
         let (started, finished) = sample();
-        let bytes = encode(&StepRecordRef {
-            epoch: Epoch(2),
-            step: Step(9),
-            started: &started,
-            finished: &finished,
-        })
+        let bytes = encode_with(
+            &StepRecordRef {
+                epoch: Epoch(2),
+                step: Step(9),
+                started: &started,
+                finished: &finished,
+            },
+            <[u8]>::to_vec,
+        )
         .unwrap();
         let id = StreamEntryId { ms: 1, seq: 0 };
         let fields = RawFields {
@@ -192,6 +233,7 @@ mod tests {
             started,
             finished,
         };
+        assert_eq!(bytes, postcard::to_allocvec(&record).unwrap());
         assert_eq!(
             decode(id, fields).unwrap(),
             StreamEntry::Step(LoggedStep { id, record })
@@ -210,6 +252,31 @@ mod tests {
             }
         );
         assert_eq!(entry.id(), id);
+    }
+
+    #[test]
+    fn a_record_larger_than_the_stack_buffer_encodes_the_same_bytes() {
+        let (started, one) = sample();
+        let finished: Vec<TaskOutcome> = (0..400).map(|_| one[0].clone()).collect();
+        let record = StepRecord {
+            epoch: Epoch(2),
+            step: Step(9),
+            started,
+            finished,
+        };
+        let owned = postcard::to_allocvec(&record).unwrap();
+        assert!(owned.len() > STACK_RECORD_BYTES, "{}", owned.len());
+        let borrowed = encode_with(
+            &StepRecordRef {
+                epoch: record.epoch,
+                step: record.step,
+                started: &record.started,
+                finished: &record.finished,
+            },
+            <[u8]>::to_vec,
+        )
+        .unwrap();
+        assert_eq!(borrowed, owned);
     }
 
     #[test]

@@ -33,8 +33,8 @@ use crate::error::{DurableError, Result};
 use crate::id::StreamEntryId;
 use crate::keys::{consumer_group, CONSUMER};
 use crate::record::{
-    decode, encode, LoggedStep, RawFields, StartedTask, StepRecordRef, StreamEntry, FIELD_BARRIER,
-    FIELD_RECORD, FIELD_VERSION, RECORD_VERSION,
+    decode, encode_with, record_bytes_hint, LoggedStep, RawFields, StartedTask, StepRecordRef,
+    StreamEntry, FIELD_BARRIER, FIELD_RECORD, FIELD_VERSION, RECORD_VERSION,
 };
 use crate::recovery::{Recovery, RecoveryBuilder};
 use crate::stream::{CompletionStream, RankCursor};
@@ -43,11 +43,49 @@ use async_trait::async_trait;
 use redis::streams::{
     StreamId, StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply, StreamRangeReply,
 };
-use redis::Value;
+use redis::{Cmd, Value};
 use tandem_proto::{Epoch, Rank, Step, TaskOutcome};
 
 /// What Redis answers an XADD whose id is not above the stream's last one.
 const STALE_ID_REPLY: &str = "equal or smaller than the target stream top item";
+
+/// Arguments of the append's XADD: the command, key, `NOMKSTREAM`, id, and two fields.
+const XADD_ARGS: usize = 8;
+/// Bytes of the append's XADD besides the key and the record: the command, `NOMKSTREAM`,
+/// an id of up to 20 digits and `-*`, the field names and the version.
+const XADD_FIXED_BYTES: usize = 48;
+
+/// The id of an append of `epoch`, `{epoch}-*` (Redis picks the sequence), written without
+/// a `String` per append.
+fn fenced_id(epoch: Epoch) -> FencedId {
+    let mut id = FencedId {
+        buf: [0; 22],
+        start: 20,
+    };
+    id.buf[20] = b'-';
+    id.buf[21] = b'*';
+    let mut e = epoch.0;
+    loop {
+        id.start -= 1;
+        id.buf[id.start] = b'0' + (e % 10) as u8;
+        e /= 10;
+        if e == 0 {
+            return id;
+        }
+    }
+}
+
+/// The bytes of [`fenced_id`]: up to 20 digits, then `-*`.
+struct FencedId {
+    buf: [u8; 22],
+    start: usize,
+}
+
+impl FencedId {
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
 
 #[async_trait]
 impl CompletionStream for RedisLog {
@@ -71,20 +109,29 @@ impl CompletionStream for RedisLog {
         if epoch.0 == 0 {
             return Err(self.stale(epoch).await);
         }
-        let bytes = encode(&StepRecordRef {
+        // One buffer sized up front, the id and the record encoded on the stack and copied
+        // in once: a String, a Vec and the command's regrowth per append measured about a
+        // third of append_step's own instructions (docs/BENCHMARKS.md).
+        let record = StepRecordRef {
             epoch,
             step,
             started,
             finished,
-        })?;
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(&self.keys.completions)
+        };
+        let mut cmd = Cmd::with_capacity(
+            XADD_ARGS,
+            self.keys.completions.len() + XADD_FIXED_BYTES + record_bytes_hint(&record),
+        );
+        cmd.arg("XADD")
+            .arg(&self.keys.completions)
             .arg("NOMKSTREAM")
-            .arg(format!("{}-*", epoch.0))
+            .arg(fenced_id(epoch).as_slice())
             .arg(FIELD_VERSION)
             .arg(RECORD_VERSION)
-            .arg(FIELD_RECORD)
-            .arg(bytes);
+            .arg(FIELD_RECORD);
+        encode_with(&record, |bytes| {
+            cmd.arg(bytes);
+        })?;
         let appended = if self.wait.replicas > 0 {
             let stream = self.keys.completions.clone();
             self.replicated("append_step", cmd, move |id: &Option<String>| {
@@ -446,6 +493,13 @@ mod tests {
             "ERR: The XGROUP subcommand requires the key to exist."
         ));
         assert!(!missing_stream_reply("WRONGTYPE Operation against a key"));
+    }
+
+    #[test]
+    fn fenced_ids_are_the_epoch_then_a_star() {
+        for e in [1, 9, 10, 4_294_967_296, u64::MAX] {
+            assert_eq!(fenced_id(Epoch(e)).as_slice(), format!("{e}-*").as_bytes());
+        }
     }
 
     #[test]
