@@ -100,6 +100,19 @@ impl Default for ModelConfig {
     }
 }
 
+/// The default of `protocol.max_appends_in_flight`: write-ahead appends the leader keeps in
+/// flight to the completion log at once.
+///
+/// Why 32 and not 8: the answers to a window of appends come back together, so a window of
+/// `N` moves at most `N` appends per round trip plus Redis's time for them. At one outcome
+/// per step, 8 in flight moved 0.33–0.38× the events per second of pipelined plain XADDs on a
+/// quiet machine, 32 in flight 0.44–0.53× (target 0.5; docs/BENCHMARKS.md, "Write-ahead cost
+/// (redis)"). While Redis answers within `append_wait_ms` the depth changes nothing a frame
+/// reveals; when it is slower, a frame may reveal an append's content up to 31 steps after the
+/// step that made it, instead of 7, and up to 32 fenced appends fail, each with its own typed
+/// error, after an epoch change.
+pub const DEFAULT_MAX_APPENDS_IN_FLIGHT: u32 = 32;
+
 /// `[protocol]`: limits and deadlines of the group protocol.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -129,7 +142,8 @@ pub struct ProtocolConfig {
     /// its own append). With a Redis Cluster (`redis.cluster_nodes`) the leader keeps 1
     /// whatever is set: the cluster client may re-send a failed write after a later one
     /// landed, which would put a confirmed step's record after a later step's. The leader's own
-    /// setting (not in the configuration fingerprint).
+    /// setting (not in the configuration fingerprint). Default
+    /// [`DEFAULT_MAX_APPENDS_IN_FLIGHT`] (32; why not 8 is said there).
     pub max_appends_in_flight: u32,
     /// Leader: how long an `end_step` waits for its own append before it seals without it,
     /// in milliseconds (0 to 60 000): what that append holds is revealed by a later frame
@@ -150,7 +164,7 @@ impl Default for ProtocolConfig {
             handshake_timeout_ms: 2_000,
             drain_timeout_ms: 5_000,
             bind_timeout_ms: 5_000,
-            max_appends_in_flight: 8,
+            max_appends_in_flight: DEFAULT_MAX_APPENDS_IN_FLIGHT,
             append_wait_ms: 1,
         }
     }

@@ -7,6 +7,9 @@
 //! runtime), so they are all queued before the appender's task runs: one batch, which
 //! [`RedisLog::append_batches`] confirms.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tandem_durable::{
     CompletionStream, ConnTimeouts, DurableConfig, DurableError, EpochStore, RedisLog,
@@ -131,4 +134,88 @@ async fn a_batch_without_an_answer_fails_each_append_by_its_deadline() {
         .await
         .unwrap();
     assert!(next > first);
+}
+
+/// An append in flight and its answer once it came.
+type Slot<'a> = (
+    Pin<Box<dyn Future<Output = Result<StreamEntryId, DurableError>> + Send + 'a>>,
+    Option<Result<StreamEntryId, DurableError>>,
+);
+
+/// Polls each of the first `upto` appends not yet answered once, in order; `true` once all
+/// of them are answered.
+fn poll_window(cx: &mut Context<'_>, window: &mut [Slot<'_>], upto: usize) -> bool {
+    for (fut, done) in window.iter_mut().take(upto) {
+        if done.is_none() {
+            if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+                *done = Some(r);
+            }
+        }
+    }
+    window.iter().take(upto).all(|(_, done)| done.is_some())
+}
+
+/// A window of the default depth (`protocol.max_appends_in_flight`) across an epoch change:
+/// the first half is queued, another leader's `next_epoch` lands on its own connection, then
+/// the second half is queued. Every append of the old epoch either lands before the barrier
+/// or fails with `StaleEpoch` naming the new epoch; the refused ones are a suffix in step
+/// order (none lands after one that failed), the second half is all refused, and the stream
+/// holds exactly the appends that succeeded, in step order.
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_window_across_an_epoch_change_fails_a_suffix_each_with_stale_epoch() {
+    let server = RedisServer::start();
+    let log = RedisLog::connect(&config(server.url())).await.unwrap();
+    let other = RedisLog::connect(&config(server.url())).await.unwrap();
+    let old = log.next_epoch().await.unwrap();
+    let depth = tandem_config::DEFAULT_MAX_APPENDS_IN_FLIGHT as usize;
+    let half = depth / 2;
+    let o: Vec<[TaskOutcome; 1]> = (0..depth as u64).map(|s| [ok(old, s)]).collect();
+    let mut window: Vec<Slot<'_>> = o
+        .iter()
+        .enumerate()
+        .map(|(s, outcomes)| (log.append_step(old, Step(s as u64), &[], outcomes), None))
+        .collect();
+    std::future::poll_fn(|cx| {
+        poll_window(cx, &mut window, half);
+        Poll::Ready(())
+    })
+    .await;
+    let new = other.next_epoch().await.unwrap();
+    let bound = Duration::from_millis(OP_TIMEOUT_MS * 10);
+    let all = std::future::poll_fn(|cx| {
+        if poll_window(cx, &mut window, depth) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    });
+    tokio::time::timeout(bound, all)
+        .await
+        .unwrap_or_else(|_| panic!("appends still waiting after {bound:?}"));
+    let results: Vec<Result<StreamEntryId, DurableError>> =
+        window.into_iter().filter_map(|(_, done)| done).collect();
+    assert_eq!(results.len(), depth);
+    let landed = results.iter().take_while(|r| r.is_ok()).count();
+    assert!(landed <= half, "{landed} landed of {depth}");
+    for r in &results[landed..] {
+        assert_eq!(
+            r,
+            &Err(DurableError::StaleEpoch {
+                epoch: old,
+                current: new
+            })
+        );
+    }
+    let ids: Vec<StreamEntryId> = results[..landed]
+        .iter()
+        .map(|r| *r.as_ref().unwrap())
+        .collect();
+    let read = log.read_new(Rank(0), 100).await.unwrap();
+    let got: Vec<(StreamEntryId, Step)> = read.iter().map(|s| (s.id, s.record.step)).collect();
+    let want: Vec<(StreamEntryId, Step)> = ids
+        .iter()
+        .enumerate()
+        .map(|(s, id)| (*id, Step(s as u64)))
+        .collect();
+    assert_eq!(got, want);
 }
