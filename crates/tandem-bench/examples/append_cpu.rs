@@ -1,22 +1,14 @@
 //! CPU time per write-ahead append, client and server, for a machine too loaded for
-//! events per second to mean much: `append_cpu URL REDIS_PID [steps]`. For 1, 8 and 32
-//! appends in flight (one outcome per step, polled in step order from one task, as
-//! `tandem bench redis` does), and for pipelined plain XADDs (256 per pipeline, one outcome
-//! each), prints wall-clock events/s, this process's CPU µs per event and the
+//! events per second to mean much: `append_cpu URL REDIS_PID [steps [depth...]]`. For 1, 8
+//! and 32 appends in flight, or the depths given (one outcome per step, through
+//! `tandem_bench::append::pipelined`, the loop `tandem bench redis` measures), and for
+//! pipelined plain XADDs (256 per pipeline, one outcome each), prints wall-clock events/s, this process's CPU µs per event and the
 //! redis-server's CPU µs per event (from /proc/REDIS_PID/stat).
 
-use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::Instant;
-use tandem_durable::{CompletionStream, DurableConfig, EpochStore, RedisLog, StreamEntryId};
-use tandem_proto::{Epoch, OutcomeResult, RequestId, Step, TaskId, TaskKind, TaskOutcome};
-
-type Slot<'a> = (
-    Pin<Box<dyn Future<Output = tandem_durable::Result<StreamEntryId>> + Send + 'a>>,
-    Option<tandem_durable::Result<StreamEntryId>>,
-);
+use tandem_bench::append::pipelined;
+use tandem_durable::{DurableConfig, EpochStore, RedisLog};
+use tandem_proto::{OutcomeResult, RequestId, TaskId, TaskKind, TaskOutcome};
 
 fn process_cpu_us() -> f64 {
     let mut ts = libc::timespec {
@@ -42,58 +34,39 @@ fn server_cpu_us(pid: u32) -> f64 {
     ticks * 1e6 / 100.0
 }
 
-async fn pipelined(log: &RedisLog, epoch: Epoch, first: u64, steps: usize, depth: usize) {
-    let batch = [TaskOutcome {
-        task: TaskId { epoch: 1, seq: 0 },
-        kind: TaskKind::Store,
-        request: RequestId(0),
-        result: OutcomeResult::Ok,
-    }];
-    let mut window: VecDeque<Slot<'_>> = VecDeque::with_capacity(depth);
-    let (mut issued, mut answered) = (0, 0);
-    while answered < steps {
-        while window.len() < depth && issued < steps {
-            let fut = log.append_step(epoch, Step(first + issued as u64), &[], &batch);
-            window.push_back((fut, None));
-            issued += 1;
-        }
-        let oldest = std::future::poll_fn(|cx| {
-            for (fut, done) in window.iter_mut() {
-                if done.is_none() {
-                    if let Poll::Ready(r) = fut.as_mut().poll(cx) {
-                        *done = Some(r);
-                    }
-                }
-            }
-            match window.front_mut().and_then(|(_, done)| done.take()) {
-                Some(r) => Poll::Ready(r),
-                None => Poll::Pending,
-            }
-        })
-        .await;
-        window.pop_front();
-        oldest.expect("append");
-        answered += 1;
-    }
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut args = std::env::args().skip(1);
     let url = args.next().expect("URL");
     let pid: u32 = args.next().and_then(|p| p.parse().ok()).expect("REDIS_PID");
     let steps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let depths: Vec<usize> = args.filter_map(|d| d.parse().ok()).collect();
+    let depths = if depths.is_empty() {
+        vec![1, 8, 32]
+    } else {
+        depths
+    };
+    let batch = [TaskOutcome {
+        task: TaskId { epoch: 1, seq: 0 },
+        kind: TaskKind::Store,
+        request: RequestId(0),
+        result: OutcomeResult::Ok,
+    }];
     let log = RedisLog::connect(&DurableConfig::new(&url, "cpu", 1))
         .await
         .expect("connect");
     let epoch = log.next_epoch().await.expect("epoch");
     let mut step = 0;
-    pipelined(&log, epoch, step, 1000, 8).await;
+    pipelined(&log, epoch, step, 1000, &batch, 8)
+        .await
+        .expect("append");
     step += 1000;
     println!("what                 ev/s  client us/ev  server us/ev");
-    for depth in [1, 8, 32] {
+    for depth in depths {
         let (c0, s0, t0) = (process_cpu_us(), server_cpu_us(pid), Instant::now());
-        pipelined(&log, epoch, step, steps, depth).await;
+        pipelined(&log, epoch, step, steps, &batch, depth)
+            .await
+            .expect("append");
         let (c1, s1, wall) = (process_cpu_us(), server_cpu_us(pid), t0.elapsed());
         step += steps as u64;
         let n = steps as f64;

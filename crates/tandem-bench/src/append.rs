@@ -6,11 +6,13 @@
 //! Two ways of appending: one `append_step` at a time (each waits for the previous answer),
 //! and pipelined, [`PIPELINE_DEPTH`] appends in flight in step order on the log's one
 //! multiplexed connection (what the leader does with `protocol.max_appends_in_flight` at its
-//! default), each answered in order.
+//! default), each answered in order, and [`OTHER_PIPELINE_DEPTH`] in flight beside it.
 //! Baselines: one PING round trip (interleaved with the appends, so both see the same
 //! noise), one plain XADD of the same record bytes (the floor for one append), and a
 //! pipelined loop of plain XADDs, one outcome per entry, 256 per pipeline,
-//! which is close to the most events per second one connection can push into a stream.
+//! which is close to the most events per second one connection can push into a stream. The
+//! pipelined appends (at both depths) and this baseline alternate in [`ROUNDS`] rounds, each
+//! figure summed over its rounds, so that other processes' load falls on them alike.
 //! The baselines run on a second connection built as the log's own (a multiplexed,
 //! self-reconnecting `ConnectionManager`, every call under the same 5 s deadline), so that
 //! this crate needs nothing but the log's public API.
@@ -33,11 +35,15 @@ use tandem_proto::{OutcomeResult, RequestId, Step, TaskId, TaskKind, TaskOutcome
 
 /// Appends in flight at once in the pipelined measurement: the default of
 /// `protocol.max_appends_in_flight`.
-pub const PIPELINE_DEPTH: usize = 8;
+pub const PIPELINE_DEPTH: usize = tandem_config::DEFAULT_MAX_APPENDS_IN_FLIGHT as usize;
 
-/// A deeper pipeline measured beside it (`protocol.max_appends_in_flight = 32`).
-pub const DEEP_PIPELINE_DEPTH: usize = 32;
+/// Another depth measured beside it: 8, the default of `protocol.max_appends_in_flight` until
+/// the default became 32 (docs/BENCHMARKS.md, "Write-ahead cost (redis)"), so that each run
+/// shows what the deeper window buys.
+pub const OTHER_PIPELINE_DEPTH: usize = 8;
 
+/// Rounds the pipelined appends and their baseline alternate in.
+const ROUNDS: usize = 4;
 /// Commands per pipeline in the plain XADD baseline.
 const BASELINE_PIPELINE: usize = 256;
 /// Deadline of every call, the log's and the baseline connection's, in ms.
@@ -105,18 +111,18 @@ pub struct AppendBenchRow {
     pub pipelined_events_per_s: f64,
     /// Appends in flight at once in `pipelined_events_per_s`.
     pub pipeline_depth: usize,
-    /// Outcomes per second with `deep_pipeline_depth` appends in flight.
-    pub deep_pipelined_events_per_s: f64,
-    /// Appends in flight at once in `deep_pipelined_events_per_s`.
-    pub deep_pipeline_depth: usize,
+    /// Outcomes per second with `other_pipeline_depth` appends in flight.
+    pub other_pipelined_events_per_s: f64,
+    /// Appends in flight at once in `other_pipelined_events_per_s`.
+    pub other_pipeline_depth: usize,
     /// Outcomes per second through pipelined plain XADDs, one outcome per entry.
     pub baseline_events_per_s: f64,
     /// `events_per_s / baseline_events_per_s`: one append in flight.
     pub events_ratio: f64,
     /// `pipelined_events_per_s / baseline_events_per_s` (target ≥ 0.5).
     pub pipelined_ratio: f64,
-    /// `deep_pipelined_events_per_s / baseline_events_per_s`.
-    pub deep_pipelined_ratio: f64,
+    /// `other_pipelined_events_per_s / baseline_events_per_s`.
+    pub other_pipelined_ratio: f64,
 }
 
 /// The whole benchmark: one row per batch size.
@@ -128,7 +134,7 @@ pub struct AppendBench {
 
 impl fmt::Display for AppendBench {
     /// A table, one line per batch size: one append in flight, [`PIPELINE_DEPTH`] and
-    /// [`DEEP_PIPELINE_DEPTH`] in flight, each with its ratio to pipelined XADD.
+    /// [`OTHER_PIPELINE_DEPTH`] in flight, each with its ratio to pipelined XADD.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -144,7 +150,7 @@ impl fmt::Display for AppendBench {
             "ratio",
             "piped ev/s",
             "ratio",
-            "deep ev/s",
+            "other ev/s",
             "ratio",
             "xadd ev/s"
         )?;
@@ -163,8 +169,8 @@ impl fmt::Display for AppendBench {
                 r.events_ratio,
                 r.pipelined_events_per_s,
                 r.pipelined_ratio,
-                r.deep_pipelined_events_per_s,
-                r.deep_pipelined_ratio,
+                r.other_pipelined_events_per_s,
+                r.other_pipelined_ratio,
                 r.baseline_events_per_s
             )?;
         }
@@ -326,14 +332,39 @@ async fn run(
             appends.push(d);
             step += 1;
         }
-        let piped = pipelined(log, epoch, step, steps, &batch, PIPELINE_DEPTH).await?;
-        step += steps as u64;
-        let deep = pipelined(log, epoch, step, steps, &batch, DEEP_PIPELINE_DEPTH).await?;
-        step += steps as u64;
-        let baseline = baseline_events_per_s(log, conn, (k * steps).max(BASELINE_PIPELINE)).await?;
+        // The pipelined appends and their baseline alternate in rounds (ABC, then CBA), each
+        // figure the sum of its parts: load from other processes, which swung a baseline
+        // measured once by 2–5× between runs, falls on all three alike.
+        let (mut piped, mut other, mut base) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        let base_total = (k * steps).max(BASELINE_PIPELINE);
+        let mut base_sent = 0;
+        for round in 0..ROUNDS {
+            let n = share(steps, round);
+            let b = share(base_total, round);
+            let mut parts = [Part::Default, Part::Other, Part::Baseline];
+            if round % 2 == 1 {
+                parts.reverse();
+            }
+            for part in parts {
+                match part {
+                    Part::Default => {
+                        piped += pipelined(log, epoch, step, n, &batch, PIPELINE_DEPTH).await?;
+                        step += n as u64;
+                    }
+                    Part::Other => {
+                        other +=
+                            pipelined(log, epoch, step, n, &batch, OTHER_PIPELINE_DEPTH).await?;
+                        step += n as u64;
+                    }
+                    Part::Baseline => base += baseline_xadds(log, conn, b).await?,
+                }
+            }
+            base_sent += b;
+        }
+        let baseline = per_s(base_sent as f64, base);
         let events = per_s((k * steps) as f64, append_total);
         let piped_events = per_s((k * steps) as f64, piped);
-        let deep_events = per_s((k * steps) as f64, deep);
+        let other_events = per_s((k * steps) as f64, other);
         let append_p50 = micros(percentile(&mut appends, 50));
         let ping_p50 = micros(percentile(&mut pings, 50));
         rows.push(AppendBenchRow {
@@ -347,12 +378,12 @@ async fn run(
             events_per_s: events,
             pipelined_events_per_s: piped_events,
             pipeline_depth: PIPELINE_DEPTH,
-            deep_pipelined_events_per_s: deep_events,
-            deep_pipeline_depth: DEEP_PIPELINE_DEPTH,
+            other_pipelined_events_per_s: other_events,
+            other_pipeline_depth: OTHER_PIPELINE_DEPTH,
             baseline_events_per_s: baseline,
             events_ratio: ratio(events, baseline),
             pipelined_ratio: ratio(piped_events, baseline),
-            deep_pipelined_ratio: ratio(deep_events, baseline),
+            other_pipelined_ratio: ratio(other_events, baseline),
         });
     }
     Ok(AppendBench { rows })
@@ -366,12 +397,20 @@ type Slot<'a> = (
     Option<tandem_durable::Result<tandem_durable::StreamEntryId>>,
 );
 
-/// The time `steps` appends of `batch` from step `first` take with `depth` in flight.
+/// The time `steps` appends of `batch` (steps `first`, `first + 1`, ...) take with at most
+/// `depth` in flight (at least 1) on `log`.
+///
 /// Appends are first polled in step order (so they reach the connection in that order) and
 /// taken in that order, as the leader's driver does (one task polling them all, as an actor
 /// polls the futures it spawned; a task per append measured slower: 0.29–0.30× against
-/// 0.36–0.39× at 8 in flight).
-async fn pipelined(
+/// 0.36–0.39× at 8 in flight). Each wake-up polls every unanswered append once and then takes
+/// every answered one at the front of the window before the window is filled again: the
+/// answers of one pipeline arrive together, and polling the whole window again for each of
+/// them cost O(depth) polls per append.
+///
+/// # Errors
+/// [`AppendBenchError::Log`]: the first append that failed, in step order.
+pub async fn pipelined(
     log: &RedisLog,
     epoch: tandem_proto::Epoch,
     first: u64,
@@ -379,6 +418,7 @@ async fn pipelined(
     batch: &[TaskOutcome],
     depth: usize,
 ) -> Result<Duration> {
+    let depth = depth.max(1);
     let start = Instant::now();
     let mut window: VecDeque<Slot<'_>> = VecDeque::with_capacity(depth);
     let mut issued = 0;
@@ -389,8 +429,7 @@ async fn pipelined(
             window.push_back((fut, None));
             issued += 1;
         }
-        // Poll every append in order until the oldest is answered.
-        let oldest = std::future::poll_fn(|cx| {
+        answered += std::future::poll_fn(|cx| {
             for (fut, done) in window.iter_mut() {
                 if done.is_none() {
                     if let Poll::Ready(r) = fut.as_mut().poll(cx) {
@@ -398,21 +437,27 @@ async fn pipelined(
                     }
                 }
             }
-            match window.front_mut().and_then(|(_, done)| done.take()) {
-                Some(r) => Poll::Ready(r),
-                None => Poll::Pending,
+            let mut taken = 0;
+            while let Some((_, Some(_))) = window.front() {
+                if let Some((_, Some(Err(e)))) = window.pop_front() {
+                    return Poll::Ready(Err(e));
+                }
+                taken += 1;
+            }
+            if taken == 0 {
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(taken))
             }
         })
-        .await;
-        window.pop_front();
-        oldest?;
-        answered += 1;
+        .await?;
     }
     Ok(start.elapsed())
 }
 
-/// Outcomes per second of `total` plain XADDs (one outcome each) in pipelines.
-async fn baseline_events_per_s(log: &RedisLog, conn: &Baseline, total: usize) -> Result<f64> {
+/// The time `total` plain XADDs (one outcome each) take in pipelines of
+/// [`BASELINE_PIPELINE`].
+async fn baseline_xadds(log: &RedisLog, conn: &Baseline, total: usize) -> Result<Duration> {
     let key = baseline_key(log);
     let payload = postcard::to_allocvec(&outcomes(1)[0]).unwrap_or_default();
     let mut sent = 0;
@@ -433,7 +478,23 @@ async fn baseline_events_per_s(log: &RedisLog, conn: &Baseline, total: usize) ->
         conn.pipeline::<()>("XADD pipeline", &pipe).await?;
         sent += n;
     }
-    Ok(per_s(total as f64, start.elapsed()))
+    Ok(start.elapsed())
+}
+
+/// The parts of one round of the pipelined measurement.
+#[derive(Clone, Copy)]
+enum Part {
+    /// [`PIPELINE_DEPTH`] appends in flight.
+    Default,
+    /// [`OTHER_PIPELINE_DEPTH`] appends in flight.
+    Other,
+    /// Pipelined plain XADDs.
+    Baseline,
+}
+
+/// Round `round`'s share of `total` spread over [`ROUNDS`] (the first rounds take the rest).
+fn share(total: usize, round: usize) -> usize {
+    total / ROUNDS + usize::from(round < total % ROUNDS)
 }
 
 fn outcomes(k: usize) -> Vec<TaskOutcome> {
@@ -481,6 +542,11 @@ mod tests {
         assert_eq!(percentile(&mut [], 50), Duration::ZERO);
         assert_eq!(ratio(1.0, 0.0), 0.0);
         assert_eq!(per_s(10.0, Duration::from_secs(2)), 5.0);
+        for total in [0, 1, 3, 2000, 2001] {
+            let shares: Vec<usize> = (0..ROUNDS).map(|r| share(total, r)).collect();
+            assert_eq!(shares.iter().sum::<usize>(), total, "{shares:?}");
+            assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1);
+        }
     }
 
     #[test]
@@ -495,10 +561,10 @@ mod tests {
             round_trips: 1.2,
             events_per_s: 150000.0,
             pipelined_events_per_s: 200000.0,
-            pipeline_depth: 8,
-            deep_pipelined_events_per_s: 300000.0,
-            deep_pipeline_depth: 32,
-            deep_pipelined_ratio: 1.0,
+            pipeline_depth: 32,
+            other_pipelined_events_per_s: 300000.0,
+            other_pipeline_depth: 8,
+            other_pipelined_ratio: 1.0,
             baseline_events_per_s: 300000.0,
             events_ratio: 0.5,
             pipelined_ratio: 0.67,
