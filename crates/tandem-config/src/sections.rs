@@ -106,8 +106,9 @@ impl Default for ModelConfig {
 /// Why 32 and not 8: the answers to a window of appends come back together, so a window of
 /// `N` moves at most `N` appends per round trip plus Redis's time for them. At one outcome
 /// per step, 8 in flight moved 0.33–0.38× the events per second of pipelined plain XADDs on a
-/// quiet machine, 32 in flight 0.44–0.53× (target 0.5; docs/BENCHMARKS.md, "Write-ahead cost
-/// (redis)"). While Redis answers within `append_wait_ms` the depth changes nothing a frame
+/// quiet machine, 32 in flight 0.44–0.53× (target 0.5); with the leaner appends that came
+/// with this default, 0.55–0.58× and 0.67–0.80× at load 1 (docs/BENCHMARKS.md, "Write-ahead
+/// cost (redis)"). While Redis answers within `append_wait_ms` the depth changes nothing a frame
 /// reveals; when it is slower, a frame may reveal an append's content up to 31 steps after the
 /// step that made it, instead of 7, and up to 32 fenced appends fail, each with its own typed
 /// error, after an epoch change.
