@@ -131,42 +131,83 @@ impl CacheEventDeriver {
     /// its tier operations remove or move blocks. Outcomes come before tier operations because
     /// a store's blocks stay pinned (never evicted or moved) until the store finished, so an
     /// operation in the same frame on such a block was decided after it finished.
+    ///
+    /// One exception to that order: a store may start a block this frame's tier operations
+    /// evict, because the leader evicted it earlier in the same step (the index refuses to
+    /// start a block it holds). Such a block is tracked anew only after the tier operations,
+    /// and the outcomes of its store wait until then too, so its eviction is announced and
+    /// its new store is announced when it finishes, as the index holds it.
     pub fn apply_frame(&mut self, frame: &Frame) -> Vec<CacheEvent> {
         if self.epoch != Some(frame.epoch) {
             return Vec::new();
         }
+        // Started blocks the deriver still holds as announced: evicted earlier in this step.
+        let mut restarted: Vec<(BlockHash, Tier)> = Vec::new();
         for start in &frame.stores {
             for (i, hash) in start.block_hashes.iter().enumerate() {
                 let tier = start.tiers.get(i).copied().unwrap_or(Tier::Host);
-                self.blocks.entry(*hash).or_insert(Tracked {
-                    tier,
-                    announced: false,
-                });
+                match self.blocks.get(hash) {
+                    Some(t) if t.announced => restarted.push((*hash, tier)),
+                    Some(_) => {}
+                    None => {
+                        self.blocks.insert(
+                            *hash,
+                            Tracked {
+                                tier,
+                                announced: false,
+                            },
+                        );
+                    }
+                }
             }
             self.pending.insert(start.task, start.block_hashes.clone());
         }
         let mut out = Vec::new();
+        let mut later = Vec::new();
         for outcome in frame.outcomes() {
             if outcome.kind != TaskKind::Store {
                 continue;
             }
-            let Some(hashes) = self.pending.remove(&outcome.task) else {
-                continue;
-            };
-            if outcome.result == OutcomeResult::Ok {
-                self.announce(&hashes, &mut out);
+            let touches_restarted = self
+                .pending
+                .get(&outcome.task)
+                .is_some_and(|hashes| hashes.iter().any(|h| restarted.iter().any(|(r, _)| r == h)));
+            if touches_restarted {
+                later.push(outcome);
             } else {
-                for h in hashes {
-                    if self.blocks.get(&h).is_some_and(|t| !t.announced) {
-                        self.blocks.remove(&h);
-                    }
-                }
+                self.reveal(outcome, &mut out);
             }
         }
         for op in &frame.tier_ops {
             self.apply_op(*op, &mut out);
         }
+        for (hash, tier) in restarted {
+            self.blocks.entry(hash).or_insert(Tracked {
+                tier,
+                announced: false,
+            });
+        }
+        for outcome in later {
+            self.reveal(outcome, &mut out);
+        }
         out
+    }
+
+    /// A store's revealed outcome: `Ok` announces its blocks, anything else forgets the ones
+    /// never announced. Outcomes of stores this deriver did not see start produce nothing.
+    fn reveal(&mut self, outcome: &tandem_proto::TaskOutcome, out: &mut Vec<CacheEvent>) {
+        let Some(hashes) = self.pending.remove(&outcome.task) else {
+            return;
+        };
+        if outcome.result == OutcomeResult::Ok {
+            self.announce(&hashes, out);
+        } else {
+            for h in hashes {
+                if self.blocks.get(&h).is_some_and(|t| !t.announced) {
+                    self.blocks.remove(&h);
+                }
+            }
+        }
     }
 
     /// `Stored` for the blocks of a finished store still tracked and not yet announced, one
