@@ -13,7 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapMut;
+use memmap2::MmapRaw;
 
 /// Why a shared-memory file could not be created, opened or mapped.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,10 @@ pub enum ShmError {
 #[derive(Debug)]
 pub struct ShmFile {
     path: PathBuf,
-    map: MmapMut,
+    /// A raw mapping, not `MmapMut`: views of it are made from a pointer while other holders
+    /// of the same `Arc<ShmFile>` exist ([`ShmFile::as_mut_ptr`]), which a `&MmapMut` cast to
+    /// `*mut` would not allow.
+    map: MmapRaw,
     /// Kept open for the lifetime of the mapping.
     _file: File,
 }
@@ -98,14 +101,12 @@ impl ShmFile {
                 actual,
             });
         }
-        // SAFETY: the mapping is shared with other processes by design (see module docs);
-        // its length is within the file.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .len(size as usize)
-                .map_mut(&file)
-        }
-        .map_err(io(path, "map"))?;
+        // The mapping is shared with other processes by design (see module docs); its length
+        // is within the file.
+        let map = memmap2::MmapOptions::new()
+            .len(size as usize)
+            .map_raw(&file)
+            .map_err(io(path, "map"))?;
         Ok(ShmFile {
             path: path.to_path_buf(),
             map,
@@ -139,13 +140,11 @@ impl ShmFile {
                 actual,
             });
         }
-        // SAFETY: as in `open`: shared by design, and the length is within the file.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .len(size as usize)
-                .map_mut(&file)
-        }
-        .map_err(io(&path, "map"))?;
+        // As in `open`: shared by design, and the length is within the file.
+        let map = memmap2::MmapOptions::new()
+            .len(size as usize)
+            .map_raw(&file)
+            .map_err(io(&path, "map"))?;
         Ok(ShmFile {
             path,
             map,
@@ -175,8 +174,8 @@ impl ShmFile {
     }
 
     fn map_file(path: &Path, file: File) -> Result<ShmFile, ShmError> {
-        // SAFETY: as in `open`; the file was just sized to the mapping length.
-        let map = unsafe { MmapMut::map_mut(&file) }.map_err(io(path, "map"))?;
+        // As in `open`; the file was just sized to the mapping length.
+        let map = MmapRaw::map_raw(&file).map_err(io(path, "map"))?;
         Ok(ShmFile {
             path: path.to_path_buf(),
             map,
@@ -225,17 +224,20 @@ impl ShmFile {
 
     /// Always false: mappings of zero bytes are refused.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
     }
 
     /// The mapped bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        // SAFETY: the mapping is `len()` bytes, valid while `self` lives; writers through
+        // `as_mut_ptr` promise not to overlap a borrow made here.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr(), self.map.len()) }
     }
 
     /// The mapped bytes, writable.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.map
+        // SAFETY: as in `bytes`, and `&mut self` excludes every other borrow made here.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr(), self.map.len()) }
     }
 
     /// The mapping's first byte, writable, without borrowing the bytes: for views made
@@ -243,7 +245,7 @@ impl ShmFile {
     /// the disk tier's transfers that keep it mapped). Writing through it is up to the caller
     /// (the views must not overlap one another or a `bytes()` borrow).
     pub fn as_mut_ptr(&self) -> *mut u8 {
-        self.map.as_ptr().cast_mut()
+        self.map.as_mut_ptr()
     }
 }
 
