@@ -1893,6 +1893,21 @@ mod batch_tests {
     #[derive(Debug, Default, Clone)]
     struct Counting(std::sync::Arc<std::sync::Mutex<Log>>);
 
+    /// A buffered disk tier of `slots` slots of `slot_bytes` in `dir`, its transfers through
+    /// a [`Counting`] I/O the test can arm to fail one.
+    fn counting_tier(dir: &Path, slot_bytes: usize, slots: u64) -> (DiskTier, Counting) {
+        let (mut disk, _) = DiskTier::open(
+            &dir.join(DISK_SLAB_FILE),
+            slot_bytes,
+            slots,
+            IoMode::Buffered,
+        )
+        .unwrap();
+        let rec = Counting::default();
+        disk.set_io(Box::new(rec.clone()));
+        (disk, rec)
+    }
+
     impl DiskIo for Counting {
         fn submit(&mut self, t: DiskTransfer) {
             let mut s = self.0.lock().unwrap();
@@ -2013,15 +2028,7 @@ mod batch_tests {
     fn a_failed_transfer_fails_the_slots_not_yet_written_and_only_those() {
         let dir = tempfile::tempdir().unwrap();
         let slot_bytes = 256 << 10;
-        let (mut disk, _) = DiskTier::open(
-            &dir.path().join(DISK_SLAB_FILE),
-            slot_bytes,
-            16,
-            IoMode::Buffered,
-        )
-        .unwrap();
-        let rec = Counting::default();
-        disk.set_io(Box::new(rec.clone()));
+        let (mut disk, rec) = counting_tier(dir.path(), slot_bytes, 16);
         let data: Vec<Vec<u8>> = (0..16).map(|i| shard(slot_bytes, i)).collect();
         let parts: Vec<[&[u8]; 1]> = data.iter().map(|d| [&d[..]]).collect();
         // 16 × 256 KiB: transfers of 1 MiB, 4 slots each; the second one fails.
@@ -2097,15 +2104,7 @@ mod batch_tests {
     fn a_batch_written_straight_from_kept_pages_reads_back_from_the_cache_and_through_the_io() {
         let dir = tempfile::tempdir().unwrap();
         let slot_bytes = (256 << 10) + 4096;
-        let (mut disk, _) = DiskTier::open(
-            &dir.path().join(DISK_SLAB_FILE),
-            slot_bytes,
-            32,
-            IoMode::Buffered,
-        )
-        .unwrap();
-        let rec = Counting::default();
-        disk.set_io(Box::new(rec.clone()));
+        let (mut disk, rec) = counting_tier(dir.path(), slot_bytes, 32);
         let (pool, kept) = kept_pool(dir.path(), slot_bytes, 12);
         // Slots out of order, some following each other in the file (one pwritev for a run).
         let slots: Vec<u64> = vec![3, 4, 5, 9, 0, 1, 20, 21, 22, 23, 30, 11];
@@ -2178,15 +2177,7 @@ mod batch_tests {
     fn a_failed_kept_write_fails_the_slots_not_yet_written_with_the_typed_error_and_loses_none() {
         let dir = tempfile::tempdir().unwrap();
         let slot_bytes = 256 << 10;
-        let (mut disk, _) = DiskTier::open(
-            &dir.path().join(DISK_SLAB_FILE),
-            slot_bytes,
-            16,
-            IoMode::Buffered,
-        )
-        .unwrap();
-        let rec = Counting::default();
-        disk.set_io(Box::new(rec.clone()));
+        let (mut disk, rec) = counting_tier(dir.path(), slot_bytes, 16);
         let (pool, kept) = kept_pool(dir.path(), slot_bytes, 16);
         let parts: Vec<[&[u8]; 1]> = pool.bytes().chunks_exact(slot_bytes).map(|p| [p]).collect();
         // 16 × 256 KiB: transfers of 1 MiB, 4 slots each; the second one fails (EIO).
