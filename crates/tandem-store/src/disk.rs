@@ -666,17 +666,23 @@ impl DiskTier {
         self.io = io;
     }
 
+    /// Takes back the transfers an overdue batch left with the I/O that have ended since,
+    /// their staging buffers to the pool; `held` counts those still out.
+    fn reclaim_held(&mut self) {
+        while self.held > 0 {
+            let Some(t) = self.io.reclaim() else { break };
+            self.buffers.extend(t.mem.into_staging());
+            self.held -= 1;
+        }
+    }
+
     /// A reader of the slots whose bytes the page cache holds, straight into the caller's
     /// memory ([`CachedReader`]), for one batch; `None` (every read goes through the
     /// [`DiskIo`]) in direct mode, when the I/O does not allow it ([`DiskIo::cache_reads`]),
     /// when the file system refused such a read before, or while an overdue transfer holds a
     /// staging buffer (the tier is stalled: the reads fail as every other operation does).
     pub fn cached_reader(&mut self) -> Option<CachedReader<'_>> {
-        while self.held > 0 {
-            let Some(t) = self.io.reclaim() else { break };
-            self.buffers.extend(t.mem.into_staging());
-            self.held -= 1;
-        }
+        self.reclaim_held();
         let refused = self
             .nowait_refused
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -696,11 +702,7 @@ impl DiskTier {
     ///
     /// Errors: [`TierError::DiskStalled`] while an overdue transfer still holds one.
     fn take_buffers(&mut self, op: DiskOp, slot: SlotId) -> Result<Vec<MmapMut>, TierError> {
-        while self.held > 0 {
-            let Some(t) = self.io.reclaim() else { break };
-            self.buffers.extend(t.mem.into_staging());
-            self.held -= 1;
-        }
+        self.reclaim_held();
         if self.held > 0 {
             let o = self.overdue.unwrap_or(Overdue {
                 op,
