@@ -168,10 +168,10 @@ impl CacheEventDeriver {
             if outcome.kind != TaskKind::Store {
                 continue;
             }
-            let touches_restarted = self
-                .pending
-                .get(&outcome.task)
-                .is_some_and(|hashes| hashes.iter().any(|h| restarted.iter().any(|(r, _)| r == h)));
+            let touches_restarted = !restarted.is_empty()
+                && self.pending.get(&outcome.task).is_some_and(|hashes| {
+                    hashes.iter().any(|h| restarted.iter().any(|(r, _)| r == h))
+                });
             if touches_restarted {
                 later.push(outcome);
             } else {
