@@ -213,6 +213,15 @@ mod tests {
     use super::*;
     use tandem_proto::ids::Rank;
 
+    /// One test of this module at a time: `a_zombie_holder_is_exiting` spawns a child, and a
+    /// child holds a copy of every descriptor of this process from its fork to its exec, the
+    /// tier locks' `flock`s included; a test that drops a lock and takes it again in that
+    /// window found it held (CI: `a_held_extra_lock_releases_the_tier_locks`).
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn config(root: &Path) -> StoreConfig {
         StoreConfig {
             rank: Rank(1),
@@ -228,6 +237,7 @@ mod tests {
 
     #[test]
     fn a_live_holder_is_not_exiting_and_a_gone_one_is() {
+        let _serial = serial();
         assert!(!holder_exiting(std::process::id()));
         // Pids above the kernel's pid_max (at most 2^22) never exist.
         assert!(holder_exiting(u32::MAX - 1));
@@ -235,6 +245,7 @@ mod tests {
 
     #[test]
     fn a_zombie_holder_is_exiting() {
+        let _serial = serial();
         let mut child = std::process::Command::new("true")
             .spawn()
             .expect("spawn true");
@@ -253,6 +264,7 @@ mod tests {
 
     #[test]
     fn one_holder_at_a_time_and_the_refusal_names_file_and_pid() {
+        let _serial = serial();
         let root = tempfile::tempdir().unwrap();
         let cfg = config(root.path());
         let socket_lock = root.path().join("sock").join("rank1.sock.lock");
@@ -276,6 +288,7 @@ mod tests {
 
     #[test]
     fn a_held_extra_lock_releases_the_tier_locks() {
+        let _serial = serial();
         let root = tempfile::tempdir().unwrap();
         let cfg = config(root.path());
         let socket_lock = root.path().join("rank1.sock.lock");
