@@ -104,8 +104,10 @@ pub(super) fn fanout_baseline(
     Ok(samples)
 }
 
-/// The echo peers; killed and reaped when dropped (also on an early error).
-struct Children(Vec<Child>);
+/// Child processes of a baseline (echo peers, relay processes); each is given 2 s to end on
+/// its own once its sockets closed, then killed, and reaped, when dropped (also on an early
+/// error).
+pub(super) struct Children(pub(super) Vec<Child>);
 
 impl Drop for Children {
     fn drop(&mut self) {

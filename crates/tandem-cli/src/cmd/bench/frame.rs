@@ -3,7 +3,8 @@
 //!
 //! Per rank count: a local cluster (redis, supervisor, one agent per rank, pp 1 × tp N, the
 //! smallest model), empty steps driven by [`super::engines`], then the cluster is stopped and
-//! the baseline runs with the frame's payload size between the same number of processes.
+//! the baseline runs with the frame's payload size between the same number of processes,
+//! then the hop floor of [`super::relay`] (the frame path's three hops with nothing in them).
 //! Owns the sweep and its table; targets are printed, never asserted.
 
 use std::time::Duration;
@@ -12,6 +13,7 @@ use serde::Serialize;
 
 use super::engines::{drive_empty_steps, StepOptions};
 use super::fanout::fanout_baseline;
+use super::relay::relay_floor;
 use super::report::{mark, Table};
 use super::stats::{ratio, Summary};
 use super::{BenchArgs, PartOutput};
@@ -51,6 +53,11 @@ pub(super) struct FrameRow {
     pub by_rank_p50_us: Vec<f64>,
     /// The TCP fan-out ping-pong, `t0` → the last reply.
     pub baseline_us: Summary,
+    /// The hop floor (bench → hub → `ranks − 1` leaves → bench), `t0` → the last leaf's
+    /// payload; no target, it shows what an agent process between the engines costs at least.
+    pub relay_us: Summary,
+    /// `frame_us.p50 / relay_us.p50`.
+    pub relay_ratio_p50: f64,
     /// `frame_us.p50 / baseline_us.p50` (target ≤ 1.5).
     pub p50_ratio: f64,
     /// `frame_us.p99 / baseline_us.p99` (target ≤ 3).
@@ -175,8 +182,10 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
     cluster.stop();
     drop(cluster);
     let baseline = fanout_baseline(n, samples.payload_bytes, warmup, steps, GAP)?;
+    let relay = relay_floor(n, samples.payload_bytes, warmup, steps, GAP)?;
     let frame_us = Summary::of(&samples.last_follower_us);
     let baseline_us = Summary::of(&baseline);
+    let relay_us = Summary::of(&relay);
     Ok(FrameRow {
         ranks: n,
         steps: frame_us.n,
@@ -188,6 +197,8 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
             .iter()
             .map(|v| Summary::of(v).p50)
             .collect(),
+        relay_ratio_p50: ratio(frame_us.p50, relay_us.p50),
+        relay_us,
         p50_ratio: ratio(frame_us.p50, baseline_us.p50),
         p99_ratio: ratio(frame_us.p99, baseline_us.p99),
         frame_us,
@@ -223,6 +234,8 @@ pub(super) fn table(r: &FrameReport) -> String {
         "ratio p99",
         "end_step p50",
         "1st flw p50",
+        "floor p50",
+        "÷ floor",
     ]);
     for row in &r.rows {
         t.row(vec![
@@ -239,10 +252,13 @@ pub(super) fn table(r: &FrameReport) -> String {
             format!("{:.2} {}", row.p99_ratio, mark(row.p99_ratio <= P99_TARGET)),
             format!("{:.0}", row.end_step_us.p50),
             format!("{:.0}", row.first_follower_us.p50),
+            format!("{:.0}", row.relay_us.p50),
+            format!("{:.2}", row.relay_ratio_p50),
         ]);
     }
     let mut out = format!("frame: µs from just before end_step(s) to the last follower's frame(s) return; baseline: TCP fan-out ping-pong of the same bytes (leader pause {} µs before each step)\n", r.gap_us);
     out += &t.render();
+    out += "floor: the same hops as the frame path with nothing in them (bench → Unix socket → hub → TCP → each leaf → Unix socket → bench); no target\n";
     out += &format!("targets: ratio p50 ≤ {P50_TARGET}, ratio p99 ≤ {P99_TARGET}\n");
     match r.scale_ratio_p50 {
         Some(s) => {

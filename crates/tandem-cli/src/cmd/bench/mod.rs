@@ -10,6 +10,7 @@
 //! - [`engines`]: the engine threads that drive empty steps through a local cluster (used by
 //!   `frame` and by `replay` for its empty-step baseline).
 //! - [`fanout`]: the TCP fan-out ping-pong baseline and its echo peer processes.
+//! - [`relay`]: the frame path's hop floor (bench → hub → leaves → bench) and its processes.
 //! - [`redis`]: the write-ahead append cost (wraps `tandem_bench::bench_append`).
 //! - [`tiers`]: the store engine's tier table (wraps `tandem_bench::run_tier_bench`).
 //! - [`layerwise`]: a 64-block prefix at 32 layers, whole-task load against first and last
@@ -34,6 +35,7 @@ mod layerwise;
 mod plot;
 mod recovery;
 mod redis;
+mod relay;
 mod replay;
 mod report;
 mod scale;
@@ -97,9 +99,21 @@ pub(crate) struct BenchArgs {
     /// Internal: run one echo peer of the fan-out baseline, connected to ADDR.
     #[arg(long, hide = true, value_name = "ADDR")]
     pub echo_peer: Option<String>,
-    /// Internal: payload bytes of the echo peer.
+    /// Internal: payload bytes of the echo peer or relay process.
     #[arg(long, hide = true, default_value_t = 0)]
     pub payload_bytes: usize,
+    /// Internal: run the hub of the frame benchmark's hop floor, greeting SOCKET.
+    #[arg(long, hide = true, value_name = "SOCKET")]
+    pub relay_hub: Option<PathBuf>,
+    /// Internal: leaves the relay hub waits for.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub relay_peers: usize,
+    /// Internal: run one leaf of the hop floor, writing back to SOCKET.
+    #[arg(long, hide = true, value_name = "SOCKET")]
+    pub relay_leaf: Option<PathBuf>,
+    /// Internal: the relay hub's TCP address, for a leaf.
+    #[arg(long, hide = true, value_name = "ADDR", default_value = "")]
+    pub relay_hub_addr: String,
 }
 
 /// The benchmark parts.
@@ -155,6 +169,12 @@ pub(crate) struct PartOutput {
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(addr) = &args.echo_peer {
         return fanout::echo_peer(addr, args.payload_bytes);
+    }
+    if let Some(socket) = &args.relay_hub {
+        return relay::hub(socket, args.relay_peers, args.payload_bytes);
+    }
+    if let Some(socket) = &args.relay_leaf {
+        return relay::leaf(socket, &args.relay_hub_addr, args.payload_bytes);
     }
     let parts = match args.part {
         Part::All => vec![

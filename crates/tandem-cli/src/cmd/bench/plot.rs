@@ -33,6 +33,7 @@ pub(super) fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()>
                 r.frame_us.p99,
                 r.baseline_us.p50,
                 r.baseline_us.p99,
+                r.relay_us.p50,
             ]
         });
         let top = values.clone().fold(1.0, f64::max) * 2.0;
@@ -61,7 +62,7 @@ pub(super) fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()>
             })
             .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
-        let series: [Series; 4] = [
+        let series: [Series; 5] = [
             ("frame p50", RGBColor(200, 30, 30), true, |r| r.frame_us.p50),
             ("frame p99", RGBColor(200, 30, 30), false, |r| {
                 r.frame_us.p99
@@ -77,6 +78,12 @@ pub(super) fn frame_svg(report: &FrameReport, path: &Path) -> anyhow::Result<()>
                 RGBColor(30, 80, 200),
                 false,
                 |r| r.baseline_us.p99,
+            ),
+            (
+                "hop floor p50 (hub relay, 3 hops)",
+                RGBColor(40, 150, 60),
+                true,
+                |r| r.relay_us.p50,
             ),
         ];
         for (name, color, solid, f) in series {
