@@ -2,7 +2,8 @@
 //! a plain memcpy between two shared-memory files of the working set's size (engine pages and
 //! host slab are both such files), alone or as N copies at once (one per rank of a group), and
 //! plain positional writes and reads of one shard per call to a preallocated file in the disk
-//! tier's directory. Owns these measurements only.
+//! tier's directory, alone or as N such loops at once (one file per rank). Owns these
+//! measurements only.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -167,7 +168,8 @@ fn together<T: Send>(items: &mut [T], copy: impl Fn(&mut T) + Sync) -> Result<f6
 
 /// `write_all_at` then `read_exact_at` of one shard per call, `blocks` shards from a
 /// shared-memory buffer to a preallocated file in `disk_dir` (the disk tier's file system) and
-/// back, best of three passes each (buffered I/O, as the disk tier's default mode).
+/// back, best of three passes each (buffered I/O, as the disk tier's default mode). One
+/// thread, nothing else writing: the floor issue 20's disk goal names.
 ///
 /// # Errors
 /// [`DatapathError::Io`] when a file cannot be created, preallocated, written or read.
@@ -177,41 +179,86 @@ pub fn disk_floor(
     shard_bytes: usize,
     blocks: usize,
 ) -> Result<Floor, DatapathError> {
+    concurrent_disk_floor(disk_dir, shm_dir, shard_bytes, blocks, 1)
+}
+
+/// The disk floor of a group of `copies` ranks on this machine: `copies` of [`disk_floor`]'s
+/// loops at once, one thread each, every thread moving its own `blocks` shards between its
+/// own shared-memory buffer and its own preallocated file in `disk_dir` (every rank's agent
+/// writes or reads its shard of the same task into its own disk tier at the same time). GB/s
+/// per copy as in [`concurrent_copy_floor`]; best of three passes each way. With `copies` ≤ 1
+/// this is [`disk_floor`]. It is the machine's figure for N ranks' positional I/O at once,
+/// below the single-thread floor where the cores or the memory bandwidth are short.
+///
+/// # Errors
+/// [`DatapathError::Io`] when a file cannot be created, preallocated, written or read, or a
+/// thread not started.
+pub fn concurrent_disk_floor(
+    disk_dir: &Path,
+    shm_dir: &Path,
+    shard_bytes: usize,
+    blocks: usize,
+    copies: usize,
+) -> Result<Floor, DatapathError> {
+    let copies = copies.max(1);
     let bytes = (shard_bytes * blocks) as u64;
     let shm_tmp = tempfile::Builder::new()
         .prefix("datapath-floor-")
         .tempdir_in(shm_dir)
         .map_err(io("baseline dir"))?;
-    let mut pages = shm(shm_tmp.path(), "pages", bytes)?;
-    pages.bytes_mut().fill(0xa5);
     let tmp = tempfile::Builder::new()
         .prefix("datapath-floor-")
         .tempdir_in(disk_dir)
         .map_err(io("baseline dir"))?;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(tmp.path().join("plain"))
-        .map_err(io("baseline file"))?;
-    preallocate(&file, bytes).map_err(io("baseline file"))?;
+    let mut pairs = Vec::with_capacity(copies);
+    for c in 0..copies {
+        let mut pages = shm(shm_tmp.path(), &format!("pages{c}"), bytes)?;
+        pages.bytes_mut().fill(0xa5);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp.path().join(format!("plain{c}")))
+            .map_err(io("baseline file"))?;
+        preallocate(&file, bytes).map_err(io("baseline file"))?;
+        pairs.push((pages, file, None::<std::io::Error>));
+    }
     let mut best = Floor::default();
     for _ in 0..PASSES {
-        let t = Instant::now();
-        for (i, s) in pages.bytes().chunks_exact(shard_bytes).enumerate() {
-            file.write_all_at(s, (i * shard_bytes) as u64)
-                .map_err(io("pwrite"))?;
-        }
-        best.store_gbps = best.store_gbps.max(gbps(bytes, t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        for (i, d) in pages.bytes_mut().chunks_exact_mut(shard_bytes).enumerate() {
-            file.read_exact_at(d, (i * shard_bytes) as u64)
-                .map_err(io("pread"))?;
-        }
-        best.load_gbps = best.load_gbps.max(gbps(bytes, t.elapsed().as_secs_f64()));
+        let secs = together(&mut pairs, |(pages, file, failed)| {
+            for (i, s) in pages.bytes().chunks_exact(shard_bytes).enumerate() {
+                if let Err(e) = file.write_all_at(s, (i * shard_bytes) as u64) {
+                    failed.get_or_insert(e);
+                    return;
+                }
+            }
+        })?;
+        failed(&mut pairs, "pwrite")?;
+        best.store_gbps = best.store_gbps.max(gbps(bytes, secs));
+        let secs = together(&mut pairs, |(pages, file, failed)| {
+            for (i, d) in pages.bytes_mut().chunks_exact_mut(shard_bytes).enumerate() {
+                if let Err(e) = file.read_exact_at(d, (i * shard_bytes) as u64) {
+                    failed.get_or_insert(e);
+                    return;
+                }
+            }
+        })?;
+        failed(&mut pairs, "pread")?;
+        best.load_gbps = best.load_gbps.max(gbps(bytes, secs));
     }
     Ok(best)
+}
+
+/// The first I/O error a floor thread kept, as the typed error.
+fn failed(
+    pairs: &mut [(ShmFile, std::fs::File, Option<std::io::Error>)],
+    what: &'static str,
+) -> Result<(), DatapathError> {
+    match pairs.iter_mut().find_map(|p| p.2.take()) {
+        Some(e) => Err(io(what)(e)),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -249,5 +296,23 @@ mod tests {
         }
         // The files are gone afterwards.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// Two pwrite/pread loops at once on real files give a floor in both directions, and
+    /// their files and buffers are removed; a directory that cannot hold a file is the typed
+    /// error, not a panic.
+    #[test]
+    fn the_concurrent_disk_floor_measures_both_directions() {
+        let (disk, shm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for copies in [1, 2] {
+            let f = concurrent_disk_floor(disk.path(), shm.path(), 64 << 10, 4, copies).unwrap();
+            assert!(f.store_gbps > 0.0 && f.load_gbps > 0.0, "{copies}: {f:?}");
+        }
+        for d in [&disk, &shm] {
+            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        }
+        let missing = disk.path().join("absent");
+        let e = concurrent_disk_floor(&missing, shm.path(), 64 << 10, 4, 2).unwrap_err();
+        assert!(matches!(e, DatapathError::Io { .. }), "{e}");
     }
 }

@@ -14,7 +14,8 @@
 //!   the control floor, the followers' frame readers, the content checks.
 //! - `baseline`: [`copy_floor`] (memcpy between shared-memory buffers of the same shape, one
 //!   thread), [`concurrent_copy_floor`] (the same, one copy per rank at once) and
-//!   [`disk_floor`] (pwrite / pread of the same bytes, shard by shard, in the same directory).
+//!   [`disk_floor`] (pwrite / pread of the same bytes, shard by shard, in the same directory;
+//!   [`concurrent_disk_floor`]: one such loop per rank at once, each on its own file).
 //! - `figures`: [`Latency`], [`PhaseFigures`], [`CaseFigures`].
 //! - `trace`: each follower thread's last call and reply, for the report of a case that
 //!   failed (with the caller's [`StatusProbe`]: every agent's own view).
@@ -24,7 +25,7 @@ mod engines;
 mod figures;
 mod trace;
 
-pub use baseline::{concurrent_copy_floor, copy_floor, disk_floor, Floor};
+pub use baseline::{concurrent_copy_floor, concurrent_disk_floor, copy_floor, disk_floor, Floor};
 pub use engines::{drive_case, DriveOptions, StatusProbe};
 pub use figures::{CaseFigures, Latency, PhaseFigures};
 
