@@ -130,7 +130,8 @@ fn main() {
     // Written once first, as the datapath bench's files are, from memory already written:
     // a write from pages never touched (a fresh `vec![0u8; n]`) faults inside the kernel's
     // copy, which then falls back to one 4 KiB page cache folio at a time, and every later
-    // write into those folios ran at 0.6× the floor's (docs/BENCHMARKS.md, "Disk tier").
+    // write into those folios ran at 0.6× the floor's (docs/BENCHMARKS.md, Datapath, "On a
+    // quiet machine, and what the disk tier's own figures were missing").
     std::fs::OpenOptions::new()
         .write(true)
         .open(&slab)

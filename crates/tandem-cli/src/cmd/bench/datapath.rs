@@ -320,7 +320,8 @@ fn sweep(args: &BenchArgs, copy_workers: u32) -> anyhow::Result<DatapathReport> 
 /// pays it once). The bytes come from memory written first, as the floor's do: a write from
 /// pages never touched faults inside the kernel's copy, which then fills the page cache one
 /// 4 KiB folio at a time, and later writes into such folios are slower than into the large
-/// folios the floor's file gets (docs/BENCHMARKS.md, "Disk tier").
+/// folios the floor's file gets (docs/BENCHMARKS.md, Datapath, "On a quiet machine, and what
+/// the disk tier's own figures were missing").
 fn prewrite_slabs(dir: &Path, ranks: u32, shard: usize, blocks: u64) -> anyhow::Result<()> {
     use std::io::Write;
     let bytes = tandem_store::disk::DiskTier::file_bytes(shard, blocks)
