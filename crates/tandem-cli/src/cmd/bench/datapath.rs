@@ -82,6 +82,16 @@ pub(crate) enum TierCase {
     Disk,
 }
 
+impl TierCase {
+    /// `host` for the host case, `disk` for the disk case (the floor a row is measured against).
+    fn pick<T>(self, host: T, disk: T) -> T {
+        match self {
+            TierCase::Host => host,
+            TierCase::Disk => disk,
+        }
+    }
+}
+
 /// Blocks of a multi-block task of `shard` bytes.
 pub(super) fn multi_blocks(shard: usize, quick: bool) -> usize {
     let cap = if quick { QUICK_TASK_CAP } else { TASK_CAP };
@@ -258,16 +268,11 @@ fn sweep(args: &BenchArgs, copy_workers: u32) -> anyhow::Result<DatapathReport> 
                             .zip(figs.into_iter().zip(&floors))
                             .zip(&concurrent)
                         {
-                            let floor = if tier == TierCase::Host { *host } else { *disk };
-                            let together = by_ranks.iter().find(|(k, _, _)| *k == n).map(
-                                |&(_, host_n, disk_n)| {
-                                    if tier == TierCase::Host {
-                                        host_n
-                                    } else {
-                                        disk_n
-                                    }
-                                },
-                            );
+                            let floor = tier.pick(*host, *disk);
+                            let together = by_ranks
+                                .iter()
+                                .find(|(k, _, _)| *k == n)
+                                .map(|&(_, host_n, disk_n)| tier.pick(host_n, disk_n));
                             let versus = |gbps: f64, of: fn(&Floor) -> f64| {
                                 together.map_or(0.0, |c| ratio(gbps, of(&c)))
                             };
