@@ -41,6 +41,11 @@ fn quick_datapath_has_every_case_with_verified_bytes() {
     // past frames its rank had not acknowledged, docs/BENCHMARKS.md) is fixed, and the report
     // of a case that fails says where every engine and agent stood.
     let (v, stderr) = run();
+    // Every run says which CPU idle policy it measured under; without --cpu-latency-us it
+    // holds no PM QoS request.
+    let idle = &v["machine"]["cpu_idle"];
+    assert!(idle["states"].is_array(), "{idle}");
+    assert!(idle["pm_qos_us"].is_null(), "{idle}");
     let d = &v["datapath"];
     assert_eq!(d["not_measured"], serde_json::json!([]), "{stderr}");
     let rows = d["rows"].as_array().expect("rows");

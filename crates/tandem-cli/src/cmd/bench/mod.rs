@@ -19,6 +19,8 @@
 //! - [`replay`]: the conversation trace through a 4-rank local cluster.
 //! - [`scale`]: a full disk tier's restart, the group index at 10^7 blocks, Redis commands
 //!   per step and groups per `redis-server`.
+//! - [`idle`]: the CPU idle policy the run measures under, and `--cpu-latency-us`'s PM QoS
+//!   request.
 //! - [`stats`]: percentiles and ratios.
 //! - [`plot`]: the SVGs of frame latency against rank count and of data-path GB/s against
 //!   shard size.
@@ -31,6 +33,7 @@ mod datapath;
 mod engines;
 mod fanout;
 mod frame;
+mod idle;
 mod layerwise;
 mod plot;
 mod recovery;
@@ -80,6 +83,13 @@ pub(crate) struct BenchArgs {
     /// Shard sizes of `datapath`, KiB (default 64,1024,8192).
     #[arg(long, value_delimiter = ',', value_name = "KIB,...")]
     pub shards: Vec<usize>,
+    /// Hold a PM QoS request (`/dev/cpu_dma_latency`, needs root) for the whole run: no idle
+    /// CPU enters a state slower than US µs to leave (0: idle CPUs poll). Every part's round
+    /// trips then stop paying a halted CPU's wake-up (on a VM with `haltpoll`, 55–70 µs
+    /// against 23 µs per loopback PING). Default: the machine's own idle policy. The tables'
+    /// head and the JSON's `machine.cpu_idle` say which applied.
+    #[arg(long, value_name = "US")]
+    pub cpu_latency_us: Option<u32>,
     /// Directory for the disk-tier files of `tiers` (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub disk_dir: Option<PathBuf>,
@@ -186,9 +196,25 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         ],
         p => vec![p],
     };
+    // Held until this function returns: the request covers every part and its children.
+    let hold = match args.cpu_latency_us {
+        Some(us) => Some(idle::LatencyHold::hold(
+            std::path::Path::new(idle::PM_QOS_DEVICE),
+            us,
+        )?),
+        None => None,
+    };
+    let policy = idle::IdlePolicy::current(hold.as_ref().map(|h| h.us));
+    if !args.json {
+        println!("{}", policy.line());
+    }
     let started = std::time::Instant::now();
     let mut object = serde_json::Map::new();
-    object.insert("machine".into(), report::machine_json(args.quick));
+    let mut machine = report::machine_json(args.quick);
+    if let Some(m) = machine.as_object_mut() {
+        m.insert("cpu_idle".into(), serde_json::to_value(&policy)?);
+    }
+    object.insert("machine".into(), machine);
     let mut failed = Vec::new();
     for part in parts {
         eprintln!("tandem bench: {} ...", part.key());
