@@ -9,7 +9,7 @@
 //! loopback Redis `PING` measured 55–70 µs p50 there with the machine idle, 23 µs with the
 //! request below held (or with a busy loop on each core), docs/BENCHMARKS.md, "CPU idle
 //! states". Writing a number of µs to `/dev/cpu_dma_latency` and keeping the file open is the
-//! kernel's PM QoS interface for this (Documentation/power/pm_qos_interface.rst); it is what
+//! kernel's PM QoS interface for this (the CPU latency QoS of the kernel's power docs); it is what
 //! `tuned`'s latency-performance profile sets, so an operator can hold the same on an inference
 //! node. The request is the whole machine's and ends when the file is closed (this process
 //! exits or drops the [`LatencyHold`]).
