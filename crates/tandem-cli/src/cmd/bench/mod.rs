@@ -197,24 +197,17 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         p => vec![p],
     };
     // Held until this function returns: the request covers every part and its children.
-    let hold = match args.cpu_latency_us {
-        Some(us) => Some(idle::LatencyHold::hold(
-            std::path::Path::new(idle::PM_QOS_DEVICE),
-            us,
-        )?),
-        None => None,
-    };
+    let hold = args
+        .cpu_latency_us
+        .map(|us| idle::LatencyHold::hold(std::path::Path::new(idle::PM_QOS_DEVICE), us))
+        .transpose()?;
     let policy = idle::IdlePolicy::current(hold.as_ref().map(|h| h.us));
     if !args.json {
         println!("{}", policy.line());
     }
     let started = std::time::Instant::now();
     let mut object = serde_json::Map::new();
-    let mut machine = report::machine_json(args.quick);
-    if let Some(m) = machine.as_object_mut() {
-        m.insert("cpu_idle".into(), serde_json::to_value(&policy)?);
-    }
-    object.insert("machine".into(), machine);
+    object.insert("machine".into(), report::machine_json(args.quick, &policy));
     let mut failed = Vec::new();
     for part in parts {
         eprintln!("tandem bench: {} ...", part.key());

@@ -85,8 +85,9 @@ pub(super) fn utc(secs: u64) -> String {
     )
 }
 
-/// Where and when this run happened: date, CPUs, memory, load average, kernel.
-pub(super) fn machine_json(quick: bool) -> serde_json::Value {
+/// Where and when this run happened: date, CPUs, memory, load average, kernel, and the CPU
+/// idle policy it measured under (`cpu_idle`).
+pub(super) fn machine_json(quick: bool, idle: &super::idle::IdlePolicy) -> serde_json::Value {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -107,6 +108,7 @@ pub(super) fn machine_json(quick: bool) -> serde_json::Value {
         "load_average_at_start": read("/proc/loadavg").split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         "kernel": read("/proc/sys/kernel/osrelease").trim(),
         "quick": quick,
+        "cpu_idle": idle,
     })
 }
 
