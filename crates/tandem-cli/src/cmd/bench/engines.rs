@@ -23,6 +23,7 @@ use tandem_client::EngineClient;
 use tandem_proto::ids::Step;
 use tandem_proto::wire::Message;
 
+use super::busy::{per_step_us, Busy};
 use super::stats::micros;
 
 /// How many steps to drive and how.
@@ -51,6 +52,10 @@ pub(super) struct StepSamples {
     pub by_rank_us: Vec<Vec<f64>>,
     /// Bytes of the frame as a peer message on the wire (header included).
     pub payload_bytes: usize,
+    /// µs of busy CPU time of the whole machine (all CPUs, every process: agents, engines,
+    /// Redis, supervisor) per timed step, the untimed acknowledgements and barrier included;
+    /// `None` where `/proc/stat` is not readable.
+    pub cpu_us_per_step: Option<f64>,
 }
 
 /// Drive `opts.warmup + opts.steps` empty steps through the group whose engine sockets are
@@ -135,7 +140,11 @@ pub(super) fn drive_empty_steps(
     }
     let mut leader_times: Vec<Option<(Instant, Instant)>> = vec![None; total];
     let mut payload_bytes = 0;
+    let mut busy_from = None;
     for (i, slot) in leader_times.iter_mut().enumerate() {
+        if i == opts.warmup {
+            busy_from = Busy::now();
+        }
         barrier.wait();
         let step = Step(start + i as u64);
         if failed.load(Ordering::SeqCst) {
@@ -166,12 +175,14 @@ pub(super) fn drive_empty_steps(
             Err(_) => bail!("a follower engine thread panicked"),
         }
     }
+    let cpu_us_per_step = per_step_us(busy_from, Busy::now(), opts.steps);
     if let Some(e) = first_error.lock().ok().and_then(|mut e| e.take()) {
         bail!("{e}");
     }
     // The last step stays unacknowledged; that is harmless (the window is several steps).
     let mut samples = StepSamples {
         payload_bytes,
+        cpu_us_per_step,
         by_rank_us: vec![Vec::new(); followers.len()],
         ..StepSamples::default()
     };

@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use super::busy::{per_step_us, Busy, Timed};
 use super::stats::micros;
 
 /// Time `warmup + steps` fan-out rounds of `payload_bytes` to `ranks − 1` echo peer processes;
-/// µs per timed round, `t0` → last reply.
+/// µs per timed round, `t0` → last reply, and the machine's CPU time per timed round.
 ///
 /// # Errors
 /// When a peer cannot be started or does not connect within 10 s, or a socket fails.
@@ -35,7 +36,7 @@ pub(super) fn fanout_baseline(
     warmup: usize,
     steps: usize,
     gap: Duration,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<Timed> {
     let peers = ranks.saturating_sub(1) as usize;
     if peers == 0 || payload_bytes == 0 {
         bail!("the fan-out baseline needs at least one peer and one payload byte");
@@ -86,7 +87,11 @@ pub(super) fn fanout_baseline(
     let payload = vec![0x5au8; payload_bytes];
     let mut reply = vec![0u8; payload_bytes];
     let mut samples = Vec::with_capacity(steps);
+    let mut busy_from = None;
     for i in 0..warmup + steps {
+        if i == warmup {
+            busy_from = Busy::now();
+        }
         std::thread::sleep(gap);
         let t0 = Instant::now();
         for s in &mut streams {
@@ -100,8 +105,12 @@ pub(super) fn fanout_baseline(
             samples.push(micros(d));
         }
     }
+    let cpu_us_per_step = per_step_us(busy_from, Busy::now(), steps);
     drop(streams);
-    Ok(samples)
+    Ok(Timed {
+        samples_us: samples,
+        cpu_us_per_step,
+    })
 }
 
 /// Child processes of a baseline (echo peers, relay processes); each is given 2 s to end on

@@ -60,8 +60,25 @@ pub(super) struct FrameRow {
     pub relay_ratio_p50: f64,
     /// `frame_us.p50 / baseline_us.p50` (target ≤ 1.5).
     pub p50_ratio: f64,
+    /// The machine's busy CPU time per timed step of each of the three, µs.
+    pub cpu_us_per_step: CpuPerStep,
     /// `frame_us.p99 / baseline_us.p99` (target ≤ 3).
     pub p99_ratio: f64,
+}
+
+/// The machine's busy CPU time (all CPUs, every process on the machine) per timed step, µs,
+/// of the frame path and of its two baselines at one rank count (`None` where `/proc/stat` is
+/// not readable). The frame's figure includes the step's untimed acknowledgements and barrier.
+/// No target: with fewer CPUs than processes in a step, the step cannot be shorter than this
+/// divided by the CPUs.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub(super) struct CpuPerStep {
+    /// The frame path: agents, engine threads, Redis, supervisor.
+    pub frame: Option<f64>,
+    /// The TCP fan-out baseline.
+    pub baseline: Option<f64>,
+    /// The hop floor.
+    pub floor: Option<f64>,
 }
 
 /// The whole sweep.
@@ -184,8 +201,13 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
     let baseline = fanout_baseline(n, samples.payload_bytes, warmup, steps, GAP)?;
     let relay = relay_floor(n, samples.payload_bytes, warmup, steps, GAP)?;
     let frame_us = Summary::of(&samples.last_follower_us);
-    let baseline_us = Summary::of(&baseline);
-    let relay_us = Summary::of(&relay);
+    let baseline_us = Summary::of(&baseline.samples_us);
+    let relay_us = Summary::of(&relay.samples_us);
+    let cpu_us_per_step = CpuPerStep {
+        frame: samples.cpu_us_per_step,
+        baseline: baseline.cpu_us_per_step,
+        floor: relay.cpu_us_per_step,
+    };
     Ok(FrameRow {
         ranks: n,
         steps: frame_us.n,
@@ -201,9 +223,39 @@ fn one(n: u32, warmup: usize, steps: usize) -> anyhow::Result<FrameRow> {
         relay_us,
         p50_ratio: ratio(frame_us.p50, baseline_us.p50),
         p99_ratio: ratio(frame_us.p99, baseline_us.p99),
+        cpu_us_per_step,
         frame_us,
         baseline_us,
     })
+}
+
+/// The machine's CPU time per step beside the latencies (no target).
+fn cpu_table(r: &FrameReport) -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut t = Table::new(&[
+        "ranks",
+        "cpu µs/step: frame",
+        "baseline",
+        "floor",
+        "frame ÷ baseline",
+    ]);
+    let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+    for row in &r.rows {
+        let c = row.cpu_us_per_step;
+        t.row(vec![
+            row.ranks.to_string(),
+            us(c.frame),
+            us(c.baseline),
+            us(c.floor),
+            c.frame
+                .zip(c.baseline)
+                .map_or_else(|| "-".to_string(), |(f, b)| format!("{:.2}", ratio(f, b))),
+        ]);
+    }
+    format!(
+        "cpu: busy CPU time of the whole machine per timed step ({cpus} CPUs; the frame's includes its untimed acks and barrier); no target\n{}",
+        t.render()
+    )
 }
 
 /// The first `n` warning or error lines of the cluster's log: what moved a group to a new
@@ -259,6 +311,7 @@ pub(super) fn table(r: &FrameReport) -> String {
     let mut out = format!("frame: µs from just before end_step(s) to the last follower's frame(s) return; baseline: TCP fan-out ping-pong of the same bytes (leader pause {} µs before each step)\n", r.gap_us);
     out += &t.render();
     out += "floor: the same hops as the frame path with nothing in them (bench → Unix socket → hub → TCP → each leaf → Unix socket → bench); no target\n";
+    out += &cpu_table(r);
     out += &format!("targets: ratio p50 ≤ {P50_TARGET}, ratio p99 ≤ {P99_TARGET}\n");
     match r.scale_ratio_p50 {
         Some(s) => {

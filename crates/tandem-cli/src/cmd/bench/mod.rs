@@ -29,6 +29,7 @@
 //! Owns measurement and printing only: every cluster comes from [`crate::local::LocalCluster`],
 //! every protocol call goes through `tandem_client`. It must never be called from a test.
 
+mod busy;
 mod datapath;
 mod engines;
 mod fanout;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use super::busy::{per_step_us, Busy, Timed};
 use super::fanout::Children;
 use super::stats::micros;
 
@@ -37,7 +38,8 @@ const LEAF: u8 = b'L';
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 
 /// Time `warmup + steps` relay rounds of `payload_bytes` through a hub to `ranks − 1` leaf
-/// processes; µs per timed round, `t0` → the last leaf's payload read.
+/// processes; µs per timed round, `t0` → the last leaf's payload read, and the machine's CPU
+/// time per timed round.
 ///
 /// # Errors
 /// When a process cannot be started, the hub does not print its address, a process does not
@@ -48,7 +50,7 @@ pub(super) fn relay_floor(
     warmup: usize,
     steps: usize,
     gap: Duration,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<Timed> {
     let leaves = ranks.saturating_sub(1) as usize;
     if leaves == 0 || payload_bytes == 0 {
         bail!("the relay floor needs at least one leaf and one payload byte");
@@ -105,7 +107,11 @@ pub(super) fn relay_floor(
     let payload = vec![0x5au8; payload_bytes];
     let mut reply = vec![0u8; payload_bytes];
     let mut samples = Vec::with_capacity(steps);
+    let mut busy_from = None;
     for i in 0..warmup + steps {
+        if i == warmup {
+            busy_from = Busy::now();
+        }
         std::thread::sleep(gap);
         let t0 = Instant::now();
         to_hub
@@ -119,7 +125,10 @@ pub(super) fn relay_floor(
             samples.push(micros(d));
         }
     }
-    Ok(samples)
+    Ok(Timed {
+        cpu_us_per_step: per_step_us(busy_from, Busy::now(), steps),
+        samples_us: samples,
+    })
 }
 
 /// Accept the hub and `leaves` leaves on the bench's socket, told apart by their greeting.
