@@ -93,6 +93,9 @@ class Subscriber(threading.Thread):
         self.last_live = -1
         self.duplicates = 0
         self.restart_gaps = 0
+        # Per gap: (first missing seq, the live seq that showed it or None when idle, the first
+        # and last seq the replay returned, how it ended), for a failure's message.
+        self.gap_log: list[tuple[Any, ...]] = []
         self.clears_at: list[int] = []
         self.pending = b""
         self.cleared = 0
@@ -159,11 +162,17 @@ class Subscriber(threading.Thread):
         """Fill the gap after the last batch applied (before ``upto``, or everything the replay
         socket holds) in order. Numbers no replay holds (a restarted leader's agent keeps only
         what it published, and the old one may have taken a number it never sent) are skipped
-        only to a batch that starts a new epoch: its ``AllBlocksCleared`` makes them moot."""
+        only to a batch that starts a new epoch: its ``AllBlocksCleared`` makes them moot. That
+        batch is either the live one that showed the gap, one in the replay, or, when the leader's
+        agent restarted between the gap and the replay request, the first batch the new agent
+        holds, past the gap: the old epoch's numbers are then lost with the old agent, and moot
+        once that clear is applied (live or by a later repair)."""
         replayed = [(s, p) for s, p in self.replay_from(self.last + 1) if s > self.last]
         if upto is None and not replayed:
             return
         self.gaps += 1
+        ends = (replayed[0][0], replayed[-1][0]) if replayed else ()
+        first = (self.last + 1, upto, ends)
         skipped = False
         for seq, payload in replayed:
             if upto is not None and seq >= upto:
@@ -179,8 +188,14 @@ class Subscriber(threading.Thread):
         if upto is None or self.last == upto - 1:
             self.repaired += 0 if skipped else 1
             self.restart_gaps += 1 if skipped else 0
+            self.gap_log.append((*first, "restart" if skipped else "repaired"))
+        elif replayed and replayed[0][0] >= upto and self.starts_epoch(replayed[0][1]):
+            self.restart_gaps += 1
+            self.gap_log.append((*first, "restart, replay begins past the gap"))
+            self.last = upto - 1
         else:
             self.unrepaired.append((self.last + 1, upto))
+            self.gap_log.append((*first, "unrepaired"))
             self.last = upto - 1
 
     def run(self) -> None:
@@ -293,7 +308,14 @@ def test_a_subscriber_repairs_every_gap_and_ends_with_the_group_index(tmp_path: 
         assert len(index) > 0
         sub.halt()
         assert sub.cleared >= 3, "one AllBlocksCleared per epoch (three epochs)"
-        assert sub.dropped > 0 and sub.repaired > 0 and sub.repaired + sub.restart_gaps == sub.gaps
+        not_repaired = [g for g in sub.gap_log if g[-1] != "repaired"]
+        counts = (
+            f"gaps {sub.gaps}, repaired {sub.repaired}, at a restart {sub.restart_gaps}, "
+            f"dropped {sub.dropped}, unrepaired {sub.unrepaired}, errors {sub.errors}, "
+            f"clears at {sub.clears_at}, gaps not repaired {not_repaired}"
+        )
+        assert sub.dropped > 0 and sub.repaired > 0, counts
+        assert sub.repaired + sub.restart_gaps == sub.gaps, counts
         assert sub.unrepaired == [], sub.unrepaired
         assert sub.backwards == 0 and sub.bad_removals == [] and sub.errors == []
         status, metrics = http_get(c.http[0], "/metrics")
