@@ -32,7 +32,7 @@ impl Busy {
 }
 
 /// A baseline's timed rounds and the machine's CPU time per round over them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct Timed {
     /// µs of each timed round.
     pub samples_us: Vec<f64>,

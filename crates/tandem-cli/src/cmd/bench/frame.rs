@@ -60,10 +60,10 @@ pub(super) struct FrameRow {
     pub relay_ratio_p50: f64,
     /// `frame_us.p50 / baseline_us.p50` (target ≤ 1.5).
     pub p50_ratio: f64,
-    /// The machine's busy CPU time per timed step of each of the three, µs.
-    pub cpu_us_per_step: CpuPerStep,
     /// `frame_us.p99 / baseline_us.p99` (target ≤ 3).
     pub p99_ratio: f64,
+    /// The machine's busy CPU time per timed step of each of the three, µs.
+    pub cpu_us_per_step: CpuPerStep,
 }
 
 /// The machine's busy CPU time (all CPUs, every process on the machine) per timed step, µs,
